@@ -1,0 +1,94 @@
+"""``speceyes ask``: one image and question through the whole funnel, explained."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from typing import Any
+
+from cli.options import add_funnel_flags, add_model_flags, settings_from_args
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "ask",
+        help="answer one question about one image through the funnel",
+        description="Run one query through screening, speculation, the gate and, when "
+        "deferred, the agent loop, and show what each phase decided.",
+    )
+    parser.add_argument("image", help="image file")
+    parser.add_argument("--question", "-q", required=True, help="the question")
+    parser.add_argument(
+        "--options", nargs="+", metavar="OPTION", help="multiple-choice options (A, B, ...)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_model_flags(parser)
+    add_funnel_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from common.agents.deepeyes import AgentLimits
+    from common.backends import load_models
+    from common.funnel import (
+        Accepted,
+        Deferred,
+        Failed,
+        FunnelSettings,
+        prepare_query,
+        run_agent_stage,
+        run_fast_stage,
+    )
+
+    settings = settings_from_args(args)
+    job_id = uuid.uuid4().hex
+    query = prepare_query(job_id, args.image, args.question, args.options, settings.image_limits)
+    if isinstance(query, Failed):
+        _report({"status": "failed", "error_code": query.code, "error": query.message}, args.json)
+        return 1
+    models = load_models(settings)
+    (outcome,) = run_fast_stage(
+        [query],
+        large=models.large,
+        small=models.small,
+        settings=FunnelSettings.from_settings(settings),
+    ).outcomes
+    report: dict[str, Any] = {"gate": f"{settings.gate_mode}, K={settings.gate_top_k}, "
+                              f"tau={settings.gate_threshold}"}  # fmt: skip
+    if isinstance(outcome, Accepted):
+        report |= {"status": "done", "answered_by": "small", "answer": outcome.answer,
+                   "confidence": outcome.confidence,
+                   "screen": outcome.screen.raw_text if outcome.screen else None}  # fmt: skip
+        _report(report, args.json)
+        return 0
+    assert isinstance(outcome, Deferred)
+    report |= {"deferred": outcome.reason, "small_answer": outcome.small_answer,
+               "confidence": outcome.confidence,
+               "screen": outcome.screen.raw_text if outcome.screen else None}  # fmt: skip
+    agent = run_agent_stage(query, models.large, AgentLimits.from_settings(settings))
+    report |= {"answered_by": "large", "steps": [
+        {"text": step.text, "box": step.box_original, "observation": step.observation}
+        for step in agent.trajectory.steps
+    ]}  # fmt: skip
+    if agent.answer is None:
+        report |= {"status": "failed", "error_code": agent.error_code, "error": agent.error}
+        _report(report, args.json)
+        return 1
+    report |= {"status": "done", "answer": agent.answer}
+    _report(report, args.json)
+    return 0
+
+
+def _report(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        if key == "steps":
+            for index, step in enumerate(value):
+                text = step["text"] if len(step["text"]) <= 160 else step["text"][:157] + "..."
+                print(f"  step {index + 1}: {text!r}")
+                print(f"          -> {step['observation'] or 'answer'}")
+            continue
+        print(f"{key:<12} {value}")

@@ -1,0 +1,79 @@
+"""Flags shared by several commands, and how they become one ``Settings``.
+
+A flag left out leaves the setting to the environment (``SPECEYES_*``) or its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pydantic import ValidationError
+
+from common.config import Settings
+from common.errors import ConfigurationError
+
+# flag dest -> Settings field
+_FLAG_FIELDS = {
+    "small": "small_model",
+    "large": "large_model",
+    "backend": "backend",
+    "device": "device",
+    "dtype": "dtype",
+    "mode": "gate_mode",
+    "top_k": "gate_top_k",
+    "threshold": "gate_threshold",
+    "screener": "screener",
+    "baseline": "baseline",
+    "batch_size": "fast_batch_size",
+    "max_steps": "agent_max_steps",
+}
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models")
+    group.add_argument(
+        "--small", metavar="MODEL", help="small model M_S: HF id, local folder, or 'tiny'"
+    )
+    group.add_argument(
+        "--large", metavar="MODEL", help="agentic model M_L: HF id, local folder, or 'tiny'"
+    )
+    group.add_argument("--backend", choices=["transformers", "scripted"], help="model backend")
+    group.add_argument("--device", help="'auto', 'cpu', 'cuda', 'cuda:1', ...")
+    group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+
+
+def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("funnel")
+    group.add_argument(
+        "--mode", choices=["min", "mean", "bottom20", "logprob"], help="gate aggregation"
+    )
+    group.add_argument("--top-k", type=int, metavar="K", help="logits per token for the gate")
+    group.add_argument("--threshold", type=float, metavar="TAU", help="accept iff confidence > TAU")
+    group.add_argument(
+        "--screener", choices=["large", "small", "none"], help="who screens in phase I"
+    )
+    group.add_argument(
+        "--baseline",
+        action="store_true",
+        default=None,
+        help="no speculation: every job runs the agent",
+    )
+    group.add_argument("--max-steps", type=int, metavar="N", help="agent generations per job")
+
+
+def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """Settings from the flags that were given, the environment, then the defaults."""
+    values = {
+        field: getattr(args, flag)
+        for flag, field in _FLAG_FIELDS.items()
+        if getattr(args, flag, None) is not None
+    }
+    values.update(overrides)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
+        )
+        raise ConfigurationError(problems) from None

@@ -1,0 +1,100 @@
+"""The small protocol every model backend speaks, and the plain types it speaks in.
+
+A backend wraps one vision-language model and offers three calls:
+
+- ``screen(queries)``: phase I over a batch; per query, needs-tools yes/no and raw text;
+- ``speculate(queries)``: phase II over a batch; per query, the answer and the per-token
+  top-K scores the gate needs;
+- ``generate(conversation, stop=...)``: one agent step over a multi-image chat.
+
+Batch calls either return one result per query, in order, or raise; the funnel isolates
+a failing query by splitting the batch, so a backend need not. Tensors never cross this
+boundary: results are plain Python values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from PIL import Image
+
+from common.gate import TokenScores
+from common.images import ResizeRule
+
+Role = Literal["system", "user", "assistant"]
+Part = str | Image.Image
+FinishReason = Literal["stop", "eos", "length"]
+
+
+@dataclass(frozen=True)
+class Query:
+    """One job as the funnel sees it: a decoded original image and the question."""
+
+    job_id: str
+    image: Image.Image
+    question: str
+    options: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    needs_tools: bool
+    raw_text: str
+
+
+@dataclass(frozen=True)
+class Speculation:
+    answer: str
+    token_ids: list[int]  # the answer's tokens, before the first EOS / pad
+    scores: TokenScores  # one row per answer token
+
+
+@dataclass
+class Message:
+    role: Role
+    content: list[Part]  # text and images, in order
+
+    @property
+    def images(self) -> list[Image.Image]:
+        return [part for part in self.content if isinstance(part, Image.Image)]
+
+
+@dataclass
+class Conversation:
+    """A multi-turn chat. ``key`` names the trajectory (scripted backends look it up)."""
+
+    messages: list[Message] = field(default_factory=list)
+    key: str = ""
+
+    def add(self, role: Role, *content: Part) -> None:
+        self.messages.append(Message(role, list(content)))
+
+    @property
+    def images(self) -> list[Image.Image]:
+        return [image for message in self.messages for image in message.images]
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str  # decoded, cut right after the stop string when one was hit
+    finish_reason: FinishReason
+    new_tokens: int
+
+
+class VisionLanguageModel(Protocol):
+    """One loaded model; any model can screen, speculate and generate."""
+
+    name: str
+    resize_rule: ResizeRule  # how the model's processor resizes images it is shown
+
+    def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]: ...
+
+    def speculate(
+        self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
+    ) -> list[Speculation]: ...
+
+    def generate(
+        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+    ) -> Generation: ...

@@ -1,0 +1,146 @@
+"""A deterministic stand-in model for tests and throughput experiments.
+
+Each job follows a ``JobScript``: its screen decision, the small model's answer and the
+gate confidence its per-token scores will produce, the agent's steps, and the phases in
+which the job's calls fail. Scripts are looked up by job id (``Query.job_id`` in batch
+calls, ``Conversation.key`` in agent steps); jobs without one get ``default(job_id)``.
+
+An optional simulated cost per call (fixed seconds + seconds per item, slept) makes the
+funnel's throughput measurable without a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from common.backends.base import Conversation, Generation, Query, ScreenResult, Speculation
+from common.errors import ModelError
+from common.gate import SQUASH, TokenScores
+from common.images import ResizeRule
+
+Phase = str  # "screen" | "speculate" | "generate"
+
+
+@dataclass(frozen=True)
+class JobScript:
+    """What the scripted model does for one job."""
+
+    needs_tools: bool = False
+    screen_text: str | None = None  # raw phase-I text; default "yes" / "no"
+    answer: str = "A"  # the small model's answer
+    confidence: float = 0.999  # the gate confidence its token scores give (min mode)
+    agent_steps: tuple[str, ...] | None = None  # agent outputs, step by step (last repeats)
+    agent_answer: str = "A"  # used when agent_steps is None: one step that answers
+    fail: frozenset[Phase] = frozenset()  # phases whose calls raise for this job
+
+    def steps(self) -> tuple[str, ...]:
+        if self.agent_steps is not None:
+            return self.agent_steps
+        return (f"<think>scripted</think> <answer>{self.agent_answer}</answer>",)
+
+
+@dataclass(frozen=True)
+class SimulatedCost:
+    """Seconds a call takes: ``fixed_s`` per call plus ``per_item_s`` per job in it."""
+
+    fixed_s: float = 0.0
+    per_item_s: float = 0.0
+
+    def spend(self, items: int) -> None:
+        seconds = self.fixed_s + self.per_item_s * items
+        if seconds > 0:
+            time.sleep(seconds)  # simulates model time; this is the work, not a wait
+
+
+def mixture(tool_free: float, confident: float, *, answer: str = "A") -> Callable[[str], JobScript]:
+    """Scripts drawn per job id: a share ``tool_free`` screened tool-free, and of those a
+    share ``confident`` gated confidently. Deterministic in the job id."""
+
+    def script(job_id: str) -> JobScript:
+        digest = hashlib.sha256(job_id.encode()).digest()
+        first, second = digest[0] / 256 + digest[1] / 65536, digest[2] / 256 + digest[3] / 65536
+        return JobScript(
+            needs_tools=first >= tool_free,
+            answer=answer,
+            confidence=0.999 if second < confident else 0.6,
+            agent_answer=answer,
+        )
+
+    return script
+
+
+@dataclass
+class ScriptedModel:
+    """A model that follows scripts; counts its calls and batch sizes for tests."""
+
+    scripts: Mapping[str, JobScript] = field(default_factory=dict)
+    default: Callable[[str], JobScript] = field(default=lambda job_id: JobScript())
+    costs: Mapping[Phase, SimulatedCost] = field(default_factory=dict)
+    name: str = "scripted"
+    resize_rule: ResizeRule = field(default_factory=ResizeRule)
+    calls: Counter[Phase] = field(default_factory=Counter, init=False)
+    batch_sizes: list[tuple[Phase, int]] = field(default_factory=list, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def script(self, job_id: str) -> JobScript:
+        return self.scripts.get(job_id) or self.default(job_id)
+
+    def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
+        scripts = self._call("screen", [q.job_id for q in queries])
+        return [
+            ScreenResult(s.needs_tools, s.screen_text or ("yes" if s.needs_tools else "no"))
+            for s in scripts
+        ]
+
+    def speculate(
+        self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
+    ) -> list[Speculation]:
+        scripts = self._call("speculate", [q.job_id for q in queries])
+        return [_speculation(s.answer, s.confidence, top_k) for s in scripts]
+
+    def generate(
+        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+    ) -> Generation:
+        (script,) = self._call("generate", [conversation.key])
+        done = sum(1 for m in conversation.messages if m.role == "assistant")
+        steps = script.steps()
+        text = steps[min(done, len(steps) - 1)]
+        ends = [text.find(s) + len(s) for s in stop if s in text]
+        if ends:
+            return Generation(text[: min(ends)], "stop", len(text.split()))
+        return Generation(text, "eos", len(text.split()))
+
+    def _call(self, phase: Phase, job_ids: list[str]) -> list[JobScript]:
+        with self._lock:
+            self.calls[phase] += 1
+            self.batch_sizes.append((phase, len(job_ids)))
+        self.costs.get(phase, SimulatedCost()).spend(len(job_ids))
+        scripts = [self.script(job_id) for job_id in job_ids]
+        failing = [job_id for job_id, s in zip(job_ids, scripts, strict=True) if phase in s.fail]
+        if failing:
+            raise ModelError(f"scripted {phase} failure for job(s) {', '.join(failing)}")
+        return scripts
+
+
+def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
+    """An answer whose every token has separability S = logit(confidence) / 0.6.
+
+    The competitors (ranks 2..K) are K-2 copies of v = 1/sqrt(K-2) and one of -sqrt(K-2):
+    mean 0, population std 1, so s_t = S. Confidences below about 0.52 cannot be written
+    this way (S would fall under v) and come out at that floor.
+    """
+    tokens = answer.split()
+    k = max(3, top_k)
+    spread = math.sqrt(k - 2)
+    target = math.log(confidence / (1 - confidence)) / SQUASH
+    top = max(target, 1 / spread + 1e-3)
+    row = [top] + [1 / spread] * (k - 2) + [-spread]
+    log_norm = math.log(sum(math.exp(value) for value in row))
+    scores = TokenScores([list(row) for _ in tokens], [log_norm] * len(tokens))
+    return Speculation(answer, list(range(len(tokens))), scores)

@@ -1,0 +1,274 @@
+"""The transformers backend: Qwen2.5-VL and Qwen3-VL checkpoints through the Auto classes.
+
+One ``TransformersModel`` holds one loaded checkpoint (loaded once). Every call goes
+through ``_generate``, which:
+
+1. renders each chat with the checkpoint's own chat template;
+2. runs the processor over the batch with LEFT padding (rows of different lengths line
+   up at the end, so the first new token of every row comes from the same step);
+3. generates greedily, with the raw logits of every step (``output_logits``);
+4. cuts each row at its first EOS / pad token (and after a stop string, when asked);
+5. reduces each step's logits to the top K and the log-sum-exp on the device, and moves
+   them to the CPU once, as plain lists.
+
+Batched rows give the same tokens as the same rows run alone (a test holds this).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from PIL import Image
+
+from common.backends.base import (
+    Conversation,
+    FinishReason,
+    Generation,
+    Message,
+    Query,
+    ScreenResult,
+    Speculation,
+)
+from common.errors import ConfigurationError
+from common.gate import TokenScores
+from common.images import ResizeRule
+from common.prompts import screen_says_tool_free, screen_text, speculate_text
+
+
+@dataclass
+class _Row:
+    """One generated row: its answer tokens and, when asked, their top-K scores."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    scores: TokenScores | None
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def load_processor(path: str) -> Any:
+    """The checkpoint's processor; without torchvision, its image + text part only.
+
+    Qwen's processors insist on a video processor, which needs torchvision; the image
+    processor falls back to its PIL version, so dropping the video part keeps images and
+    text working where torchvision cannot be installed.
+    """
+    import transformers
+    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+    from transformers.utils import is_torchvision_available
+
+    if is_torchvision_available():
+        return AutoProcessor.from_pretrained(path)
+    model_type = AutoConfig.from_pretrained(path).model_type
+    processor_cls = getattr(transformers, PROCESSOR_MAPPING_NAMES[model_type])
+
+    class ImageTextProcessor(processor_cls):  # type: ignore[valid-type,misc]
+        # ProcessorMixin derives its parts from this signature: no video_processor here.
+        def __init__(self, image_processor: Any = None, tokenizer: Any = None, **kwargs: Any):
+            super().__init__(image_processor, tokenizer, None, **kwargs)
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return ImageTextProcessor(
+        image_processor=AutoImageProcessor.from_pretrained(path),
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+    )
+
+
+class TransformersModel:
+    """A Qwen-VL checkpoint that can screen, speculate and take agent steps."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        name: str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        logits_processors: Sequence[Any] = (),
+    ) -> None:
+        from transformers import AutoModelForImageTextToText
+
+        self.name = name or path
+        self.device = resolve_device(device)
+        try:
+            self.processor = load_processor(path)
+            self.model = AutoModelForImageTextToText.from_pretrained(
+                path, dtype=resolve_dtype(dtype, self.device)
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigurationError(
+                f"cannot load model {path!r}: not a checkpoint folder here, and it could not "
+                f"be downloaded ({reason})"
+            ) from exc
+        self.model.to(self.device)  # type: ignore[arg-type]
+        self.model.eval()
+        self.tokenizer = self.processor.tokenizer
+        self.tokenizer.padding_side = "left"
+        self.logits_processors = list(logits_processors)
+        generation = self.model.generation_config
+        eos = generation.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else [eos]
+        self.pad_id = generation.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.pad_token_id
+        self.eos_ids = [token for token in eos_ids if token is not None]
+        self.end_ids = set(self.eos_ids) | {self.pad_id}
+        image_processor = self.processor.image_processor
+        self.resize_rule = ResizeRule(
+            factor=image_processor.patch_size * image_processor.merge_size,
+            min_pixels=image_processor.size["shortest_edge"],
+            max_pixels=image_processor.size["longest_edge"],
+        )
+
+    # -- the protocol ---------------------------------------------------------------
+    def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
+        chats = [_user_turn(q.image, screen_text(q.question, q.options)) for q in queries]
+        rows = self._generate(chats, max_new_tokens=max_new_tokens)
+        return [ScreenResult(not screen_says_tool_free(row.text), row.text) for row in rows]
+
+    def speculate(
+        self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
+    ) -> list[Speculation]:
+        chats = [_user_turn(q.image, speculate_text(q.question, q.options)) for q in queries]
+        rows = self._generate(chats, max_new_tokens=max_new_tokens, top_k=top_k)
+        return [
+            Speculation(row.text.strip(), row.token_ids, row.scores or TokenScores([], []))
+            for row in rows
+        ]
+
+    def generate(
+        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+    ) -> Generation:
+        (row,) = self._generate([conversation.messages], max_new_tokens=max_new_tokens, stop=stop)
+        return Generation(row.text, row.finish_reason, len(row.token_ids))
+
+    # -- the one generation path --------------------------------------------------------
+    @torch.inference_mode()
+    def _generate(
+        self,
+        chats: Sequence[Sequence[Message]],
+        *,
+        max_new_tokens: int,
+        stop: Sequence[str] = (),
+        top_k: int | None = None,
+    ) -> list[_Row]:
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        texts, images = [], []
+        for chat in chats:
+            template_messages, chat_images = _template_messages(chat)
+            texts.append(
+                self.processor.apply_chat_template(
+                    template_messages,
+                    tokenize=False,
+                    add_generation_prompt=chat[-1].role != "assistant",
+                    continue_final_message=chat[-1].role == "assistant",
+                )
+            )
+            images.extend(chat_images)
+        inputs = self.processor(
+            text=texts, images=images or None, padding=True, return_tensors="pt"
+        ).to(self.device)
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            output_logits=top_k is not None,
+            return_dict_in_generate=True,
+            stop_strings=list(stop) or None,
+        )
+        output = self.model.generate(
+            **inputs,
+            generation_config=config,
+            logits_processor=LogitsProcessorList(self.logits_processors),
+            tokenizer=self.tokenizer if stop else None,
+        )
+        new_tokens = output.sequences[:, inputs["input_ids"].shape[1] :].tolist()
+        top_values = log_norm = None
+        if top_k is not None:
+            top_values, log_norm = _top_scores(output.logits, top_k)
+        return [
+            self._row(tokens, stop, top_values, log_norm, index, max_new_tokens)
+            for index, tokens in enumerate(new_tokens)
+        ]
+
+    def _row(
+        self,
+        tokens: list[int],
+        stop: Sequence[str],
+        top_values: list[list[list[float]]] | None,
+        log_norm: list[list[float]] | None,
+        index: int,
+        max_new_tokens: int,
+    ) -> _Row:
+        length = next((i for i, token in enumerate(tokens) if token in self.end_ids), len(tokens))
+        answer = tokens[:length]
+        text = self.tokenizer.decode(answer, skip_special_tokens=True)
+        ended = length < len(tokens) or length < max_new_tokens
+        finish: FinishReason = "eos" if ended else "length"
+        cut = _cut_after_stop(text, stop)
+        if cut is not None:
+            text, finish = cut, "stop"
+        scores = None
+        if top_values is not None and log_norm is not None:
+            scores = TokenScores(
+                [step[index] for step in top_values[:length]],
+                [step[index] for step in log_norm[:length]],
+            )
+        return _Row(answer, text, finish, scores)
+
+
+def _top_scores(
+    logits: Sequence[torch.Tensor], top_k: int
+) -> tuple[list[list[list[float]]], list[list[float]]]:
+    """Per step [B, V] raw logits -> top-K values [steps][B][K] and log-sum-exp [steps][B]."""
+    tops, norms = [], []
+    for step in logits:  # one step at a time: a [steps, B, V] stack would be large
+        row = step.float()
+        tops.append(row.topk(min(top_k, row.shape[-1]), dim=-1).values)
+        norms.append(torch.logsumexp(row, dim=-1))
+    if not tops:
+        return [], []
+    return torch.stack(tops).cpu().tolist(), torch.stack(norms).cpu().tolist()
+
+
+def _cut_after_stop(text: str, stop: Sequence[str]) -> str | None:
+    ends = [text.find(s) + len(s) for s in stop if s and s in text]
+    return text[: min(ends)] if ends else None
+
+
+def _user_turn(image: Image.Image, text: str) -> list[Message]:
+    return [Message("user", [image, text])]
+
+
+def _template_messages(chat: Sequence[Message]) -> tuple[list[dict[str, Any]], list[Image.Image]]:
+    """Our messages -> the chat template's dicts, and the images in order of appearance."""
+    messages, images = [], []
+    for message in chat:
+        parts: list[dict[str, Any]] = []
+        for part in message.content:
+            if isinstance(part, Image.Image):
+                parts.append({"type": "image"})
+                images.append(part)
+            else:
+                parts.append({"type": "text", "text": part})
+        messages.append({"role": message.role, "content": parts})
+    return messages, images

@@ -1,0 +1,33 @@
+"""Inputs for benchmarks: synthetic queries that look like the real workload."""
+
+from __future__ import annotations
+
+import random
+
+from PIL import Image, ImageDraw
+
+from common.backends.base import Query
+
+COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
+           "yellow": (230, 200, 40)}  # fmt: skip
+SHAPES = ("circle", "square")
+
+
+def synthetic_queries(count: int, width: int, height: int, seed: int = 0) -> list[Query]:
+    """``count`` images of one coloured shape each, with a colour question (half of them
+    multiple choice). Deterministic in ``seed``."""
+    rng = random.Random(seed)
+    names = list(COLOURS)
+    queries = []
+    for index in range(count):
+        colour, shape = rng.choice(names), rng.choice(SHAPES)
+        image = Image.new("RGB", (width, height), (235, 235, 235))
+        size = rng.randint(min(width, height) // 8, min(width, height) // 3)
+        left, top = rng.randint(0, width - size), rng.randint(0, height - size)
+        draw = ImageDraw.Draw(image)
+        box = (left, top, left + size, top + size)
+        (draw.ellipse if shape == "circle" else draw.rectangle)(box, fill=COLOURS[colour])
+        question = f"What is the colour of the {shape}?"
+        options = tuple(rng.sample(names, len(names))) if index % 2 else None
+        queries.append(Query(f"bench-{index}", image, question, options))
+    return queries

@@ -1,0 +1,123 @@
+"""The one settings object. Every knob of the service is a field here.
+
+Values come from keyword arguments, then ``SPECEYES_*`` environment variables, then a
+``.env`` file, then the defaults below (``SPECEYES_GATE_THRESHOLD=0.97`` sets
+``gate_threshold``). Nothing else in the code reads the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+GateMode = Literal["min", "mean", "bottom20", "logprob"]
+AgentKind = Literal["deepeyes"]
+BackendKind = Literal["transformers", "scripted"]
+Screener = Literal["large", "small", "none"]
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """What phase III needs; stored with every gated job."""
+
+    mode: GateMode = "min"
+    top_k: int = 64
+    threshold: float = 0.98
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """Limits checked before an image is decoded (decompression bombs) and after."""
+
+    max_bytes: int = 50 * 1024 * 1024
+    max_pixels: int = 100_000_000
+    max_aspect_ratio: float = 200.0  # Qwen's smart resize refuses anything wider
+
+
+class Settings(BaseSettings):
+    """SpecEyes configuration. Environment prefix: ``SPECEYES_``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPECEYES_", env_file=".env", extra="ignore", validate_default=True
+    )
+
+    # -- models -------------------------------------------------------------------
+    small_model: str = Field(
+        "Qwen/Qwen3-VL-2B-Instruct",
+        description="M_S, the tool-free speculative model: a Hugging Face id, a local "
+        "checkpoint folder, or 'tiny' (a random-weight Qwen3-VL built offline).",
+    )
+    large_model: str = Field(
+        "ChenShawn/DeepEyes-7B",
+        description="M_L, the agentic model: a Hugging Face id, a local folder, or 'tiny' "
+        "(a random-weight Qwen2.5-VL built offline).",
+    )
+    agent: AgentKind = Field("deepeyes", description="Tool protocol of the large model.")
+    backend: BackendKind = Field(
+        "transformers",
+        description="'transformers' runs real checkpoints; 'scripted' is "
+        "a deterministic stand-in for tests and throughput experiments.",
+    )
+    device: str = Field(
+        "auto", description="'auto' (cuda if present, else cpu), 'cpu', 'cuda:0', ..."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto' is bfloat16 on a GPU and float32 on the CPU."
+    )
+    cache_dir: Path = Field(
+        Path("~/.cache/speceyes"), description="Where built tiny checkpoints are kept."
+    )
+
+    # -- the funnel ---------------------------------------------------------------
+    baseline: bool = Field(
+        False, description="No speculation: every job runs the agent (for speedup baselines)."
+    )
+    screener: Screener = Field(
+        "large",
+        description="Who screens in phase I: 'large' (the paper), 'small' (the "
+        "paper's ablation) or 'none' (every job is speculated).",
+    )
+    gate_mode: GateMode = Field("min", description="Aggregation of per-token separability.")
+    gate_top_k: int = Field(64, ge=2, description="K: logits kept per token for the gate.")
+    gate_threshold: float = Field(
+        0.98, gt=0.0, lt=1.0, description="tau: accept iff confidence > tau."
+    )
+    screen_max_new_tokens: int = Field(10, ge=1)
+    speculate_max_new_tokens: int = Field(20, ge=1)
+    agent_max_steps: int = Field(6, ge=1, description="Generations per trajectory.")
+    agent_max_new_tokens: int = Field(512, ge=1, description="New tokens per agent step.")
+    fast_batch_size: int = Field(32, ge=1, description="Largest micro-batch of phases I-III.")
+    fast_max_wait_s: float = Field(0.5, ge=0.0, description="Longest wait to fill a batch.")
+
+    # -- images -------------------------------------------------------------------
+    max_image_bytes: int = Field(50 * 1024 * 1024, ge=1)
+    max_image_pixels: int = Field(100_000_000, ge=1)
+    min_box_side: int = Field(30, ge=0, description="Zoom boxes with a side <= this are refused.")
+    max_box_aspect: float = Field(
+        100.0, gt=1.0, description="Zoom boxes with a longer aspect ratio are refused."
+    )
+
+    # -- infrastructure -----------------------------------------------------------
+    database_url: str = Field(
+        "sqlite:///speceyes.db", description="SQLAlchemy URL of the job store."
+    )
+    broker_url: str | None = Field(
+        None, description="Redis URL of the Celery broker; unset means embedded mode."
+    )
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _expand_cache_dir(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @property
+    def gate(self) -> GateSettings:
+        return GateSettings(self.gate_mode, self.gate_top_k, self.gate_threshold)
+
+    @property
+    def image_limits(self) -> ImageLimits:
+        return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)

@@ -1,0 +1,248 @@
+"""The SpecEyes funnel as plain functions over batches.
+
+Every runner (the embedded runner, the Celery tasks, the benchmarks) calls these; none
+of them holds model math of its own. In order:
+
+1. ``prepare_query``: decode and validate a job's image (a bad image fails that job);
+2. ``screen_stage`` (phase I): does the job need tools? one batched call of the screener;
+3. ``speculate_stage`` (phase II): the small model answers the tool-free jobs, batched;
+4. ``gate_stage`` (phase III): answer separability accepts or defers each answer;
+5. ``run_fast_stage`` chains 2-4 over one micro-batch: each job ends ``Accepted``,
+   ``Deferred`` (with the reason) or ``Failed``;
+6. ``run_agent_stage`` (phase IV): one deferred job through the agent loop.
+
+A model call that raises is retried on halves of its batch until the failing job stands
+alone, so one bad job never fails the others; retryable errors (a model server down)
+propagate for the runner to retry the whole batch later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from common.agents.deepeyes import AgentLimits, Trajectory, run_deepeyes
+from common.backends.base import Query, ScreenResult, Speculation, VisionLanguageModel
+from common.config import GateSettings, ImageLimits, Screener, Settings
+from common.errors import ImageError, ModelError, RetryableError
+from common.gate import GateResult, score_answers
+from common.images import load_image
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DeferReason = Literal[
+    "tools_needed", "low_confidence", "small_model_error", "screen_error", "baseline"
+]
+
+
+@dataclass(frozen=True)
+class FunnelSettings:
+    """What the fast stage needs to know; built from ``Settings``."""
+
+    gate: GateSettings = field(default_factory=GateSettings)
+    screener: Screener = "large"
+    baseline: bool = False
+    screen_max_new_tokens: int = 10
+    speculate_max_new_tokens: int = 20
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FunnelSettings:
+        return cls(
+            gate=settings.gate,
+            screener=settings.screener,
+            baseline=settings.baseline,
+            screen_max_new_tokens=settings.screen_max_new_tokens,
+            speculate_max_new_tokens=settings.speculate_max_new_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The small model's answer passed the gate: final."""
+
+    job_id: str
+    answer: str
+    confidence: float
+    token_scores: list[float]
+    screen: ScreenResult | None
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The job goes on to the agent (phase IV)."""
+
+    job_id: str
+    reason: DeferReason
+    screen: ScreenResult | None = None
+    small_answer: str | None = None
+    confidence: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Failed:
+    job_id: str
+    code: str
+    message: str
+
+
+FastOutcome = Accepted | Deferred | Failed
+
+
+@dataclass
+class FastBatchResult:
+    outcomes: list[FastOutcome]  # one per query, in order
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase, for the batch
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    job_id: str
+    answer: str | None
+    trajectory: Trajectory
+    error_code: str | None = None
+    error: str | None = None
+
+
+def prepare_query(
+    job_id: str,
+    image_path: str,
+    question: str,
+    options: Sequence[str] | None = None,
+    limits: ImageLimits | None = None,
+) -> Query | Failed:
+    """Load a job's image into a ``Query``, or fail the job with the reason."""
+    try:
+        image, _ = load_image(image_path, limits)
+    except ImageError as exc:
+        return Failed(job_id, exc.code, str(exc))
+    return Query(job_id, image, question, tuple(options) if options else None)
+
+
+def per_job(call: Callable[[list[T]], list[R]], items: list[T]) -> list[R | ModelError]:
+    """``call`` over ``items``; on failure, bisect until each failing item stands alone."""
+    if not items:
+        return []
+    try:
+        results = call(items)
+    except RetryableError:
+        raise
+    except Exception as exc:
+        if len(items) == 1:
+            log.warning("model call failed for one job: %s", exc, exc_info=True)
+            return [ModelError(f"{type(exc).__name__}: {exc}")]
+        middle = len(items) // 2
+        return per_job(call, items[:middle]) + per_job(call, items[middle:])
+    if len(results) != len(items):
+        raise ModelError(f"backend returned {len(results)} results for {len(items)} jobs")
+    return list(results)
+
+
+def screen_stage(
+    queries: list[Query], model: VisionLanguageModel, *, max_new_tokens: int
+) -> list[ScreenResult | ModelError]:
+    """Phase I over a batch."""
+    return per_job(lambda batch: model.screen(batch, max_new_tokens=max_new_tokens), queries)
+
+
+def speculate_stage(
+    queries: list[Query], model: VisionLanguageModel, *, max_new_tokens: int, top_k: int
+) -> list[Speculation | ModelError]:
+    """Phase II over a batch."""
+    return per_job(
+        lambda batch: model.speculate(batch, max_new_tokens=max_new_tokens, top_k=top_k), queries
+    )
+
+
+def gate_stage(speculations: Sequence[Speculation], gate: GateSettings) -> list[GateResult]:
+    """Phase III over a batch."""
+    return score_answers([s.scores for s in speculations], gate)
+
+
+def run_fast_stage(
+    queries: list[Query],
+    *,
+    large: VisionLanguageModel,
+    small: VisionLanguageModel,
+    settings: FunnelSettings,
+) -> FastBatchResult:
+    """Phases I-III over one micro-batch; one outcome per query, in order."""
+    if settings.baseline:
+        return FastBatchResult([Deferred(q.job_id, "baseline") for q in queries])
+    result = FastBatchResult([])
+    outcomes: dict[str, FastOutcome] = {}
+    screens: dict[str, ScreenResult] = {}
+    if settings.screener != "none":
+        started = time.perf_counter()
+        screener = large if settings.screener == "large" else small
+        results = screen_stage(queries, screener, max_new_tokens=settings.screen_max_new_tokens)
+        for query, screen in zip(queries, results, strict=True):
+            if isinstance(screen, ModelError):
+                outcomes[query.job_id] = Deferred(query.job_id, "screen_error", detail=str(screen))
+                continue
+            screens[query.job_id] = screen
+            if screen.needs_tools:
+                outcomes[query.job_id] = Deferred(query.job_id, "tools_needed", screen)
+        result.seconds["screen"] = time.perf_counter() - started
+
+    tool_free = [q for q in queries if q.job_id not in outcomes]
+    started = time.perf_counter()
+    speculations = speculate_stage(
+        tool_free,
+        small,
+        max_new_tokens=settings.speculate_max_new_tokens,
+        top_k=settings.gate.top_k,
+    )
+    result.seconds["speculate"] = time.perf_counter() - started
+    answered: list[tuple[Query, Speculation]] = []
+    for query, speculation in zip(tool_free, speculations, strict=True):
+        if isinstance(speculation, ModelError):
+            outcomes[query.job_id] = Deferred(
+                query.job_id,
+                "small_model_error",
+                screens.get(query.job_id),
+                detail=str(speculation),
+            )
+        else:
+            answered.append((query, speculation))
+
+    started = time.perf_counter()
+    verdicts = gate_stage([speculation for _, speculation in answered], settings.gate)
+    result.seconds["gate"] = time.perf_counter() - started
+    for (query, speculation), verdict in zip(answered, verdicts, strict=True):
+        screened = screens.get(query.job_id)
+        outcomes[query.job_id] = (
+            Accepted(
+                query.job_id, speculation.answer, verdict.confidence, verdict.token_scores, screened
+            )
+            if verdict.accepted
+            else Deferred(
+                query.job_id, "low_confidence", screened, speculation.answer, verdict.confidence
+            )
+        )
+    result.outcomes = [outcomes[q.job_id] for q in queries]
+    return result
+
+
+def run_agent_stage(
+    query: Query, large: VisionLanguageModel, limits: AgentLimits | None = None
+) -> AgentOutcome:
+    """Phase IV for one job: a final answer, or a clear error (never a guess)."""
+    try:
+        trajectory = run_deepeyes(query, large, limits)
+    except RetryableError:
+        raise
+    except Exception as exc:
+        log.warning("agent failed on job %s: %s", query.job_id, exc, exc_info=True)
+        return AgentOutcome(
+            query.job_id, None, Trajectory(), "model_error", f"{type(exc).__name__}: {exc}"
+        )
+    return AgentOutcome(
+        query.job_id, trajectory.answer, trajectory, trajectory.error_code, trajectory.error
+    )

@@ -1,0 +1,170 @@
+"""Phase III: the answer-separability gate.
+
+For every generated answer token the small model's raw logits are reduced to their top K
+values ``z1 >= z2 >= ... >= zK``. The competitors are ranks 2..K; with ``mu`` their mean
+and ``sigma`` their population standard deviation (divide by K-1)::
+
+    s_t = (z1 - mu) / (sigma + 1e-6)
+
+An answer's score S aggregates s_t over its tokens (``min``, ``mean``, ``bottom20``:
+the mean of the lowest max(1, floor(0.2 n))), and its confidence is
+``sigmoid(0.6 * S)``. The ``logprob`` baseline is ``exp(mean_t log max softmax)`` and is
+not squashed. An answer is accepted iff confidence > threshold; an answer with no
+tokens never is.
+
+s_t does not change when a constant is added to every logit of a step, so the top K+1
+log-probabilities an OpenAI-compatible server returns give the same score as raw logits.
+Placeholder values such servers put in for missing entries (-9999, -inf, NaN) are masked.
+
+The batch functions are vectorised over a padded ``[answers, tokens, K]`` tensor and
+computed in float64 on the CPU: the inputs are small and the threshold is a hard edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from common.config import GateMode, GateSettings
+
+EPS = 1e-6
+SQUASH = 0.6
+PLACEHOLDER_BELOW = -9000.0  # log-probabilities at or below this are servers' fillers
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """What the gate needs of one answer, as plain lists (made once, at a backend's edge).
+
+    ``top_values[t]`` holds token t's largest logits (or log-probabilities), descending,
+    at least the K the gate uses. ``log_normalizer[t]`` is the log-sum-exp of token t's
+    full row, so ``top_values[t][0] - log_normalizer[t]`` is its log max-probability;
+    it is 0.0 when the values already are log-probabilities.
+    """
+
+    top_values: list[list[float]]  # [answer_tokens][>= K]
+    log_normalizer: list[float]  # [answer_tokens]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.top_values)
+
+    @classmethod
+    def from_logprobs(cls, top_logprobs: Sequence[Sequence[float]]) -> TokenScores:
+        """Scores from a server's per-token top log-probabilities (any order)."""
+        rows = [sorted(row, reverse=True) for row in top_logprobs]
+        return cls(top_values=rows, log_normalizer=[0.0] * len(rows))
+
+
+@dataclass(frozen=True)
+class GateResult:
+    confidence: float
+    accepted: bool
+    token_scores: list[float]  # s_t per answer token (log max-prob in logprob mode)
+
+
+def token_separability(top: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """s_t for ``top`` [..., K] sorted descending, ``valid`` [..., K] bool -> [...].
+
+    A token whose top-1 or all competitors are missing scores -inf (never confident).
+    """
+    competitors = top[..., 1:]
+    mask = valid[..., 1:]
+    count = mask.sum(-1)
+    safe = torch.where(mask, competitors, torch.zeros_like(competitors))
+    mu = safe.sum(-1) / count.clamp(min=1)
+    deviations = torch.where(mask, competitors - mu.unsqueeze(-1), torch.zeros_like(competitors))
+    sigma = (deviations.square().sum(-1) / count.clamp(min=1)).sqrt()
+    scores = (top[..., 0] - mu) / (sigma + EPS)
+    usable = valid[..., 0] & (count > 0)
+    return torch.where(usable, scores, torch.full_like(scores, float("-inf")))
+
+
+def aggregate(scores: torch.Tensor, token_mask: torch.Tensor, mode: GateMode) -> torch.Tensor:
+    """Answer score S from per-token scores [B, T] and the answer-token mask [B, T] -> [B].
+
+    For ``logprob`` the per-token values are log max-probabilities and S is their mean.
+    Answers with no tokens get -inf.
+    """
+    count = token_mask.sum(-1)
+    inf = torch.full_like(scores, float("inf"))
+    if mode == "min":
+        result = torch.where(token_mask, scores, inf).min(-1).values
+    elif mode in ("mean", "logprob"):
+        result = torch.where(token_mask, scores, torch.zeros_like(scores)).sum(-1)
+        result = result / count.clamp(min=1)
+    elif mode == "bottom20":
+        ascending = torch.where(token_mask, scores, inf).sort(-1).values
+        lowest = (count * 0.2).floor().clamp(min=1).long()
+        keep = torch.arange(scores.shape[-1]).unsqueeze(0) < lowest.unsqueeze(-1)
+        kept = torch.where(keep, ascending, torch.zeros_like(ascending)).sum(-1)
+        result = kept / lowest
+    else:
+        raise ValueError(f"unknown gate mode {mode!r}")
+    return torch.where(count > 0, result, torch.full_like(result, float("-inf")))
+
+
+def confidence_batch(
+    top: torch.Tensor,
+    valid: torch.Tensor,
+    token_mask: torch.Tensor,
+    log_normalizer: torch.Tensor,
+    mode: GateMode,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Confidence per answer and score per token.
+
+    Shapes: ``top``/``valid`` [B, T, K] (sorted descending), ``token_mask`` [B, T],
+    ``log_normalizer`` [B, T]. Returns (confidence [B], token_scores [B, T]).
+    """
+    if mode == "logprob":
+        per_token = torch.where(valid[..., 0], top[..., 0] - log_normalizer, float("-inf"))
+        mean_logprob = aggregate(per_token, token_mask, mode)
+        return mean_logprob.exp(), per_token
+    per_token = token_separability(top, valid)
+    return torch.sigmoid(SQUASH * aggregate(per_token, token_mask, mode)), per_token
+
+
+def _valid_values(values: torch.Tensor) -> torch.Tensor:
+    return values.isfinite() & (values > PLACEHOLDER_BELOW)
+
+
+def confidence(logits: torch.Tensor, *, top_k: int = 64, mode: GateMode = "min") -> float:
+    """Confidence of one answer from its raw logits [answer_tokens, vocab]."""
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be [answer_tokens, vocab], got shape {tuple(logits.shape)}")
+    if logits.shape[0] == 0:
+        return 0.0
+    rows = logits.detach().to("cpu", torch.float64)
+    top = rows.topk(min(top_k, rows.shape[-1]), dim=-1).values
+    scores = TokenScores(top.tolist(), torch.logsumexp(rows, dim=-1).tolist())
+    (result,) = score_answers([scores], GateSettings(mode=mode, top_k=top_k, threshold=0.5))
+    return result.confidence
+
+
+def score_answers(answers: Sequence[TokenScores], gate: GateSettings) -> list[GateResult]:
+    """Gate a batch of answers at once; the order of ``answers`` is kept."""
+    if not answers:
+        return []
+    batch, longest, k = len(answers), max(1, max(a.num_tokens for a in answers)), gate.top_k
+    top = torch.full((batch, longest, k), float("-inf"), dtype=torch.float64)
+    log_norm = torch.zeros((batch, longest), dtype=torch.float64)
+    token_mask = torch.zeros((batch, longest), dtype=torch.bool)
+    for row, answer in enumerate(answers):
+        for t, values in enumerate(answer.top_values):
+            kept = sorted(values, reverse=True)[:k]
+            top[row, t, : len(kept)] = torch.tensor(kept, dtype=torch.float64)
+        log_norm[row, : answer.num_tokens] = torch.tensor(
+            answer.log_normalizer, dtype=torch.float64
+        )
+        token_mask[row, : answer.num_tokens] = True
+    conf, per_token = confidence_batch(top, _valid_values(top), token_mask, log_norm, gate.mode)
+    return [
+        GateResult(
+            confidence=float(conf[row]),
+            accepted=bool(conf[row] > gate.threshold) and answer.num_tokens > 0,
+            token_scores=per_token[row, : answer.num_tokens].tolist(),
+        )
+        for row, answer in enumerate(answers)
+    ]

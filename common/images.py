@@ -1,0 +1,157 @@
+"""Images in: load and validate, Qwen's smart resize, content hashes.
+
+Loading checks the byte size and the pixel count *before* decoding (a small PNG can
+declare a 50,000 x 50,000 canvas), applies the EXIF orientation, keeps the first frame of
+an animation and converts every mode to RGB (transparency over white). Anything that is
+not a readable image raises ``ImageError`` with the reason; nothing here raises another
+exception for bad bytes.
+
+``smart_resize`` is Qwen-VL's rule (both sides multiples of ``factor``, pixel count
+clamped to [min_pixels, max_pixels], aspect ratio kept). transformers has the same
+function, but importing it imports torch; this module must stay importable by the API
+without torch, so the rule is restated here and a test checks it against transformers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from common.config import ImageLimits
+from common.errors import ImageError
+
+# Qwen2.5-VL (DeepEyes, Thyme): 14 px patches merged 2 x 2.
+QWEN25_FACTOR = 28
+QWEN25_MIN_PIXELS = 4 * 28 * 28
+QWEN25_MAX_PIXELS = 16384 * 28 * 28
+
+
+@dataclass(frozen=True)
+class ResizeRule:
+    """How a model's image processor resizes: ``factor`` = patch size x merge size."""
+
+    factor: int = QWEN25_FACTOR
+    min_pixels: int = QWEN25_MIN_PIXELS
+    max_pixels: int = QWEN25_MAX_PIXELS
+
+    def size_for(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of an image of this size as the model sees it."""
+        new_height, new_width = smart_resize(
+            height, width, self.factor, self.min_pixels, self.max_pixels
+        )
+        return new_width, new_height
+
+    def apply(self, image: Image.Image) -> Image.Image:
+        """Resize ``image`` (bicubic) to the size the model sees it at."""
+        size = self.size_for(*image.size)
+        return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
+
+
+def smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """Qwen-VL's target (height, width) for an image of ``height`` x ``width``."""
+    if min(height, width) <= 0:
+        raise ImageError(f"image has no pixels ({width}x{height})")
+    if max(height, width) / min(height, width) > 200:
+        raise ImageError(f"aspect ratio above 200 is not supported ({width}x{height})")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def content_hash(data: bytes) -> str:
+    """Stable identity of an image's bytes (hex sha256)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_image_bytes(path: str | Path, limits: ImageLimits) -> bytes:
+    """The bytes of an image file, refusing missing, empty and oversized files."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ImageError(f"image file not found: {path}", code="image_missing") from None
+    except OSError as exc:
+        raise ImageError(f"cannot read image file {path}: {exc.strerror}") from None
+    if not path.is_file():
+        raise ImageError(f"not a file: {path}")
+    if size > limits.max_bytes:
+        raise ImageError(
+            f"image file is {size} bytes, above the limit of {limits.max_bytes}",
+            code="image_too_large",
+        )
+    return path.read_bytes()
+
+
+def decode_image(data: bytes, limits: ImageLimits) -> Image.Image:
+    """Decode and validate image bytes into an RGB image (first frame, EXIF-rotated)."""
+    if not data:
+        raise ImageError("image is empty (0 bytes)")
+    if len(data) > limits.max_bytes:
+        raise ImageError(
+            f"image is {len(data)} bytes, above the limit of {limits.max_bytes}",
+            code="image_too_large",
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            opened = Image.open(io.BytesIO(data))
+            width, height = opened.size
+            if width * height > limits.max_pixels:
+                raise ImageError(
+                    f"image is {width}x{height} = {width * height} pixels, above the limit "
+                    f"of {limits.max_pixels}",
+                    code="image_too_large",
+                )
+            opened.seek(0)  # animated: the first frame
+            opened.load()
+            image = ImageOps.exif_transpose(opened)
+    except ImageError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageError("not an image, or an unsupported image format") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageError(
+            f"image rejected as a decompression bomb: {exc}", code="image_too_large"
+        ) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageError(f"corrupt or truncated image: {exc}") from None
+    return to_rgb(image)
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any PIL mode to RGB; transparent pixels become white."""
+    if image.mode == "RGB":
+        return image
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        image = image.point(lambda value: value * (255.0 / 65535.0)).convert("L")
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = image.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        canvas.alpha_composite(rgba)
+        return canvas.convert("RGB")
+    return image.convert("RGB")
+
+
+def load_image(path: str | Path, limits: ImageLimits | None = None) -> tuple[Image.Image, str]:
+    """Read, validate and decode an image file; returns (RGB image, content hash)."""
+    limits = limits or ImageLimits()
+    data = read_image_bytes(path, limits)
+    return decode_image(data, limits), content_hash(data)

@@ -1,0 +1,25 @@
+"""Model specs -> something ``from_pretrained`` can load.
+
+A spec is ``tiny`` (the random-weight checkpoints built offline, see ``tiny.py``), a
+local checkpoint folder, or a Hugging Face hub id (downloaded into the hub cache on
+first use, where a network is reachable).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from common.models.tiny import ensure_tiny
+
+Role = Literal["small", "large"]
+
+
+def resolve_model(spec: str, role: Role, cache_dir: Path) -> str:
+    """The path or hub id to load for ``spec`` in the given role."""
+    if spec == "tiny":
+        return str(ensure_tiny(cache_dir)[role])
+    local = Path(spec).expanduser()
+    if local.exists():
+        return str(local)
+    return spec
