@@ -43,8 +43,11 @@ def run_fast(args: argparse.Namespace) -> int:
     screen_stage(queries[:2], models.large, max_new_tokens=settings.screen_max_new_tokens)
     speculate_stage(queries[:2], models.small, max_new_tokens=4, top_k=settings.gate_top_k)
 
-    print(f"fast stage on {settings.large_model} (screen) + {settings.small_model} (speculate), "
-          f"{args.jobs} jobs of {width}x{height}, device {settings.device}")  # fmt: skip
+    device = getattr(models.large, "device", "-")
+    print(
+        f"fast stage on {settings.large_model} (screen) + {settings.small_model} (speculate), "
+        f"{args.jobs} jobs of {width}x{height}, device {device}"
+    )
     print(f"{'batch':>5} {'screen s':>9} {'speculate s':>12} {'gate s':>7} {'jobs/s':>8}")
     for size in sizes:
         seconds = {"screen": 0.0, "speculate": 0.0, "gate": 0.0}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from common.errors import ConfigurationError
 from common.models.tiny import ensure_tiny
 
 Role = Literal["small", "large"]
@@ -22,4 +23,6 @@ def resolve_model(spec: str, role: Role, cache_dir: Path) -> str:
     local = Path(spec).expanduser()
     if local.exists():
         return str(local)
+    if spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
+        raise ConfigurationError(f"model {spec!r}: no checkpoint folder at {local}")
     return spec

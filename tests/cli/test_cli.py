@@ -1,0 +1,104 @@
+"""The command line, run in-process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from cli.main import main
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "images"
+
+
+@pytest.fixture
+def tiny_env(monkeypatch: pytest.MonkeyPatch, tiny_cache_dir: Path) -> Path:
+    monkeypatch.setenv("SPECEYES_CACHE_DIR", str(tiny_cache_dir))
+    return tiny_cache_dir
+
+
+def test_help_teaches_the_commands(capsys):
+    with pytest.raises(SystemExit) as exit_code:
+        main(["--help"])
+    assert exit_code.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("ask", "bench", "models", "config", "examples:"):
+        assert command in out
+
+
+def test_ask_on_the_scripted_backend_answers_with_the_small_model(capsys):
+    code = main(
+        [
+            "ask",
+            str(SAMPLES / "red_circle.png"),
+            "-q",
+            "What colour?",
+            "--backend",
+            "scripted",
+            "--json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["status"] == "done" and report["answered_by"] == "small"
+
+
+def test_ask_on_the_tiny_models_runs_every_phase(capsys, tiny_env):
+    code = main(
+        ["ask", str(SAMPLES / "blue_square.png"), "-q", "What colour is the square?",
+         "--options", "red", "blue", "--small", "tiny", "--large", "tiny", "--max-steps", "2",
+         "--json"]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] in {"done", "failed"}  # random weights: either is fine
+    assert code == (0 if report["status"] == "done" else 1)
+    if report["answered_by"] == "large":
+        assert 1 <= len(report["steps"]) <= 2
+
+
+def test_ask_on_a_corrupt_image_fails_with_the_reason(capsys, tmp_path: Path):
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff garbage")
+    code = main(["ask", str(bad), "-q", "Q?", "--backend", "scripted", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["error_code"] == "image_error"
+
+
+def test_bad_settings_are_one_line_and_exit_2(capsys):
+    image = SAMPLES / "red_circle.png"
+    code = main(["ask", str(image), "-q", "Q?", "--backend", "scripted", "--threshold", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "gate_threshold" in err and err.count("\n") == 1
+
+
+def test_models_build_tiny_writes_both_checkpoints(capsys, tmp_path: Path):
+    assert main(["models", "build-tiny", "--out", str(tmp_path / "t")]) == 0
+    assert (tmp_path / "t" / "large" / "config.json").is_file()
+    assert (tmp_path / "t" / "small" / "model.safetensors").is_file()
+    assert main(["models", "build-tiny", "--out", str(tmp_path / "t")]) == 0
+    assert "already built" in capsys.readouterr().out
+
+
+def test_bench_fast_prints_a_row_per_batch_size(capsys, tiny_env):
+    assert (
+        main(["bench", "fast", "--jobs", "4", "--batch-sizes", "1,4", "--image-size", "96x64"]) == 0
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    rows = [line.split() for line in lines[2:]]
+    assert [row[0] for row in rows] == ["1", "4"]
+    assert all(float(row[-1]) > 0 for row in rows)
+
+
+def test_config_prints_every_setting(capsys, monkeypatch):
+    monkeypatch.setenv("SPECEYES_GATE_TOP_K", "32")
+    assert main(["config", "--json"]) == 0
+    values = json.loads(capsys.readouterr().out)
+    assert values["gate_top_k"] == 32 and "database_url" in values
+
+
+def test_an_image_folder_is_not_an_image(capsys, tmp_path: Path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "x.png")
+    assert main(["ask", str(tmp_path), "-q", "Q?", "--backend", "scripted"]) == 1
+    assert "not a file" in capsys.readouterr().out

@@ -1,0 +1,139 @@
+"""The DeepEyes loop on the scripted backend: boxes, crops, errors and the step limit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pytest
+from PIL import Image, ImageDraw
+
+from common.agents.deepeyes import (
+    INSTRUCTION_SUFFIX,
+    SYSTEM_PROMPT,
+    AgentLimits,
+    parse_answer,
+    run_deepeyes,
+)
+from common.backends.base import Conversation, Generation, Query
+from common.backends.scripted import JobScript, ScriptedModel
+from common.images import ResizeRule
+
+# The tiny Qwen2.5-VL's processor: a 448x336 original is seen at 252x168.
+RULE = ResizeRule(factor=28, min_pixels=3136, max_pixels=50176)
+
+
+class RecordingModel(ScriptedModel):
+    """Scripted, and keeps every conversation it was shown."""
+
+    def __init__(self, steps: Sequence[str]) -> None:
+        super().__init__({"job": JobScript(agent_steps=tuple(steps))}, resize_rule=RULE)
+        self.seen: list[list] = []
+
+    def generate(self, conversation: Conversation, **kwargs) -> Generation:
+        self.seen.append([list(m.content) for m in conversation.messages])
+        return super().generate(conversation, **kwargs)
+
+
+def zoom(box: list[float], label: str = "thing") -> str:
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": box, "label": label}}
+    return f"<think>look closer</think><tool_call>{json.dumps(call)}</tool_call>"
+
+
+def original() -> Image.Image:
+    image = Image.new("RGB", (448, 336), (0, 0, 255))
+    ImageDraw.Draw(image).rectangle((112, 84, 335, 251), fill=(255, 0, 0))
+    return image
+
+
+def run(steps: Sequence[str], **limits) -> tuple:
+    model = RecordingModel(steps)
+    query = Query("job", original(), "What colour is the box?", ("red", "blue"))
+    return run_deepeyes(query, model, AgentLimits(**limits)), model
+
+
+def test_a_zoom_crops_the_original_at_the_mapped_box():
+    trajectory, model = run([zoom([63, 42, 189, 126]), "<think>red</think><answer>A</answer>"])
+    assert trajectory.answer == "A" and trajectory.error_code is None
+    first = trajectory.steps[0]
+    assert first.box_model == [63, 42, 189, 126]
+    # x scale 448 / 252, y scale 336 / 168
+    assert first.box_original == [112, 84, 336, 252]
+    # The crop went back as a user turn: <tool_response> crop suffix </tool_response>
+    turn = model.seen[1][-1]
+    assert turn[0] == "<tool_response>" and turn[-1] == "</tool_response>"
+    assert turn[2] == INSTRUCTION_SUFFIX
+    crop = turn[1]
+    expected = RULE.apply(original().crop((112, 84, 336, 252)))
+    assert crop.size == expected.size and crop.tobytes() == expected.tobytes()
+    assert crop.getpixel((crop.width // 2, crop.height // 2)) == (255, 0, 0)
+
+
+def test_the_first_turn_follows_the_protocol():
+    _, model = run(["<answer>A</answer>"])
+    system, user = model.seen[0]
+    assert system == [SYSTEM_PROMPT]
+    assert "image_zoom_in_tool" in SYSTEM_PROMPT and "<tools>" in SYSTEM_PROMPT
+    assert isinstance(user[0], Image.Image)
+    assert user[1].endswith(INSTRUCTION_SUFFIX) and "A. red\nB. blue" in user[1]
+
+
+def test_every_zoom_crops_the_original_never_an_earlier_crop():
+    trajectory, model = run([zoom([63, 42, 189, 126]), zoom([0, 0, 126, 84]), "<answer>B</answer>"])
+    assert trajectory.steps[1].box_original == [0, 0, 224, 168]
+    crop = model.seen[2][-1][1]
+    assert crop.tobytes() == RULE.apply(original().crop((0, 0, 224, 168))).tobytes()
+
+
+def test_a_box_outside_the_image_is_clamped():
+    trajectory, _ = run([zoom([200, 100, 400, 300]), "<answer>A</answer>"])
+    assert trajectory.steps[0].box_original == [355, 200, 448, 336]
+
+
+def call(name: str, arguments: str) -> str:
+    return f'<tool_call>{{"name": "{name}", "arguments": {arguments}}}</tool_call>'
+
+
+BAD_STEPS = {
+    "bad-json": (call("image_zoom_in_tool", "{"), "not valid JSON"),
+    "unknown-tool": (call("crop", '{"bbox_2d": [1, 2, 3, 4]}'), "unknown tool"),
+    "short-box": (call("image_zoom_in_tool", '{"bbox_2d": [1, 2]}'), "four numbers"),
+    "not-object": ('<tool_call>["image_zoom_in_tool"]</tool_call>', "JSON object"),
+    "unclosed": ('<tool_call>{"name": "image_zoom_in_tool"', "not closed"),
+    "no-format": ("<think>I will just think</think>", "no <tool_call> and no <answer>"),
+    "tiny-box": (zoom([10, 10, 20, 100]), "each side must be larger than 30"),  # 18 px wide
+    "flat-box": (zoom([0, 0, 250, 0.1]), "each side"),
+}
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_STEPS.values(), ids=BAD_STEPS.keys())
+def test_a_bad_step_sends_an_error_and_counts(text: str, message: str):
+    trajectory, model = run([text, "<answer>A</answer>"])
+    first = trajectory.steps[0]
+    assert first.observation.startswith("Error:") and message in first.observation
+    assert first.box_original is None
+    assert model.seen[1][-1] == [
+        "<tool_response>",
+        first.observation,
+        INSTRUCTION_SUFFIX,
+        "</tool_response>",
+    ]
+    assert trajectory.answer == "A" and len(trajectory.steps) == 2
+
+
+def test_an_extreme_aspect_ratio_is_refused():
+    trajectory, _ = run([zoom([0, 0, 250, 0.1])], max_steps=1, min_box_side=0)
+    assert "aspect ratio" in trajectory.steps[0].observation
+
+
+def test_the_step_limit_ends_as_an_error_not_a_guess():
+    trajectory, model = run([zoom([63, 42, 189, 126])], max_steps=3)
+    assert trajectory.answer is None
+    assert trajectory.error_code == "step_limit"
+    assert len(trajectory.steps) == 3 and len(model.seen) == 3
+
+
+def test_an_answer_after_a_tool_call_is_not_taken():
+    assert parse_answer('<tool_call>{"x": 1}</tool_call><answer>A</answer>') is None
+    assert parse_answer("<think>x</think> <answer> red </answer>") == "red"
+    assert parse_answer("<answer>unfinished") is None

@@ -1,0 +1,155 @@
+"""The transformers backend on the tiny real-architecture checkpoints.
+
+Random weights: these tests assert shapes, batching, stopping and routing, never what
+the model says (where the text matters, a logits processor forces it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+from common.agents.deepeyes import STOP_STRINGS, AgentLimits, run_deepeyes
+from common.backends.base import Conversation, Query
+from common.backends.transformers_backend import TransformersModel
+from common.errors import ConfigurationError
+from tests.helpers import ForceText
+
+
+def sample_queries() -> list[Query]:
+    sizes = [(640, 480), (300, 500), (128, 128), (1000, 260)]
+    colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30)]
+    questions = ["What colour is it?", "Is there a circle?", "Which shape is shown here?", "Q?"]
+    return [
+        Query(f"job-{i}", Image.new("RGB", size, colour), question, ("a", "b") if i % 2 else None)
+        for i, (size, colour, question) in enumerate(zip(sizes, colours, questions, strict=True))
+    ]
+
+
+def test_the_processor_resize_rule_is_read_from_the_checkpoint(tiny_large, tiny_small):
+    assert (tiny_large.resize_rule.factor, tiny_small.resize_rule.factor) == (28, 32)
+    assert tiny_large.resize_rule.max_pixels == 64 * 28 * 28
+
+
+@pytest.mark.parametrize("which", ["small", "large"])
+def test_batched_and_single_calls_give_the_same_tokens(which, tiny_small, tiny_large):
+    model = tiny_small if which == "small" else tiny_large
+    queries = sample_queries()
+    batched = model.speculate(queries, max_new_tokens=8, top_k=16)
+    alone = [model.speculate([q], max_new_tokens=8, top_k=16)[0] for q in queries]
+    assert [s.token_ids for s in batched] == [s.token_ids for s in alone]
+    for together, single in zip(batched, alone, strict=True):
+        assert torch.allclose(
+            torch.tensor(together.scores.top_values), torch.tensor(single.scores.top_values),
+            atol=1e-4,
+        )  # fmt: skip
+    screened = model.screen(queries, max_new_tokens=5)
+    assert [s.raw_text for s in screened] == [
+        model.screen([q], max_new_tokens=5)[0].raw_text for q in queries
+    ]
+
+
+def test_recorded_logits_are_the_models_own_and_their_argmax_is_the_token(tiny_small):
+    query = sample_queries()[0]
+    (speculation,) = tiny_small.speculate([query], max_new_tokens=6, top_k=8)
+    assert len(speculation.scores.top_values) == len(speculation.token_ids) > 0
+    assert all(len(row) == 8 for row in speculation.scores.top_values)
+    # Re-run the prompt plus the answer through a plain forward pass.
+    from common.backends.transformers_backend import _template_messages, _user_turn
+    from common.prompts import speculate_text
+
+    messages, images = _template_messages(
+        _user_turn(query.image, speculate_text(query.question, None))
+    )
+    text = tiny_small.processor.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    inputs = tiny_small.processor(text=[text], images=images, return_tensors="pt")
+    answer = torch.tensor([speculation.token_ids])
+    inputs["input_ids"] = torch.cat([inputs["input_ids"], answer], dim=1)
+    inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+    if "mm_token_type_ids" in inputs:
+        inputs["mm_token_type_ids"] = torch.cat(
+            [inputs["mm_token_type_ids"], torch.zeros_like(answer)], dim=1
+        )
+    with torch.no_grad():
+        logits = tiny_small.model(**inputs).logits[0]
+    prompt = inputs["input_ids"].shape[1] - answer.shape[1]
+    steps = logits[prompt - 1 : -1]  # the logits that produced each answer token
+    assert steps.argmax(-1).tolist() == speculation.token_ids
+    recorded = torch.tensor([row[0] for row in speculation.scores.top_values])
+    assert torch.allclose(steps.max(-1).values, recorded, atol=1e-4)
+    recorded_norm = torch.tensor(speculation.scores.log_normalizer)
+    assert torch.allclose(torch.logsumexp(steps, -1), recorded_norm, atol=1e-4)
+
+
+def test_generation_stops_right_after_a_stop_string(tiny_paths):
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu")
+    forced = "<think>fine</think> <answer>red</answer> and then more text"
+    large.logits_processors = [ForceText(large.tokenizer, [forced], large.eos_ids[0])]
+    conversation = Conversation(key="x")
+    conversation.add("user", Image.new("RGB", (100, 80)), "What colour?")
+    generation = large.generate(conversation, stop=STOP_STRINGS, max_new_tokens=64)
+    assert generation.text.endswith("<answer>red</answer>")
+    assert "more text" not in generation.text
+    assert generation.finish_reason == "stop"
+
+
+def test_the_length_limit_is_reported(tiny_large):
+    conversation = Conversation(key="x")
+    conversation.add("user", Image.new("RGB", (100, 80)), "Describe.")
+    generation = tiny_large.generate(conversation, stop=["</answer>"], max_new_tokens=3)
+    assert generation.new_tokens <= 3
+    assert generation.finish_reason in {"length", "eos"}
+
+
+def test_a_forced_zoom_crops_the_right_region_of_the_original(tiny_paths):
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu")
+    call = {
+        "name": "image_zoom_in_tool",
+        "arguments": {"bbox_2d": [63, 42, 189, 126], "label": "box"},
+    }
+    steps = [
+        f"<think>zoom</think><tool_call>{json.dumps(call)}</tool_call>",
+        "<think>it is red</think><answer>red</answer>",
+    ]
+    large.logits_processors = [ForceText(large.tokenizer, steps, large.eos_ids[0])]
+    image = Image.new("RGB", (448, 336), (0, 0, 255))
+    ImageDraw.Draw(image).rectangle((112, 84, 335, 251), fill=(255, 0, 0))
+    shown: list[list[Image.Image]] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        shown.append(conversation.images)
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    trajectory = run_deepeyes(Query("q", image, "What colour is the box?"), large, AgentLimits())
+    assert trajectory.answer == "red"
+    assert trajectory.steps[0].box_original == [112, 84, 336, 252]
+    crop = shown[1][-1]
+    assert crop.size == large.resize_rule.size_for(224, 168)
+    assert set(crop.get_flattened_data()) == {(255, 0, 0)}  # all red: the box, nothing around it
+
+
+@pytest.mark.parametrize("spec", ["/no/such/folder", "./missing-model"])
+def test_a_missing_local_model_is_one_clear_error(spec):
+    from common.models.registry import resolve_model
+
+    with pytest.raises(ConfigurationError, match="no checkpoint folder"):
+        resolve_model(spec, "small", Path("/tmp"))
+
+
+def test_an_unreachable_hub_model_is_one_clear_error(monkeypatch):
+    import huggingface_hub.constants
+
+    # No hub is reachable here; offline mode answers at once instead of retrying.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigurationError) as error:
+        TransformersModel("no-such-org/no-such-model", device="cpu")
+    assert "cannot load model 'no-such-org/no-such-model'" in str(error.value)
+    assert "\n" not in str(error.value)

@@ -1,0 +1,124 @@
+"""Image loading: every kind of bad input is an ImageError with a reason."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from common.config import ImageLimits
+from common.errors import ImageError
+from common.images import ResizeRule, content_hash, decode_image, load_image, smart_resize
+
+
+def encode(image: Image.Image, fmt: str = "PNG", **params) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **params)
+    return buffer.getvalue()
+
+
+def test_a_good_image_loads_as_rgb_with_its_hash(tmp_path: Path):
+    data = encode(Image.new("RGB", (40, 30), (1, 2, 3)))
+    path = tmp_path / "ok.png"
+    path.write_bytes(data)
+    image, digest = load_image(path)
+    assert image.mode == "RGB" and image.size == (40, 30)
+    assert digest == content_hash(data) and len(digest) == 64
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "empty"),
+        (b"this is not an image at all", "not an image"),
+        (encode(Image.new("RGB", (64, 64), (9, 9, 9)), "JPEG")[:200], "corrupt or truncated"),
+        (encode(Image.new("RGB", (64, 64)), "PNG")[:60], "corrupt or truncated"),
+    ],
+    ids=["zero-byte", "not-an-image", "truncated-jpeg", "truncated-png"],
+)
+def test_bad_bytes_fail_with_a_reason(data: bytes, reason: str):
+    with pytest.raises(ImageError, match=reason):
+        decode_image(data, ImageLimits())
+
+
+def test_too_many_bytes_is_refused_before_decoding():
+    data = encode(Image.new("RGB", (64, 64)))
+    with pytest.raises(ImageError, match="above the limit") as error:
+        decode_image(data, ImageLimits(max_bytes=len(data) - 1))
+    assert error.value.code == "image_too_large"
+
+
+def test_too_many_pixels_is_refused_before_decoding():
+    # A tiny file that declares a large canvas: refused from its header alone.
+    data = encode(Image.new("1", (5000, 5000)))
+    assert len(data) < 10_000
+    with pytest.raises(ImageError, match="pixels, above the limit"):
+        decode_image(data, ImageLimits(max_pixels=1_000_000))
+
+
+def test_missing_file_and_folder(tmp_path: Path):
+    with pytest.raises(ImageError, match="not found") as error:
+        load_image(tmp_path / "nope.png")
+    assert error.value.code == "image_missing"
+    with pytest.raises(ImageError, match="not a file"):
+        load_image(tmp_path)
+
+
+def test_exif_orientation_is_applied():
+    image = Image.new("RGB", (60, 20), (0, 0, 255))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    rotated = decode_image(encode(image, "JPEG", exif=exif), ImageLimits())
+    assert rotated.size == (20, 60)
+
+
+def test_transparency_becomes_white():
+    image = Image.new("RGBA", (10, 10), (255, 0, 0, 0))
+    image.putpixel((0, 0), (255, 0, 0, 255))
+    rgb = decode_image(encode(image), ImageLimits())
+    assert rgb.mode == "RGB"
+    assert rgb.getpixel((5, 5)) == (255, 255, 255)
+    assert rgb.getpixel((0, 0)) == (255, 0, 0)
+
+
+@pytest.mark.parametrize("mode", ["L", "P", "CMYK", "I;16", "1", "LA"])
+def test_every_mode_becomes_rgb(mode: str):
+    fmt = "JPEG" if mode == "CMYK" else "PNG"
+    image = Image.new(mode, (8, 8))
+    assert decode_image(encode(image, fmt), ImageLimits()).mode == "RGB"
+
+
+def test_an_animation_gives_its_first_frame():
+    frames = [Image.new("RGB", (16, 16), colour) for colour in [(255, 0, 0), (0, 255, 0)]]
+    data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:])
+    first = decode_image(data, ImageLimits())
+    red, green, _ = first.getpixel((8, 8))
+    assert red > 200 and green < 50
+
+
+def test_smart_resize_matches_transformers():
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        smart_resize as reference,
+    )
+
+    rng = random.Random(7)
+    sizes = [(1200, 1600), (28, 28), (10, 1000), (4000, 3000), (300, 200)]
+    sizes += [(rng.randint(10, 5000), rng.randint(10, 5000)) for _ in range(200)]
+    for height, width in sizes:
+        if max(height, width) / min(height, width) > 200:
+            continue
+        for factor, low, high in [(28, 4 * 784, 16384 * 784), (32, 4096, 65536)]:
+            assert smart_resize(height, width, factor, low, high) == reference(
+                height, width, factor, low, high
+            )
+    assert smart_resize(1200, 1600, 28, 4 * 784, 16384 * 784) == (1204, 1596)
+
+
+def test_resize_rule_gives_multiples_of_the_factor():
+    rule = ResizeRule(factor=28, min_pixels=3136, max_pixels=50176)
+    resized = rule.apply(Image.new("RGB", (448, 336)))
+    assert resized.size == (252, 168)
+    assert resized.width % 28 == 0 and resized.height % 28 == 0
