@@ -26,7 +26,8 @@ demo: setup
 	$(VENV)/bin/speceyes models build-tiny
 	$(VENV)/bin/speceyes ask samples/images/red_circle.png \
 		--question "What is the colour of the circle?" --options red green blue yellow \
-		--small tiny --large tiny --max-steps 2
+		--small tiny --large tiny --max-steps 2 \
+		|| echo "(tiny random-weight models: an agent step-limit error is the expected end)"
 
 test: setup
 	$(PY) -m pytest

@@ -52,9 +52,11 @@ class SimulatedCost:
     fixed_s: float = 0.0
     per_item_s: float = 0.0
 
+    def seconds(self, items: int) -> float:
+        return self.fixed_s + self.per_item_s * items
+
     def spend(self, items: int) -> None:
-        seconds = self.fixed_s + self.per_item_s * items
-        if seconds > 0:
+        if (seconds := self.seconds(items)) > 0:
             time.sleep(seconds)  # simulates model time; this is the work, not a wait
 
 

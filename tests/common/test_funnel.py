@@ -151,3 +151,13 @@ def test_a_mixture_script_hits_its_shares():
     accepted = [o for o in outcomes if isinstance(o, Accepted)]
     assert len(tool_free) / len(outcomes) == pytest.approx(0.7, abs=0.03)
     assert len(accepted) / len(tool_free) == pytest.approx(0.7, abs=0.03)
+
+
+def test_simulated_costs_are_per_call_plus_per_item():
+    from common.backends.scripted import SimulatedCost
+
+    cost = SimulatedCost(fixed_s=0.2, per_item_s=0.01)
+    assert cost.seconds(32) == pytest.approx(0.52)
+    model = ScriptedModel(costs={"speculate": SimulatedCost()})
+    model.speculate(queries("a", "b", "c"), max_new_tokens=5, top_k=64)
+    assert model.batch_sizes == [("speculate", 3)]
