@@ -27,6 +27,9 @@ _FLAG_FIELDS = {
     "baseline": "baseline",
     "batch_size": "fast_batch_size",
     "max_steps": "agent_max_steps",
+    "agent": "agent",
+    "agent_workers": "agent_workers",
+    "db": "database_url",
 }
 
 
@@ -60,6 +63,15 @@ def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
         help="no speculation: every job runs the agent",
     )
     group.add_argument("--max-steps", type=int, metavar="N", help="agent generations per job")
+
+
+def add_store_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="job store: sqlite:///file.db (default sqlite:///speceyes.db) or "
+        "postgresql://user@host/db",
+    )
 
 
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:

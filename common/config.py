@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GateMode = Literal["min", "mean", "bottom20", "logprob"]
@@ -38,11 +38,31 @@ class ImageLimits:
     max_aspect_ratio: float = 200.0  # Qwen's smart resize refuses anything wider
 
 
+class ScriptedSettings(BaseModel):
+    """The scripted backend's behaviour, for tests and throughput experiments.
+
+    Jobs are drawn deterministically from their id: a share ``tool_free`` is screened
+    tool-free, and of those a share ``confident`` passes the gate. Simulated costs are
+    slept: a fast-stage call costs ``fast_batch_s`` + ``fast_job_s`` per job (half in
+    screening, half in speculation), an agent step ``agent_step_s``.
+    """
+
+    tool_free: float = Field(1.0, ge=0.0, le=1.0)
+    confident: float = Field(1.0, ge=0.0, le=1.0)
+    fast_batch_s: float = Field(0.0, ge=0.0)
+    fast_job_s: float = Field(0.0, ge=0.0)
+    agent_step_s: float = Field(0.0, ge=0.0)
+
+
 class Settings(BaseSettings):
     """SpecEyes configuration. Environment prefix: ``SPECEYES_``."""
 
     model_config = SettingsConfigDict(
-        env_prefix="SPECEYES_", env_file=".env", extra="ignore", validate_default=True
+        env_prefix="SPECEYES_",
+        env_file=".env",
+        env_nested_delimiter="__",
+        extra="ignore",
+        validate_default=True,
     )
 
     # -- models -------------------------------------------------------------------
@@ -92,6 +112,14 @@ class Settings(BaseSettings):
     agent_max_new_tokens: int = Field(512, ge=1, description="New tokens per agent step.")
     fast_batch_size: int = Field(32, ge=1, description="Largest micro-batch of phases I-III.")
     fast_max_wait_s: float = Field(0.5, ge=0.0, description="Longest wait to fill a batch.")
+    agent_workers: int = Field(
+        1, ge=1, description="Trajectories run at once (one per model replica is the norm)."
+    )
+    scripted: ScriptedSettings = Field(
+        default_factory=ScriptedSettings,
+        description="Scripted backend only: shares and simulated costs "
+        "(SPECEYES_SCRIPTED__TOOL_FREE=0.7, ...).",
+    )
 
     # -- images -------------------------------------------------------------------
     max_image_bytes: int = Field(50 * 1024 * 1024, ge=1)

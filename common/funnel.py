@@ -116,12 +116,19 @@ def prepare_query(
     question: str,
     options: Sequence[str] | None = None,
     limits: ImageLimits | None = None,
+    expected_hash: str | None = None,
 ) -> Query | Failed:
-    """Load a job's image into a ``Query``, or fail the job with the reason."""
+    """Load a job's image into a ``Query``, or fail the job with the reason.
+
+    With ``expected_hash``, an image file that changed since the job was submitted fails
+    the job rather than answering a question about other pixels.
+    """
     try:
-        image, _ = load_image(image_path, limits)
+        image, digest = load_image(image_path, limits)
     except ImageError as exc:
-        return Failed(job_id, exc.code, str(exc))
+        return Failed(job_id, exc.code, f"{image_path}: {exc}")
+    if expected_hash is not None and digest != expected_hash:
+        return Failed(job_id, "image_changed", f"{image_path} changed since it was submitted")
     return Query(job_id, image, question, tuple(options) if options else None)
 
 

@@ -20,9 +20,9 @@ class Models:
 def load_models(settings: Settings) -> Models:
     """Load M_L and M_S as the settings say (the transformers import happens here)."""
     if settings.backend == "scripted":
-        from common.backends.scripted import ScriptedModel
+        from common.backends.scripted import scripted_from_settings
 
-        shared = ScriptedModel()
+        shared = scripted_from_settings(settings.scripted)
         return Models(large=shared, small=shared)
 
     from common.backends.transformers_backend import TransformersModel

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.backends.base import Conversation, Generation, Query, ScreenResult, Speculation
+from common.config import ScriptedSettings
 from common.errors import ModelError
 from common.gate import SQUASH, TokenScores
 from common.images import ResizeRule
@@ -146,3 +147,16 @@ def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
     log_norm = math.log(sum(math.exp(value) for value in row))
     scores = TokenScores([list(row) for _ in tokens], [log_norm] * len(tokens))
     return Speculation(answer, list(range(len(tokens))), scores)
+
+
+def scripted_from_settings(settings: ScriptedSettings) -> ScriptedModel:
+    """The scripted model the settings describe (shares and simulated costs)."""
+    half_fast = SimulatedCost(settings.fast_batch_s / 2, settings.fast_job_s / 2)
+    return ScriptedModel(
+        default=mixture(settings.tool_free, settings.confident),
+        costs={
+            "screen": half_fast,
+            "speculate": half_fast,
+            "generate": SimulatedCost(settings.agent_step_s),
+        },
+    )

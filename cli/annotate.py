@@ -1,0 +1,142 @@
+"""``speceyes annotate``: the main job, a whole corpus through the funnel."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from cli.options import add_funnel_flags, add_model_flags, add_store_flags, settings_from_args
+
+DESCRIPTION = """\
+Annotate a corpus: every image + question goes through the SpecEyes funnel (screen,
+speculate with the small model, gate, and the agent for the rest), on this machine, with
+the job store in a database (a SQLite file by default).
+
+SOURCE is a folder of images (searched recursively; needs --question), or a manifest:
+JSONL with one {"image": ..., "question": ..., "options": [...], "id": ...} per line, or
+CSV with the same columns (options as a JSON list). Image paths are relative to the
+manifest. Broken rows are reported, recorded as failed jobs, and the rest goes on.
+
+Running the same command again resumes: finished jobs are kept, the rest is done. The
+exit code is 0 when every job succeeded, 1 when any failed, 2 for bad usage, 130 when
+interrupted (Ctrl-C leaves unfinished jobs queued for the next run).
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "annotate",
+        help="annotate a folder or manifest of images (the main job)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("source", type=Path, metavar="SOURCE", help="folder, .jsonl or .csv")
+    parser.add_argument("--question", "-q", help="question for every image of a folder")
+    parser.add_argument("--options", nargs="+", metavar="OPTION", help="options for a folder")
+    parser.add_argument("--name", help="batch name (default: the SOURCE's name)")
+    parser.add_argument("--out", type=Path, help="write results to FILE (.jsonl or .parquet)")
+    parser.add_argument("--agent", choices=["deepeyes"], help="tool protocol of the large model")
+    parser.add_argument("--batch-size", type=int, metavar="N", help="fast-stage micro-batch")
+    parser.add_argument(
+        "--agent-workers", type=int, metavar="N", help="trajectories at once (default 1)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_flags(parser)
+    add_funnel_flags(parser)
+    add_store_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from common.corpus import read_source
+    from common.export import check_format
+    from common.store.db import open_store
+    from common.submit import submit_corpus
+
+    settings = settings_from_args(args)
+    if args.out is not None:
+        check_format(args.out)
+    rows = read_source(args.source, args.question, args.options)
+    for row in rows:
+        if row.error is not None:
+            print(f"speceyes: skipping {row.error[1]}", file=sys.stderr)
+    sessions = open_store(settings.database_url)
+    source = str(args.source.resolve())
+    with _bar(len(rows), "hashing", args.no_progress) as bar:
+        submitted = submit_corpus(
+            sessions, rows, source=source, name=args.name or args.source.name,
+            settings=settings, on_item=lambda: bar.update(1),
+        )  # fmt: skip
+    verb = "created" if submitted.batch_created else "resumed"
+    print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
+    result = _work(sessions, submitted.batch_id, settings, args.no_progress)
+    _print_summary(submitted.batch_id, result)
+    if args.out is not None:
+        _export(sessions, submitted.batch_id, args.out)
+    if result.interrupted:
+        print("interrupted: unfinished jobs stay queued; run the same command to resume")
+        return 130
+    return 1 if result.counts.failures else 0
+
+
+def _work(sessions: Any, batch_id: str, settings: Any, no_progress: bool) -> Any:
+    from common.backends import load_models
+    from common.runner import EmbeddedRunner, RunResult
+    from common.store.jobs import batch_counts
+
+    with sessions() as session:
+        counts = batch_counts(session, batch_id)
+    if counts.finished == counts.jobs:
+        return RunResult(counts)
+    models = load_models(settings)
+    runner = EmbeddedRunner(sessions, models, settings)
+    with _bar(counts.jobs, "annotating", no_progress, initial=counts.finished) as bar:
+
+        def progress(now: Any) -> None:
+            bar.update(now.finished - bar.n)
+            bar.set_postfix_str(
+                f"small {now.by_answerer['small']} | agent {now.by_answerer['large']} | "
+                f"deferred {now.by_status['deferred']} | failed {now.by_status['failed']}",
+                refresh=False,
+            )
+
+        return runner.run(batch_id, on_progress=progress)
+
+
+def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, initial=initial, desc=label, unit="job", disable=disabled,
+        file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+    )  # fmt: skip
+
+
+def _print_summary(batch_id: str, result: Any) -> None:
+    counts = result.counts
+    done, failed = counts.by_status["done"], counts.by_status["failed"]
+    small, large = counts.by_answerer["small"], counts.by_answerer["large"]
+    share = f"{small / counts.jobs:.1%}" if counts.jobs else "-"
+    print(f"jobs         {counts.jobs} ({counts.items} rows)")
+    print(f"done         {done}: small model {small} ({share} of jobs), agent {large}")
+    unfinished = counts.jobs - counts.finished
+    if unfinished:
+        print(f"unfinished   {unfinished}")
+    failures = ", ".join(f"{code} {n}" for code, n in counts.failures.most_common())
+    print(f"failed       {failed}" + (f": {failures}" if failures else ""))
+    beta = f"{counts.beta:.2f}" if counts.beta is not None else "-"
+    alpha = f"{counts.alpha:.2f}" if counts.alpha is not None else "-"
+    print(f"beta         {beta} (share screened tool-free)")
+    print(f"alpha        {alpha} (share of speculated answers accepted)")
+    rate = f"{result.finished_now / result.seconds:.2f} jobs/s" if result.seconds else "-"
+    print(f"this run     {result.finished_now} jobs in {result.seconds:.1f} s, {rate}")
+
+
+def _export(sessions: Any, batch_id: str, out: Path) -> None:
+    from common.export import batch_rows, write_rows
+
+    with sessions() as session:
+        count = write_rows(batch_rows(session, batch_id), out)
+    print(f"wrote {count} rows to {out}")

@@ -1,0 +1,39 @@
+"""``speceyes export``: a batch's results to a file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from cli.options import add_store_flags, settings_from_args
+from common.errors import InvalidInput
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "export",
+        help="write a batch's results (.jsonl or .parquet)",
+        description="Write one row per batch row: id, image, question, options, status, "
+        "answer, answered_by (small / large), confidence, defer_reason, error.",
+    )
+    parser.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
+    parser.add_argument("--out", type=Path, required=True, help="FILE.jsonl or FILE.parquet")
+    add_store_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from common.export import batch_rows, check_format, write_rows
+    from common.store.db import open_store
+    from common.store.jobs import find_batch
+
+    check_format(args.out)
+    sessions = open_store(settings_from_args(args).database_url)
+    with sessions() as session:
+        batch = find_batch(session, args.batch)
+        if batch is None:
+            raise InvalidInput(f"no batch {args.batch!r} in this job store")
+        count = write_rows(batch_rows(session, batch.id), args.out)
+    print(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {args.out}")
+    return 0

@@ -1,0 +1,67 @@
+"""A batch's results as rows, written as JSONL or Parquet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from common.errors import InvalidInput
+from common.store.jobs import batch_results
+from common.store.tables import BatchItem, Job
+
+FORMATS = (".jsonl", ".parquet")
+
+
+def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
+    """One exported row: what was asked, what was answered, by whom and how sure."""
+    return {
+        "id": item.item_id,
+        "position": item.position,
+        "job_id": job.id,
+        "image": job.image_path,
+        "question": job.question,
+        "options": job.options,
+        "status": job.status,
+        "answer": job.final_answer,
+        "answered_by": job.answered_by,
+        "confidence": job.confidence,
+        "small_answer": job.small_answer,
+        "screen_needs_tools": job.screen_needs_tools,
+        "defer_reason": job.defer_reason,
+        "agent_steps": len(job.trajectory["steps"]) if job.trajectory else None,
+        "error_code": job.error_code,
+        "error": job.error_message if job.status == "failed" else None,
+    }
+
+
+def batch_rows(session: Session, batch_id: str) -> Iterator[dict[str, Any]]:
+    for item, job in batch_results(session, batch_id):
+        yield result_row(item, job)
+
+
+def check_format(path: Path) -> None:
+    if path.suffix.lower() not in FORMATS:
+        raise InvalidInput(f"cannot write {path}: the output must end in {' or '.join(FORMATS)}")
+
+
+def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> int:
+    """Write rows to ``path`` (format by extension); returns how many were written."""
+    check_format(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(list(rows))
+        pq.write_table(table, path)
+        return table.num_rows
+    count = 0
+    with path.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+    return count

@@ -1,0 +1,94 @@
+"""The job store's tables (SQLAlchemy 2 ORM). Alembic migrations create them.
+
+- ``jobs``: a unit of work, unique by its idempotency key, and its whole record: the
+  question, a pointer to the image (never its pixels), the status, every phase's result,
+  timings and the error if any. The row is the source of truth.
+- ``batches``: a named group of work (an annotate run, an API batch) with the model and
+  gate configuration it ran with.
+- ``batch_items``: a batch's rows in order (a manifest line, a file of a folder), each
+  pointing at its job. Two rows asking the same thing share one job.
+
+Statuses: ``queued`` (waits for the fast stage) -> ``running`` -> ``done`` / ``failed``,
+or -> ``deferred`` (waits for the agent) -> ``running`` -> ``done`` / ``failed``.
+``stage`` says which stage a running job belongs to, so an interrupted one goes back to
+``queued`` or ``deferred``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+QUEUED, DEFERRED, RUNNING, DONE, FAILED = "queued", "deferred", "running", "done", "failed"
+STATUSES = (QUEUED, DEFERRED, RUNNING, DONE, FAILED)
+FAST, AGENT = "fast", "agent"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Batch(Base):
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)  # same work, same batch
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    source: Mapped[str] = mapped_column(Text)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # models, agent, gate, funnel mode
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    idempotency_key: Mapped[str] = mapped_column(String(64), unique=True)
+    image_path: Mapped[str | None] = mapped_column(Text)
+    image_hash: Mapped[str | None] = mapped_column(String(64))
+    question: Mapped[str] = mapped_column(Text)
+    options: Mapped[list[str] | None] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    stage: Mapped[str] = mapped_column(String(8), default=FAST)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+    # phase I
+    screen_needs_tools: Mapped[bool | None]
+    screen_text: Mapped[str | None] = mapped_column(Text)
+    # phases II-III
+    small_answer: Mapped[str | None] = mapped_column(Text)
+    confidence: Mapped[float | None] = mapped_column(Float)
+    token_scores: Mapped[list[float] | None] = mapped_column(JSON)
+    gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # mode, top_k, threshold
+    defer_reason: Mapped[str | None] = mapped_column(String(32))
+    # phase IV
+    trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # outcome
+    answered_by: Mapped[str | None] = mapped_column(String(8))  # small | large
+    final_answer: Mapped[str | None] = mapped_column(Text)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    fast_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    gated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    agent_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class BatchItem(Base):
+    __tablename__ = "batch_items"
+
+    batch_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item_id: Mapped[str] = mapped_column(Text)  # the user's id: manifest id or file path
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id"), index=True)

@@ -1,0 +1,93 @@
+"""Submitting work: corpus rows -> jobs in a batch, idempotently.
+
+A job's idempotency key is built from the image's bytes (its content hash), the question,
+the options and the configuration that decides answers (models, agent, gate, funnel
+mode). The same request under the same configuration is the same job: submitting it
+again, or re-running the same command, finds the job instead of making a second one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.config import Settings
+from common.corpus import SourceRow
+from common.errors import ImageError
+from common.images import content_hash, read_image_bytes
+from common.store import jobs as store
+
+
+@dataclass(frozen=True)
+class Submitted:
+    batch_id: str
+    batch_created: bool
+    jobs_created: int
+    items_added: int
+
+
+def run_config(settings: Settings) -> dict[str, Any]:
+    """The settings that decide a job's answer (and so belong in its key)."""
+    return {
+        "small_model": settings.small_model,
+        "large_model": settings.large_model,
+        "agent": settings.agent,
+        "backend": settings.backend,
+        "gate": {
+            "mode": settings.gate_mode,
+            "top_k": settings.gate_top_k,
+            "threshold": settings.gate_threshold,
+        },
+        "baseline": settings.baseline,
+        "screener": settings.screener,
+        "max_new_tokens": [
+            settings.screen_max_new_tokens,
+            settings.speculate_max_new_tokens,
+            settings.agent_max_new_tokens,
+        ],
+        "agent_max_steps": settings.agent_max_steps,
+    }
+
+
+def to_item(row: SourceRow, settings: Settings) -> store.NewItem:
+    """A source row with its image hashed; an unreadable image makes a failed item."""
+    item = store.NewItem(row.position, row.item_id, row.question, row.options, row.image_path)
+    if row.error is not None or row.image_path is None:
+        return store.NewItem(
+            **{**item.__dict__, "error": row.error or ("image_missing", "no image")}
+        )
+    try:
+        digest = content_hash(read_image_bytes(row.image_path, settings.image_limits))
+    except ImageError as exc:
+        return store.NewItem(**{**item.__dict__, "error": (exc.code, f"{row.item_id}: {exc}")})
+    return store.NewItem(**{**item.__dict__, "image_hash": digest})
+
+
+def submit_corpus(
+    sessions: sessionmaker[Session],
+    rows: Sequence[SourceRow],
+    *,
+    source: str,
+    name: str,
+    settings: Settings,
+    on_item: Callable[[], None] | None = None,
+) -> Submitted:
+    """Create (or find) the batch for this source and configuration and add its rows."""
+    config = run_config(settings)
+    config_key = store.idempotency_key(config)
+    question_key = [(row.question, row.options) for row in rows[:1]]
+    batch_key = store.idempotency_key(source, question_key, config_key)
+    items = []
+    for row in rows:
+        items.append(to_item(row, settings))
+        if on_item is not None:
+            on_item()
+    with sessions.begin() as session:
+        batch, created = store.get_or_create_batch(
+            session, key=batch_key, name=name, source=source, config=config
+        )
+        jobs_created, items_added = store.submit_items(session, batch, items, config_key)
+        return Submitted(batch.id, created, jobs_created, items_added)
