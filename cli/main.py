@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from common.errors import ConfigurationError, SpecEyesError
+from common.errors import ConfigurationError, InvalidInput, SpecEyesError
 
 EPILOG = """\
 examples:
@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except ConfigurationError as exc:
         print(f"speceyes: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except InvalidInput as exc:  # bad usage: a missing SOURCE, an unknown id, ...
+        print(f"speceyes: {exc}", file=sys.stderr)
         return 2
     except SpecEyesError as exc:
         print(f"speceyes: {exc}", file=sys.stderr)

@@ -99,9 +99,8 @@ def _read_csv(path: Path, question: str | None, options: list[str] | None) -> li
                 try:
                     record["options"] = json.loads(raw_options)
                 except json.JSONDecodeError:
-                    rows.append(
-                        _broken(len(rows), where, 'options must be a JSON list like ["a", "b"]')
-                    )
+                    reason = 'options must be a JSON list like ["a", "b"]'
+                    rows.append(_broken(len(rows), where, reason, record.get("id") or None))
                     continue
             else:
                 record.pop("options", None)

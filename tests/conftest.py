@@ -6,6 +6,9 @@ so no test depends on what a developer's ~/.cache holds.
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,70 @@ def solid_image(
     width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30)
 ) -> Image.Image:
     return Image.new("RGB", (width, height), colour)
+
+
+# -- databases ---------------------------------------------------------------------------
+# Every test that needs a store gets a fresh one: a SQLite file in its tmp folder, or a
+# PostgreSQL database of its own on the server the machine runs (created, then dropped).
+POSTGRES_ADMIN_URL = os.environ.get(
+    "SPECEYES_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin():
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("select 1"))
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0]
+        pytest.exit(
+            f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL} ({reason}). Start it "
+            "(e.g. `pg_ctlcluster 15 main start`) or set SPECEYES_TEST_POSTGRES_URL.",
+            returncode=3,
+        )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_admin) -> Iterator[str]:
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    name = f"speceyes_test_{uuid.uuid4().hex[:12]}"
+    with postgres_admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    with postgres_admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def sessions(database_url: str):
+    from common.store.db import open_store
+
+    factory = open_store(database_url)
+    yield factory
+    factory.kw["bind"].dispose()
+
+
+def write_images(folder: Path, count: int, size: tuple[int, int] = (64, 48)) -> list[Path]:
+    """``count`` distinct small PNGs (distinct bytes: distinct jobs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(count):
+        path = folder / f"img{index:03d}.png"
+        Image.new("RGB", size, (index * 7 % 256, index * 13 % 256, 90)).save(path)
+        paths.append(path)
+    return paths

@@ -149,7 +149,7 @@ def _jobs_by_key(session: Session, keys: set[str]) -> dict[str, str]:
         query = select(Job.idempotency_key, Job.id).where(
             Job.idempotency_key.in_(ordered[start : start + 500])
         )
-        found.update(dict(session.execute(query).tuples().all()))
+        found.update(dict(session.execute(query).all()))
     return found
 
 
@@ -325,7 +325,7 @@ def batch_counts(session: Session, batch_id: str) -> BatchCounts:
             jobs.c.small_answer.is_not(None),
         )
     )
-    for status, answerer, reason, code, needs_tools, speculated, n in rows.tuples():
+    for status, answerer, reason, code, needs_tools, speculated, n in rows:
         counts.jobs += n
         counts.by_status[status] += n
         if answerer:
@@ -364,4 +364,5 @@ def batch_results(session: Session, batch_id: str) -> Iterator[tuple[BatchItem, 
         .where(BatchItem.batch_id == batch_id)
         .order_by(BatchItem.position)
     )
-    yield from session.execute(query.execution_options(yield_per=500)).tuples()
+    for item, job in session.execute(query.execution_options(yield_per=500)):  # noqa: UP028
+        yield item, job

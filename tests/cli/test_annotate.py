@@ -1,0 +1,221 @@
+"""``speceyes annotate`` on whole corpora: bad input, resume, kill, interrupt, export."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from tests.conftest import write_images
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTED = ["--backend", "scripted"]
+
+
+def annotate(*args: str) -> int:
+    return main(["annotate", *args, "--no-progress"])
+
+
+def db_rows(db: Path, query: str) -> list[tuple]:
+    with sqlite3.connect(db) as connection:
+        return connection.execute(query).fetchall()
+
+
+def wait_until(predicate, seconds: float = 60.0, every: float = 0.1) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(every)
+
+
+def test_a_mixed_folder_fails_its_bad_files_alone(tmp_path: Path, capsys):
+    folder = tmp_path / "corpus"
+    write_images(folder / "nested", 3)
+    (folder / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (folder / "empty.png").write_bytes(b"")
+    (folder / "text.png").write_text("I am a text file")
+    (folder / "notes.txt").write_text("not an image extension: ignored")
+    out = tmp_path / "out.jsonl"
+    db = tmp_path / "s.db"
+    code = annotate(
+        str(folder), "-q", "What?", *SCRIPTED, "--db", f"sqlite:///{db}", "--out", str(out)
+    )
+    printed = capsys.readouterr().out
+    assert code == 1  # some jobs failed
+    rows = {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert len(rows) == 6
+    assert [rows[f"nested/img00{i}.png"]["status"] for i in range(3)] == ["done"] * 3
+    for bad in ("corrupt.jpg", "empty.png", "text.png"):
+        assert rows[bad]["status"] == "failed" and rows[bad]["error_code"] == "image_error"
+    assert "empty (0 bytes)" in rows["empty.png"]["error"]
+    assert "failed       3: image_error 3" in printed
+
+
+def test_a_manifest_with_broken_rows_annotates_the_rest(tmp_path: Path, capsys):
+    write_images(tmp_path / "imgs", 2)
+    lines = [
+        json.dumps(
+            {"id": "good-1", "image": "imgs/img000.png", "question": "Q1?", "options": ["a", "b"]}
+        ),
+        "{not json",
+        json.dumps({"id": "no-question", "image": "imgs/img001.png"}),
+        json.dumps({"id": "missing-image", "image": "imgs/nope.png", "question": "Q?"}),
+        json.dumps(
+            {"id": "bad-options", "image": "imgs/img001.png", "question": "Q?", "options": "a,b"}
+        ),
+        "",
+        json.dumps({"id": "good-2", "image": "imgs/img001.png", "question": "Q2?"}),
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    code = annotate(
+        str(manifest), *SCRIPTED, "--db", f"sqlite:///{tmp_path / 's.db'}", "--out", str(out)
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    for line, reason in [
+        (2, "not valid JSON"),
+        (3, "missing question"),
+        (4, "image not found"),
+        (5, "options must be a list"),
+    ]:
+        assert f"m.jsonl line {line}: {reason}" in err
+    rows = {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert rows["good-1"]["status"] == rows["good-2"]["status"] == "done"
+    assert rows["missing-image"]["error_code"] == "image_missing"
+    assert rows["no-question"]["error_code"] == "invalid_input"
+    assert sum(row["status"] == "failed" for row in rows.values()) == 4
+
+
+def test_a_csv_manifest_reads_options_as_json(tmp_path: Path):
+    write_images(tmp_path, 1)
+    manifest = tmp_path / "m.csv"
+    manifest.write_text(
+        "id,image,question,options\n"
+        'r1,img000.png,Colour?,"[""red"", ""blue""]"\n'
+        "r2,img000.png,Colour?,red|blue\n"
+    )
+    out = tmp_path / "out.jsonl"
+    assert (
+        annotate(
+            str(manifest), *SCRIPTED, "--db", f"sqlite:///{tmp_path / 's.db'}", "--out", str(out)
+        )
+        == 1
+    )
+    rows = {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert rows["r1"]["options"] == ["red", "blue"] and rows["r1"]["status"] == "done"
+    assert rows["r2"]["error_code"] == "invalid_input"
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "message"),
+    [
+        (lambda p: None, ["-q", "Q?"], "SOURCE not found"),
+        (lambda p: p.mkdir(), ["-q", "Q?"], "no images in"),
+        (lambda p: write_images(p, 1), [], "needs --question"),
+        (lambda p: p.write_text("x"), [], "must be a folder of images or a manifest"),
+    ],
+    ids=["missing", "empty-folder", "no-question", "unknown-type"],
+)
+def test_unusable_sources_are_one_clear_line(tmp_path: Path, capsys, make, args, message):
+    source = tmp_path / "source"
+    make(source)
+    assert annotate(str(source), *args, *SCRIPTED, "--db", f"sqlite:///{tmp_path / 's.db'}") == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_running_the_same_command_again_resumes_without_redoing(tmp_path: Path, capsys):
+    write_images(tmp_path / "c", 4)
+    db = tmp_path / "s.db"
+    args = [str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}"]
+    assert annotate(*args) == 0
+    before = db_rows(db, "select id, finished_at, attempts from jobs order by id")
+    assert annotate(*args) == 0
+    assert db_rows(db, "select id, finished_at, attempts from jobs order by id") == before
+    assert "resumed: 4 rows, 0 new jobs" in capsys.readouterr().out
+    assert annotate(*args[:-2], "--threshold", "0.9", "--db", f"sqlite:///{db}") == 0
+    assert len(db_rows(db, "select id from jobs")) == 8  # other gate settings: other jobs
+
+
+def run_in_background(tmp_path: Path, db: Path, agent_step_s: float) -> subprocess.Popen:
+    env = {**os.environ, "SPECEYES_SCRIPTED__TOOL_FREE": "0.0",
+           "SPECEYES_SCRIPTED__AGENT_STEP_S": str(agent_step_s)}  # fmt: skip
+    command = [sys.executable, "-m", "cli.main", "annotate", str(tmp_path / "c"), "-q", "Q?",
+               *SCRIPTED, "--db", f"sqlite:///{db}", "--no-progress"]  # fmt: skip
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def done_count(db: Path) -> int:
+    try:
+        return db_rows(db, "select count(*) from jobs where status = 'done'")[0][0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+
+
+def test_a_killed_run_resumes_with_no_job_lost_and_none_done_twice(tmp_path: Path, monkeypatch):
+    write_images(tmp_path / "c", 12)
+    db = tmp_path / "s.db"
+    process = run_in_background(tmp_path, db, agent_step_s=0.25)
+    wait_until(lambda: done_count(db) >= 3)
+    process.kill()  # SIGKILL: no chance to clean up
+    process.wait()
+    finished = db_rows(db, "select id, final_answer, finished_at from jobs where status = 'done'")
+    assert 3 <= len(finished) < 12
+    monkeypatch.setenv("SPECEYES_SCRIPTED__TOOL_FREE", "0.0")  # as before, at no cost
+    assert annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}") == 0
+    assert db_rows(db, "select count(*), count(distinct id) from jobs where status = 'done'") == [
+        (12, 12)
+    ]
+    assert db_rows(db, "select count(*) from batch_items") == [(12,)]
+    again = dict(
+        (row[0], row[1:]) for row in db_rows(db, "select id, final_answer, finished_at from jobs")
+    )
+    for job_id, answer, finished_at in finished:  # finished before the kill: untouched
+        assert again[job_id] == (answer, finished_at)
+
+
+def test_ctrl_c_puts_unfinished_jobs_back(tmp_path: Path):
+    write_images(tmp_path / "c", 12)
+    db = tmp_path / "s.db"
+    process = run_in_background(tmp_path, db, agent_step_s=0.25)
+    wait_until(lambda: done_count(db) >= 2)
+    process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert b"run the same command to resume" in stdout
+    statuses = dict(db_rows(db, "select status, count(*) from jobs group by status"))
+    assert "running" not in statuses and statuses["done"] < 12
+    assert statuses.get("deferred", 0) + statuses.get("queued", 0) + statuses["done"] == 12
+
+
+def test_export_and_jobs_show(tmp_path: Path, capsys):
+    write_images(tmp_path / "c", 3)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    assert annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", db, "--name", "mine") == 0
+    capsys.readouterr()
+    assert main(["export", "mine", "--out", str(tmp_path / "r.parquet"), "--db", db]) == 0
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "r.parquet").to_pylist()
+    capsys.readouterr()
+    assert [row["id"] for row in table] == ["img000.png", "img001.png", "img002.png"]
+    assert {row["answered_by"] for row in table} == {"small"}
+    assert main(["jobs", "show", table[0]["job_id"], "--db", db, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["status"] == "done" and shown["question"] == "Q?"
+    assert main(["jobs", "show", "nope", "--db", db]) == 2
+    assert main(["export", "nope", "--out", str(tmp_path / "x.jsonl"), "--db", db]) == 2
+    assert main(["export", "mine", "--out", str(tmp_path / "x.txt"), "--db", db]) == 2

@@ -1,0 +1,125 @@
+"""The embedded runner end to end: scripted for exact routes, tiny models for real paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from common.backends import Models
+from common.backends.scripted import JobScript, ScriptedModel, SimulatedCost
+from common.config import Settings
+from common.corpus import read_source
+from common.runner import EmbeddedRunner
+from common.store.tables import BatchItem, Job
+from common.submit import submit_corpus
+from tests.conftest import write_images
+
+# item (file name) -> what the scripted model does for it
+ROUTES = {
+    "img000.png": JobScript(needs_tools=True, agent_answer="T0"),
+    "img001.png": JobScript(needs_tools=True, agent_answer="T1"),
+    "img002.png": JobScript(needs_tools=True, agent_answer="T2"),
+    "img003.png": JobScript(answer="S3", confidence=0.999),
+    "img004.png": JobScript(answer="S4", confidence=0.999),
+    "img005.png": JobScript(answer="S5", confidence=0.995),
+    "img006.png": JobScript(answer="S6", confidence=0.99),
+    "img007.png": JobScript(answer="x", confidence=0.7, agent_answer="U7"),
+    "img008.png": JobScript(answer="x", confidence=0.9, agent_answer="U8"),
+    "img009.png": JobScript(needs_tools=True, agent_steps=("<think>no idea</think>",)),
+}
+
+
+def corpus(tmp_path: Path, settings: Settings, sessions) -> str:
+    folder = tmp_path / "corpus"
+    write_images(folder, len(ROUTES))
+    (folder / "img010.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")  # corrupt: fails alone
+    rows = read_source(folder, "What is it?")
+    submitted = submit_corpus(sessions, rows, source=str(folder), name="t", settings=settings)
+    return submitted.batch_id
+
+
+def scripted_for(sessions, batch_id: str, **costs) -> ScriptedModel:
+    with sessions() as session:
+        rows = session.execute(
+            select(BatchItem.item_id, BatchItem.job_id).where(BatchItem.batch_id == batch_id)
+        )
+        scripts = {job_id: ROUTES[item] for item, job_id in rows if item in ROUTES}
+    return ScriptedModel(scripts, costs=costs)
+
+
+def test_a_scripted_corpus_takes_exactly_its_routes(tmp_path: Path, sessions):
+    settings = Settings(backend="scripted", fast_batch_size=4, agent_max_steps=3)
+    batch_id = corpus(tmp_path, settings, sessions)
+    model = scripted_for(sessions, batch_id)
+    result = EmbeddedRunner(sessions, Models(model, model), settings).run(batch_id, poll_s=0.05)
+    counts = result.counts
+    assert counts.jobs == 11 and result.finished_now == 11 and not result.interrupted
+    assert counts.by_answerer == {"small": 4, "large": 5}
+    assert counts.failures == {"step_limit": 1, "image_error": 1}
+    assert counts.by_defer_reason == {"tools_needed": 4, "low_confidence": 2}
+    assert counts.beta == pytest.approx(6 / 10) and counts.alpha == pytest.approx(4 / 6)
+    with sessions() as session:
+        answers = {
+            item: (job.final_answer, job.answered_by)
+            for item, job in session.execute(
+                select(BatchItem.item_id, Job).join(Job, Job.id == BatchItem.job_id)
+            )
+        }
+    assert answers["img003.png"] == ("S3", "small") and answers["img007.png"] == ("U7", "large")
+    assert answers["img000.png"] == ("T0", "large") and answers["img009.png"] == (None, None)
+    # micro-batches of at most 4; the corrupt image never reached a model
+    assert max(size for phase, size in model.batch_sizes if phase == "screen") == 4
+    assert sum(size for phase, size in model.batch_sizes if phase == "screen") == 10
+
+
+def test_the_agent_stage_runs_while_the_fast_stage_still_works(tmp_path: Path, sessions):
+    settings = Settings(backend="scripted", fast_batch_size=2, agent_max_steps=3)
+    batch_id = corpus(tmp_path, settings, sessions)
+    model = scripted_for(
+        sessions, batch_id, screen=SimulatedCost(0.15), generate=SimulatedCost(0.2)
+    )
+    EmbeddedRunner(sessions, Models(model, model), settings).run(batch_id, poll_s=0.05)
+    with sessions() as session:
+        jobs = list(session.scalars(select(Job)))
+    last_gated = max(job.gated_at for job in jobs if job.gated_at)
+    first_agent = min(job.agent_started_at for job in jobs if job.agent_started_at)
+    assert first_agent < last_gated  # a trajectory began before the last fast batch ended
+
+
+def test_a_rerun_does_not_redo_finished_jobs(tmp_path: Path, sessions):
+    settings = Settings(backend="scripted", agent_max_steps=2)
+    batch_id = corpus(tmp_path, settings, sessions)
+    model = scripted_for(sessions, batch_id)
+    EmbeddedRunner(sessions, Models(model, model), settings).run(batch_id, poll_s=0.05)
+    calls = sum(model.calls.values())
+    again = EmbeddedRunner(sessions, Models(model, model), settings).run(batch_id, poll_s=0.05)
+    assert again.finished_now == 0 and sum(model.calls.values()) == calls
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_tiny_checkpoints_run_end_to_end(tmp_path: Path, sessions, tiny_large, tiny_small):
+    settings = Settings(
+        small_model="tiny",
+        large_model="tiny",
+        agent_max_steps=1,
+        agent_max_new_tokens=16,
+        screener="none",
+    )
+    folder = tmp_path / "corpus"
+    write_images(folder, 3, size=(120, 90))
+    rows = read_source(folder, "What colour is it?", ["red", "blue"])
+    batch_id = submit_corpus(
+        sessions, rows, source=str(folder), name="t", settings=settings
+    ).batch_id
+    result = EmbeddedRunner(sessions, Models(tiny_large, tiny_small), settings).run(
+        batch_id, poll_s=0.05
+    )
+    assert result.counts.finished == 3 and not result.interrupted
+    with sessions() as session:
+        for job in session.scalars(select(Job)):
+            assert job.small_answer is not None and job.confidence is not None  # speculated
+            assert job.status == "done" or job.error_code == "step_limit"
+            if job.answered_by == "large" or job.error_code == "step_limit":
+                assert len(job.trajectory["steps"]) == 1
