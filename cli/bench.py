@@ -28,6 +28,27 @@ def register(commands: Any) -> None:
     add_model_flags(fast)
     fast.set_defaults(run=run_fast, small="tiny", large="tiny")
 
+    embedded = kinds.add_parser(
+        "embedded",
+        help="the embedded runner's jobs/s: funnel against --baseline (simulated costs)",
+        description="Annotate the same synthetic corpus twice with the embedded runner and "
+        "the scripted backend at simulated costs: once through the funnel, once with "
+        "--baseline (every job through the agent). Prints jobs/s of both, the measured "
+        "speedup and the ideal 1/(1 - beta*alpha). The fast-stage cost is split evenly "
+        "between screening and speculation.",
+    )
+    embedded.add_argument("--jobs", type=int, default=200, help="corpus size (200)")
+    embedded.add_argument("--tool-free", type=float, default=0.7, help="beta (0.7)")
+    embedded.add_argument("--confident", type=float, default=0.7, help="alpha (0.7)")
+    embedded.add_argument(
+        "--fast-batch-s", type=float, default=0.2, help="fast stage s per batch (0.2)"
+    )
+    embedded.add_argument("--fast-job-s", type=float, default=0.01, help="... + s per job (0.01)")
+    embedded.add_argument("--agent-s", type=float, default=1.0, help="agent s per trajectory (1.0)")
+    embedded.add_argument("--batch-size", type=int, default=32, help="fast micro-batch (32)")
+    embedded.add_argument("--agent-workers", type=int, default=1, help="agent threads (1)")
+    embedded.set_defaults(run=run_embedded)
+
 
 def run_fast(args: argparse.Namespace) -> int:
     from common.backends import load_models
@@ -68,6 +89,56 @@ def run_fast(args: argparse.Namespace) -> int:
             gate_stage([a for a in answers if not isinstance(a, Exception)], settings.gate)
             seconds["gate"] += time.perf_counter() - began
         total = sum(seconds.values())
-        print(f"{size:>5} {seconds['screen']:>9.2f} {seconds['speculate']:>12.2f} "
-              f"{seconds['gate']:>7.3f} {len(queries) / total:>8.1f}")  # fmt: skip
+        print(
+            f"{size:>5} {seconds['screen']:>9.2f} {seconds['speculate']:>12.2f} "
+            f"{seconds['gate']:>7.3f} {len(queries) / total:>8.1f}"
+        )
+    return 0
+
+
+def run_embedded(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from common.bench import bench_embedded, write_corpus
+    from common.config import ScriptedSettings, Settings
+
+    scripted = ScriptedSettings(
+        tool_free=args.tool_free,
+        confident=args.confident,
+        fast_batch_s=args.fast_batch_s,
+        fast_job_s=args.fast_job_s,
+        agent_step_s=args.agent_s,
+    )
+    print(
+        f"embedded runner, scripted backend, {args.jobs} jobs: fast stage {args.fast_batch_s} s "
+        f"per batch + {args.fast_job_s} s per job (batch {args.batch_size}), agent "
+        f"{args.agent_s} s per trajectory, {args.agent_workers} agent worker(s)"
+    )
+    figures = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus = Path(scratch) / "corpus"
+        write_corpus(corpus, args.jobs)
+        for label, is_baseline in (("funnel", False), ("baseline", True)):
+            settings = Settings(
+                backend="scripted",
+                scripted=scripted,
+                baseline=is_baseline,
+                fast_batch_size=args.batch_size,
+                agent_workers=args.agent_workers,
+            )
+            url = f"sqlite:///{Path(scratch) / label}.db"
+            figures[label] = bench_embedded(settings, corpus, url)
+            run = figures[label]
+            print(
+                f"{label:<9} {run.jobs} jobs in {run.seconds:7.1f} s = {run.jobs_per_s:6.2f} "
+                f"jobs/s   answered by the small model: {run.small_share:.1%}"
+            )
+    funnel, baseline = figures["funnel"], figures["baseline"]
+    beta, alpha = funnel.beta or 0.0, funnel.alpha or 0.0
+    print(f"measured  beta {beta:.3f}, alpha {alpha:.3f}")
+    print(
+        f"speedup   {funnel.jobs_per_s / baseline.jobs_per_s:.2f}x measured, "
+        f"{1 / (1 - beta * alpha):.2f}x ideal 1/(1 - beta*alpha)"
+    )
     return 0

@@ -76,6 +76,7 @@ def _quiet_libraries() -> None:
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # no retry chatter before our error
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

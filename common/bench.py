@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
+from pathlib import Path
 
 from PIL import Image, ImageDraw
 
 from common.backends.base import Query
+from common.config import Settings
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
            "yellow": (230, 200, 40)}  # fmt: skip
@@ -31,3 +34,48 @@ def synthetic_queries(count: int, width: int, height: int, seed: int = 0) -> lis
         options = tuple(rng.sample(names, len(names))) if index % 2 else None
         queries.append(Query(f"bench-{index}", image, question, options))
     return queries
+
+
+@dataclass(frozen=True)
+class EmbeddedFigures:
+    jobs: int
+    seconds: float
+    beta: float | None
+    alpha: float | None
+    small_share: float
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.jobs / self.seconds if self.seconds else 0.0
+
+
+def write_corpus(folder: Path, count: int) -> None:
+    """``count`` small distinct PNG files (distinct bytes make distinct jobs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        colour = (index % 251, index // 251 % 251, 120)
+        Image.new("RGB", (32, 32), colour).save(folder / f"{index:06d}.png")
+
+
+def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> EmbeddedFigures:
+    """Annotate ``corpus`` with the embedded runner under ``settings``; time the run."""
+    from common.backends import load_models
+    from common.corpus import read_source
+    from common.runner import EmbeddedRunner
+    from common.store.db import open_store
+    from common.submit import submit_corpus
+
+    sessions = open_store(database_url)
+    rows = read_source(corpus, "What colour is the image?")
+    submitted = submit_corpus(sessions, rows, source=str(corpus), name="bench", settings=settings)
+    runner = EmbeddedRunner(sessions, load_models(settings), settings)
+    result = runner.run(submitted.batch_id, poll_s=0.2)
+    counts = result.counts
+    sessions.kw["bind"].dispose()
+    return EmbeddedFigures(
+        jobs=result.finished_now,
+        seconds=result.seconds,
+        beta=counts.beta,
+        alpha=counts.alpha,
+        small_share=counts.by_answerer["small"] / counts.jobs if counts.jobs else 0.0,
+    )

@@ -219,3 +219,28 @@ def test_export_and_jobs_show(tmp_path: Path, capsys):
     assert main(["jobs", "show", "nope", "--db", db]) == 2
     assert main(["export", "nope", "--out", str(tmp_path / "x.jsonl"), "--db", db]) == 2
     assert main(["export", "mine", "--out", str(tmp_path / "x.txt"), "--db", db]) == 2
+
+
+def test_a_model_that_cannot_be_found_is_one_line(tmp_path: Path, capsys, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no hub here
+    write_images(tmp_path / "c", 1)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    code = annotate(
+        str(tmp_path / "c"),
+        "-q",
+        "Q?",
+        "--small",
+        "no-such-org/model",
+        "--large",
+        "tiny",
+        "--db",
+        db,
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert (
+        "speceyes: configuration error: cannot load model 'no-such-org/model'"
+        in err.splitlines()[-1]
+    )
