@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.options import add_funnel_flags, add_model_flags, add_store_flags, settings_from_args
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from common.config import Settings
+    from common.runner import RunResult
 
 DESCRIPTION = """\
 Annotate a corpus: every image + question goes through the SpecEyes funnel (screen,
@@ -72,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     verb = "created" if submitted.batch_created else "resumed"
     print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
     result = _work(sessions, submitted.batch_id, settings, args.no_progress)
-    _print_summary(submitted.batch_id, result)
+    _print_summary(result)
     if args.out is not None:
         _export(sessions, submitted.batch_id, args.out)
     if result.interrupted:
@@ -81,10 +87,12 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.counts.failures else 0
 
 
-def _work(sessions: Any, batch_id: str, settings: Any, no_progress: bool) -> Any:
+def _work(
+    sessions: sessionmaker[Session], batch_id: str, settings: Settings, no_progress: bool
+) -> RunResult:
     from common.backends import load_models
     from common.runner import EmbeddedRunner, RunResult
-    from common.store.jobs import batch_counts
+    from common.store.jobs import BatchCounts, batch_counts
 
     with sessions() as session:
         counts = batch_counts(session, batch_id)
@@ -94,7 +102,7 @@ def _work(sessions: Any, batch_id: str, settings: Any, no_progress: bool) -> Any
     runner = EmbeddedRunner(sessions, models, settings)
     with _bar(counts.jobs, "annotating", no_progress, initial=counts.finished) as bar:
 
-        def progress(now: Any) -> None:
+        def progress(now: BatchCounts) -> None:
             bar.update(now.finished - bar.n)
             bar.set_postfix_str(
                 f"small {now.by_answerer['small']} | agent {now.by_answerer['large']} | "
@@ -114,7 +122,7 @@ def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
     )  # fmt: skip
 
 
-def _print_summary(batch_id: str, result: Any) -> None:
+def _print_summary(result: RunResult) -> None:
     counts = result.counts
     done, failed = counts.by_status["done"], counts.by_status["failed"]
     small, large = counts.by_answerer["small"], counts.by_answerer["large"]
@@ -134,7 +142,7 @@ def _print_summary(batch_id: str, result: Any) -> None:
     print(f"this run     {result.finished_now} jobs in {result.seconds:.1f} s, {rate}")
 
 
-def _export(sessions: Any, batch_id: str, out: Path) -> None:
+def _export(sessions: sessionmaker[Session], batch_id: str, out: Path) -> None:
     from common.export import batch_rows, write_rows
 
     with sessions() as session:

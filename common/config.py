@@ -111,7 +111,9 @@ class Settings(BaseSettings):
     agent_max_steps: int = Field(6, ge=1, description="Generations per trajectory.")
     agent_max_new_tokens: int = Field(512, ge=1, description="New tokens per agent step.")
     fast_batch_size: int = Field(32, ge=1, description="Largest micro-batch of phases I-III.")
-    fast_max_wait_s: float = Field(0.5, ge=0.0, description="Longest wait to fill a batch.")
+    fast_max_wait_s: float = Field(
+        0.5, ge=0.0, description="Distributed fast pool: longest wait to fill a batch."
+    )
     agent_workers: int = Field(
         1, ge=1, description="Trajectories run at once (one per model replica is the norm)."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,16 +53,19 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> int:
     """Write rows to ``path`` (format by extension); returns how many were written."""
     check_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")  # a reader never sees half a file
     if path.suffix.lower() == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         table = pa.Table.from_pylist(list(rows))
-        pq.write_table(table, path)
-        return table.num_rows
-    count = 0
-    with path.open("w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
+        pq.write_table(table, partial)
+        count = table.num_rows
+    else:
+        count = 0
+        with partial.open("w", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+    os.replace(partial, path)
     return count
