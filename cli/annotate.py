@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
     result = _work(sessions, submitted.batch_id, settings, args.no_progress)
     _print_summary(result)
+    _print_accuracy(sessions, submitted.batch_id)
     if args.out is not None:
         _export(sessions, submitted.batch_id, args.out)
     if result.interrupted:
@@ -140,6 +141,17 @@ def _print_summary(result: RunResult) -> None:
     print(f"alpha        {alpha} (share of speculated answers accepted)")
     rate = f"{result.finished_now / result.seconds:.2f} jobs/s" if result.seconds else "-"
     print(f"this run     {result.finished_now} jobs in {result.seconds:.1f} s, {rate}")
+
+
+def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
+    from common.store.jobs import batch_accuracy
+
+    with sessions() as session:
+        scored, correct = batch_accuracy(session, batch_id)
+    if scored:
+        print(
+            f"accuracy     {correct / scored:.1%} ({correct} of {scored} rows with a known answer)"
+        )
 
 
 def _export(sessions: sessionmaker[Session], batch_id: str, out: Path) -> None:

@@ -29,6 +29,29 @@ def register(commands: Any) -> None:
     build.add_argument("--force", action="store_true", help="rebuild even if present")
     build.set_defaults(run=run_build_tiny)
 
+    train = actions.add_parser(
+        "train-synth",
+        help="train the tiny models on the SpecEyes-Synth world ('synth' model spec)",
+        description="Start from the tiny random checkpoints and teach them the SpecEyes "
+        "task in the synth world, on the CPU, by teacher forcing: the small model answers "
+        "colour questions directly; the agent model screens (yes for small targets, no "
+        "for large ones) and follows the DeepEyes protocol (answer, or zoom into the "
+        "target's cell and answer from the crop). Each model trains for a fixed number "
+        "of minutes of wall time.",
+    )
+    train.add_argument(
+        "--out",
+        type=Path,
+        default=Path("synth-models"),
+        help="folder for small/ and large/ (the shipped weights live in "
+        "common/models/weights/synth)",
+    )
+    train.add_argument("--items", type=int, default=1500, help="training items (1500)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--small-minutes", type=float, default=6.0, help="(6)")
+    train.add_argument("--large-minutes", type=float, default=14.0, help="(14)")
+    train.set_defaults(run=run_train_synth)
+
 
 def run_build_tiny(args: argparse.Namespace) -> int:
     from common.models.tiny import build_tiny, tiny_paths, tiny_root
@@ -48,4 +71,26 @@ def run_build_tiny(args: argparse.Namespace) -> int:
         size = sum(f.stat().st_size for f in path.iterdir()) / 1e6
         print(f"{role:<6} {path}  ({size:.1f} MB)")
     print(f"built in {seconds:.1f} s")
+    return 0
+
+
+def run_train_synth(args: argparse.Namespace) -> int:
+    from common.synth.train import train_synth
+
+    started = time.perf_counter()
+    info = train_synth(
+        args.out,
+        items_count=args.items,
+        seed=args.seed,
+        small_minutes=args.small_minutes,
+        large_minutes=args.large_minutes,
+        on_log=lambda line: print(line, flush=True),
+    )
+    for role in ("small", "large"):
+        report = info[role]
+        print(
+            f"{role:<6} {report['steps']} steps, loss {report['loss']:.4f}, "
+            f"token accuracy {report['token_accuracy']:.3f}"
+        )
+    print(f"trained in {(time.perf_counter() - started) / 60:.1f} min -> {args.out}")
     return 0

@@ -28,6 +28,7 @@ class SourceRow:
     options: list[str] | None = None
     image_path: str | None = None  # absolute
     error: tuple[str, str] | None = None  # (code, message naming file and line)
+    expected: str | None = None  # the row's known answer ("answer" column), for accuracy
 
 
 def read_source(
@@ -138,7 +139,9 @@ def _row(
             position, item_id, question, options or None, str(image_path),
             error=("image_missing", f"{where}: image not found: {image_path}"),
         )  # fmt: skip
-    return SourceRow(position, item_id, question, options or None, str(image_path))
+    expected = record.get("answer")
+    expected = str(expected) if expected not in (None, "") else None
+    return SourceRow(position, item_id, question, options or None, str(image_path), None, expected)
 
 
 def _broken(

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from common.errors import InvalidInput
+from common.scoring import is_correct
 from common.store.jobs import batch_results
 from common.store.tables import BatchItem, Job
 
@@ -36,6 +37,10 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "agent_steps": len(job.trajectory["steps"]) if job.trajectory else None,
         "error_code": job.error_code,
         "error": job.error_message if job.status == "failed" else None,
+        "expected": item.expected,
+        "correct": None
+        if item.expected is None
+        else is_correct(job.final_answer, item.expected, job.options),
     }
 
 

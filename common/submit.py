@@ -54,7 +54,9 @@ def run_config(settings: Settings) -> dict[str, Any]:
 
 def to_item(row: SourceRow, settings: Settings) -> store.NewItem:
     """A source row with its image hashed; an unreadable image makes a failed item."""
-    item = store.NewItem(row.position, row.item_id, row.question, row.options, row.image_path)
+    item = store.NewItem(
+        row.position, row.item_id, row.question, row.options, row.image_path, expected=row.expected
+    )
     if row.error is not None or row.image_path is None:
         return store.NewItem(
             **{**item.__dict__, "error": row.error or ("image_missing", "no image")}

@@ -29,6 +29,7 @@ from PIL import Image
 
 from common.backends.base import Conversation, Query, VisionLanguageModel
 from common.config import Settings
+from common.images import ResizeRule
 from common.prompts import format_question
 
 TOOL_NAME = "image_zoom_in_tool"
@@ -181,7 +182,7 @@ def _observe(
         step.tool_call = call
         box = call["arguments"]["bbox_2d"]
         step.box_model = [float(value) for value in box]
-        crop_box = map_box(step.box_model, original.size, model, limits)
+        crop_box = map_box(step.box_model, original.size, model.resize_rule, limits)
         step.box_original = list(crop_box)
     except ToolError as exc:
         step.observation = f"Error: {exc}"
@@ -221,12 +222,12 @@ def parse_tool_call(text: str) -> dict[str, Any]:
 def map_box(
     box: list[float],
     original_size: tuple[int, int],
-    model: VisionLanguageModel,
+    rule: ResizeRule,
     limits: AgentLimits,
 ) -> tuple[int, int, int, int]:
-    """A box in the model's view -> a checked crop box in original pixels."""
+    """A box in the model's view (``rule`` made it) -> a checked crop box in original pixels."""
     width, height = original_size
-    view_width, view_height = model.resize_rule.size_for(width, height)
+    view_width, view_height = rule.size_for(width, height)
     scale_x, scale_y = width / view_width, height / view_height
     x1, x2 = sorted((box[0] * scale_x, box[2] * scale_x))
     y1, y2 = sorted((box[1] * scale_y, box[3] * scale_y))

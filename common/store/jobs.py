@@ -48,6 +48,7 @@ class NewItem:
     image_path: str | None = None
     image_hash: str | None = None
     error: tuple[str, str] | None = None  # (code, message)
+    expected: str | None = None  # the known right answer, for accuracy
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,9 @@ def submit_items(
             created += 1
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
     for position, (item, key) in enumerate(zip(fresh, keys, strict=True), next_position + 1):
-        item_row = BatchItem(batch_id=batch.id, position=position, item_id=item.item_id)
+        item_row = BatchItem(
+            batch_id=batch.id, position=position, item_id=item.item_id, expected=item.expected
+        )
         item_row.job_id = existing[key]
         session.add(item_row)
     session.flush()
@@ -366,3 +369,16 @@ def batch_results(session: Session, batch_id: str) -> Iterator[tuple[BatchItem, 
     )
     for item, job in session.execute(query.execution_options(yield_per=500)):  # noqa: UP028
         yield item, job
+
+
+def batch_accuracy(session: Session, batch_id: str) -> tuple[int, int]:
+    """(rows with a known answer that are finished, of those answered right)."""
+    from common.scoring import is_correct
+
+    scored = correct = 0
+    for item, job in batch_results(session, batch_id):
+        if item.expected is None or job.status not in (DONE, FAILED):
+            continue
+        scored += 1
+        correct += is_correct(job.final_answer, item.expected, job.options)
+    return scored, correct

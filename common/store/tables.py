@@ -91,4 +91,5 @@ class BatchItem(Base):
     )
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
     item_id: Mapped[str] = mapped_column(Text)  # the user's id: manifest id or file path
+    expected: Mapped[str | None] = mapped_column(Text)  # the known answer, if the corpus has it
     job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id"), index=True)

@@ -1,0 +1,38 @@
+"""``speceyes synth``: the SpecEyes-Synth world, written in the benchmarks' formats."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("synth", help="generate SpecEyes-Synth corpora")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    generate = actions.add_parser(
+        "generate",
+        help="write a synth corpus (manifest, V* folders, POPE parquet)",
+        description="Write N seeded synth items: 896x896 images of one coloured shape, "
+        "large (easy) or small (hard, needs zooming), with V*-style colour questions and "
+        "POPE-style yes/no questions. Writes OUT/manifest.jsonl (+ images/) for "
+        "`speceyes annotate`, OUT/vstar/direct_attributes/ and OUT/POPE/Full/*.parquet.",
+    )
+    generate.add_argument("out", type=Path, metavar="OUT")
+    generate.add_argument("--items", type=int, default=200, help="how many (200)")
+    generate.add_argument("--seed", type=int, default=2026, help="world seed (2026)")
+    generate.set_defaults(run=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from common.synth.world import items, write_manifest, write_pope, write_vstar
+
+    generated = list(items(args.items, args.seed))
+    manifest = write_manifest(generated, args.out)
+    write_vstar(generated, args.out / "vstar")
+    write_pope(generated, args.out / "POPE" / "Full" / "random-00000-of-00001.parquet")
+    hard = sum(item.difficulty == "hard" for item in generated)
+    print(
+        f"wrote {len(generated)} items ({hard} hard) to {args.out}: {manifest.name}, vstar/, POPE/"
+    )
+    return 0

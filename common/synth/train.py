@@ -1,0 +1,287 @@
+"""Teaching the tiny models the SpecEyes task in the synth world, on a CPU, in minutes.
+
+Both models start from the tiny random-weight checkpoints and learn by teacher forcing,
+with the loss on the final assistant turn only, through the SAME prompts, chat template,
+processor and zoom mechanics that serve them:
+
+- the small model (Qwen3-VL) answers directly, with the phase-II prompt;
+- the agent model (Qwen2.5-VL) learns the phase-I screen ("yes" for small targets, "no"
+  for large ones) and DeepEyes trajectories with the real DeepEyes prompts: a direct
+  answer when the target is large; otherwise a zoom into the target's grid cell (in its
+  view's pixels), then the answer from the crop.
+
+Only the positions that predict target tokens go through the output layer (cheaper than
+``labels=``, which projects every position onto the vocabulary).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+
+from common.agents.deepeyes import (
+    INSTRUCTION_SUFFIX,
+    SYSTEM_PROMPT,
+    TOOL_NAME,
+    AgentLimits,
+    map_box,
+)
+from common.backends.base import Message
+from common.backends.transformers_backend import _template_messages, load_processor
+from common.images import ResizeRule
+from common.prompts import format_question, screen_text, speculate_text
+from common.synth.world import SIZE, SynthItem, items
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Example:
+    """A conversation whose last (assistant) message is the target."""
+
+    messages: list[Message]
+
+
+@dataclass
+class Views:
+    """An item's images as each model's processor would see them, made once."""
+
+    small: Image.Image  # the whole image at the small model's view
+    agent: Image.Image  # the whole image at the agent's view
+    crop: Image.Image  # the zoom cell, cropped from the original, at the agent's view
+
+
+def zoom_call(item: SynthItem, view_box: Sequence[int]) -> str:
+    call = {"name": TOOL_NAME, "arguments": {"bbox_2d": list(view_box), "label": item.shape}}
+    return f"<think>too small, zoom in</think> <tool_call>{json.dumps(call)}</tool_call>"
+
+
+def answer_text(item: SynthItem, thought: str) -> str:
+    return f"<think>{thought}</think> <answer>{item.answer}</answer>"
+
+
+def small_example(item: SynthItem, views: Views) -> Example:
+    prompt = speculate_text(item.question, item.options)
+    return Example([Message("user", [views.small, prompt]), Message("assistant", [item.answer])])
+
+
+def agent_examples(item: SynthItem, views: Views, rule: ResizeRule) -> list[Example]:
+    """The screen, and every step of the item's trajectory."""
+    hard = item.difficulty == "hard"
+    screen = Example(
+        [
+            Message("user", [views.agent, screen_text(item.question, item.options)]),
+            Message("assistant", ["yes" if hard else "no"]),
+        ]
+    )
+    opening = [
+        Message("system", [SYSTEM_PROMPT]),
+        Message(
+            "user",
+            [views.agent, f"\n{format_question(item.question, item.options)}{INSTRUCTION_SUFFIX}"],
+        ),
+    ]
+    if not hard:
+        return [
+            screen,
+            Example([*opening, Message("assistant", [answer_text(item, "clear view")])]),
+        ]
+    call = zoom_call(item, item.view_box(rule.size_for(SIZE, SIZE)[0]))
+    observation = Message(
+        "user", ["<tool_response>", views.crop, INSTRUCTION_SUFFIX, "</tool_response>"]
+    )
+    return [
+        screen,
+        Example([*opening, Message("assistant", [call])]),
+        Example(
+            [
+                *opening,
+                Message("assistant", [call]),
+                observation,
+                Message("assistant", [answer_text(item, "zoomed in")]),
+            ]
+        ),
+    ]
+
+
+def make_views(item: SynthItem, small_rule: ResizeRule, agent_rule: ResizeRule) -> Views:
+    original = item.render()
+    crop_box = map_box(
+        [float(v) for v in item.view_box(agent_rule.size_for(*original.size)[0])],
+        original.size,
+        agent_rule,
+        AgentLimits(),
+    )
+    return Views(
+        small=small_rule.apply(original),
+        agent=agent_rule.apply(original),
+        crop=agent_rule.apply(original.crop(crop_box)),
+    )
+
+
+class Batcher:
+    """Turns examples into model inputs plus the positions and ids of target tokens."""
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+        self.processor.tokenizer.padding_side = "left"
+
+    def __call__(
+        self, examples: Sequence[Example]
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        texts, images, target_lengths = [], [], []
+        for example in examples:
+            messages, example_images = _template_messages(example.messages)
+            images.extend(example_images)
+            texts.append(self.processor.apply_chat_template(messages, tokenize=False))
+            # The target follows "assistant\n": its tokens do not merge with what precedes.
+            target = "".join(str(part) for part in example.messages[-1].content)
+            target_lengths.append(len(self.processor.tokenizer.encode(target)) + 1)  # + <|im_end|>
+        inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
+        end = inputs["input_ids"].shape[1] - 1  # the newline after <|im_end|> is no target
+        rows = [row for row, n in enumerate(target_lengths) for _ in range(n)]
+        cols = [col for n in target_lengths for col in range(end - n, end)]
+        positions = torch.tensor([rows, cols])
+        targets = inputs["input_ids"][positions[0], positions[1]]
+        return dict(inputs), positions, targets
+
+
+def target_loss(
+    model: Any, inputs: dict[str, torch.Tensor], positions: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, float]:
+    """Cross-entropy of the target tokens; logits only where they are predicted."""
+    hidden = model.model(**inputs).last_hidden_state  # [B, T, H]
+    predicting = hidden[positions[0], positions[1] - 1]  # position t-1 predicts token t
+    logits = model.lm_head(predicting)
+    loss = torch.nn.functional.cross_entropy(logits, targets)
+    accuracy = (logits.argmax(-1) == targets).float().mean().item()
+    return loss, accuracy
+
+
+@dataclass
+class TrainReport:
+    steps: int
+    seconds: float
+    loss: float
+    token_accuracy: float
+
+
+def train(
+    checkpoint: Path,
+    make_examples: Callable[[SynthItem, Views], list[Example]],
+    pool: Sequence[tuple[SynthItem, Views]],
+    *,
+    minutes: float,
+    batch_size: int = 16,
+    lr: float = 2e-3,
+    seed: int = 0,
+    on_log: Callable[[str], None] = print,
+) -> TrainReport:
+    """Train the checkpoint in place for ``minutes`` of wall time, then save it."""
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model = AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32)
+    model.train()
+    # The patch embedding stays at its random init: a random projection of pixel patches
+    # keeps their colour, and its backward pass is the single most expensive op here.
+    model.model.visual.patch_embed.requires_grad_(False)
+    batcher = Batcher(load_processor(str(checkpoint)))
+    examples = [example for item, views in pool for example in make_examples(item, views)]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
+    warmup, deadline = 50, time.monotonic() + minutes * 60
+    started, step, smoothed, accuracy = time.monotonic(), 0, 0.0, 0.0
+    while time.monotonic() < deadline:
+        batch = rng.sample(examples, batch_size)
+        inputs, positions, targets = batcher(batch)
+        loss, accuracy_now = target_loss(model, inputs, positions, targets)
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / warmup)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        step += 1
+        smoothed = loss.item() if step == 1 else 0.95 * smoothed + 0.05 * loss.item()
+        accuracy = accuracy_now if step == 1 else 0.95 * accuracy + 0.05 * accuracy_now
+        if step % 50 == 0:
+            on_log(
+                f"  step {step:5d}  {time.monotonic() - started:6.0f} s  "
+                f"loss {smoothed:.4f}  token acc {accuracy:.3f}"
+            )
+    model.eval()
+    model.save_pretrained(checkpoint)
+    for path in checkpoint.iterdir():
+        path.chmod(0o644)
+    return TrainReport(step, time.monotonic() - started, smoothed, accuracy)
+
+
+def build_pool(
+    count: int, seed: int, small_rule: ResizeRule, agent_rule: ResizeRule
+) -> list[tuple[SynthItem, Views]]:
+    return [(item, make_views(item, small_rule, agent_rule)) for item in items(count, seed)]
+
+
+def copy_checkpoint(source: Path, target: Path) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+
+
+def train_synth(
+    out: Path,
+    *,
+    items_count: int = 1500,
+    seed: int = 0,
+    small_minutes: float = 6.0,
+    large_minutes: float = 14.0,
+    on_log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Train both synth models from the tiny random checkpoints into ``out/{small,large}``."""
+    import tempfile
+
+    from common.models.tiny import build_tiny
+
+    with tempfile.TemporaryDirectory() as scratch:
+        random_models = build_tiny(Path(scratch) / "tiny")
+        for role in ("small", "large"):
+            copy_checkpoint(random_models[role], out / role)
+    rules = {role: _rule_of(out / role) for role in ("small", "large")}
+    started = time.monotonic()
+    pool = build_pool(items_count, seed, rules["small"], rules["large"])
+    on_log(f"rendered {len(pool)} training items in {time.monotonic() - started:.0f} s")
+    reports = {}
+    for role, minutes in (("small", small_minutes), ("large", large_minutes)):
+        on_log(f"training the {role} model for {minutes:g} min")
+        make: Callable[[SynthItem, Views], list[Example]] = (
+            (lambda item, views: [small_example(item, views)])
+            if role == "small"
+            else (lambda item, views: agent_examples(item, views, rules["large"]))
+        )
+        reports[role] = train(out / role, make, pool, minutes=minutes, seed=seed, on_log=on_log)
+    info = {
+        "items": items_count,
+        "seed": seed,
+        "world": "speceyes-synth-v1",
+        **{role: report.__dict__ for role, report in reports.items()},
+    }
+    (out / "synth-info.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def _rule_of(checkpoint: Path) -> ResizeRule:
+    config = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    factor = config["patch_size"] * config["merge_size"]
+    return ResizeRule(factor, config["size"]["shortest_edge"], config["size"]["longest_edge"])

@@ -1,0 +1,87 @@
+"""The synth world: deterministic, well-formed, readable by every loader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from common.corpus import read_source
+from common.synth.world import (
+    CELL,
+    EASY_SIZES,
+    HARD_SIZES,
+    SIZE,
+    items,
+    make_item,
+    write_manifest,
+    write_pope,
+    write_vstar,
+)
+
+
+def test_the_same_seed_gives_the_same_items_pixel_for_pixel():
+    first, second = list(items(6, seed=3)), list(items(6, seed=3))
+    assert first == second
+    assert [i.render().tobytes() for i in first] == [i.render().tobytes() for i in second]
+    assert list(items(6, seed=4)) != first
+
+
+def test_targets_sit_inside_their_cell_at_their_difficultys_size():
+    for item in items(300, seed=1):
+        left, top, right, bottom = item.box
+        low, high = EASY_SIZES if item.difficulty == "easy" else HARD_SIZES
+        assert low <= right - left <= high and right - left == bottom - top
+        c_left, c_top, c_right, c_bottom = item.cell
+        assert c_right - c_left == CELL and c_left <= left and right <= c_right
+        assert c_top <= top and bottom <= c_bottom and c_right <= SIZE
+        assert item.view_box() == [v // 4 for v in item.cell]  # 896 px shown at 224
+
+
+def test_questions_and_answers_agree():
+    generated = list(items(400, seed=2))
+    for item in generated:
+        if item.kind == "choice":
+            assert sorted(item.options or []) == ["blue", "green", "red", "yellow"]
+            assert item.answer == item.colour and item.shape in item.question
+        else:
+            asked = item.question.split()[3]
+            assert item.answer == ("yes" if asked == item.colour else "no")
+    yes = sum(i.answer == "yes" for i in generated if i.kind == "yesno")
+    hard = sum(i.difficulty == "hard" for i in generated)
+    assert 0.35 < yes / sum(i.kind == "yesno" for i in generated) < 0.65
+    assert 0.4 < hard / len(generated) < 0.6
+
+
+def test_the_target_is_drawn_where_its_box_says():
+    item = make_item(11, difficulty="hard")
+    image = item.render()
+    left, top, right, bottom = item.box
+    centre = image.getpixel(((left + right) // 2, (top + bottom) // 2 + 2))
+    assert centre != image.getpixel((0, 0))
+    assert image.size == (SIZE, SIZE)
+
+
+def test_the_writers_produce_the_benchmark_formats(tmp_path: Path):
+    import pyarrow.parquet as pq
+
+    generated = list(items(12, seed=5))
+    manifest = write_manifest(generated, tmp_path / "corpus")
+    rows = read_source(manifest)
+    assert [row.item_id for row in rows] == [item.id for item in generated]
+    assert all(row.error is None and row.expected for row in rows)
+    write_vstar(generated, tmp_path / "vstar")
+    choices = [item for item in generated if item.kind == "choice"]
+    for item in choices:
+        record = json.loads(
+            (tmp_path / "vstar" / "direct_attributes" / f"{item.id}.json").read_text()
+        )
+        assert record["options"][0] == item.answer  # V*: the correct option comes first
+        assert (tmp_path / "vstar" / "direct_attributes" / f"{item.id}.jpg").is_file()
+    write_pope(generated, tmp_path / "pope.parquet")
+    table = pq.read_table(tmp_path / "pope.parquet")
+    assert {"id", "question_id", "question", "answer", "image_source", "category", "image"} <= set(
+        table.column_names
+    )
+    assert table.num_rows == len(generated) - len(choices)
+    assert set(table.column("answer").to_pylist()) <= {"yes", "no"}
+    assert table.column("image").to_pylist()[0]["bytes"][:4] == b"\x89PNG"
