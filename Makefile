@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 .PHONY: help setup demo test lint format bench clean
 
 help:
-	@echo "make demo    set up and annotate the sample corpus with tiny offline models"
+	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
 	@echo "make test    set up and run the test suite"
 	@echo "make lint    ruff + mypy"
 	@echo "make bench   fast-stage throughput against batch size (tiny models, CPU)"
@@ -23,9 +23,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/speceyes annotate samples/questions.jsonl --small tiny --large tiny \
-		--max-steps 2 --db sqlite:///demo.db --out demo-results.jsonl \
-		|| echo "(tiny random-weight models: agent step-limit failures are the expected end)"
+	$(VENV)/bin/speceyes annotate samples/manifest.jsonl --small synth --large synth \
+		--db sqlite:///demo.db --out demo-results.jsonl
 
 test: setup
 	$(PY) -m pytest
@@ -42,6 +41,7 @@ format: setup
 bench: setup
 	$(VENV)/bin/speceyes bench fast --batch-sizes 1,4,16,32 --jobs 64
 	$(VENV)/bin/speceyes bench embedded --jobs 200
+	$(VENV)/bin/speceyes bench synth --json synth-report.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -17,8 +17,10 @@ from common.errors import ConfigurationError, InvalidInput, SpecEyesError
 EPILOG = """\
 examples:
   speceyes models build-tiny                      build the tiny offline checkpoints
-  speceyes ask samples/images/red_circle.png --question "What colour is the circle?" \\
-      --small tiny --large tiny                   one query through the funnel
+  speceyes annotate samples/manifest.jsonl --small synth --large synth
+                                                  annotate the sample corpus (offline)
+  speceyes ask IMAGE -q "What is the color of the circle?" --small synth --large synth
+                                                  one query through the funnel, explained
   speceyes bench fast --batch-sizes 1,4,16,32     fast-stage throughput on tiny models
   speceyes config                                 the effective settings
 

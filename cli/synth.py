@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from common.errors import InvalidInput
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser("synth", help="generate SpecEyes-Synth corpora")
@@ -21,18 +23,32 @@ def register(commands: Any) -> None:
     generate.add_argument("out", type=Path, metavar="OUT")
     generate.add_argument("--items", type=int, default=200, help="how many (200)")
     generate.add_argument("--seed", type=int, default=2026, help="world seed (2026)")
+    generate.add_argument(
+        "--formats",
+        default="manifest,vstar,pope",
+        help="comma-separated subset of manifest,vstar,pope (all)",
+    )
     generate.set_defaults(run=run_generate)
 
 
 def run_generate(args: argparse.Namespace) -> int:
     from common.synth.world import items, write_manifest, write_pope, write_vstar
 
+    formats = {name.strip() for name in args.formats.split(",") if name.strip()}
+    unknown = formats - {"manifest", "vstar", "pope"}
+    if unknown:
+        raise InvalidInput(f"unknown format(s) {', '.join(sorted(unknown))}")
     generated = list(items(args.items, args.seed))
-    manifest = write_manifest(generated, args.out)
-    write_vstar(generated, args.out / "vstar")
-    write_pope(generated, args.out / "POPE" / "Full" / "random-00000-of-00001.parquet")
+    written = []
+    if "manifest" in formats:
+        written.append(str(write_manifest(generated, args.out)))
+    if "vstar" in formats:
+        write_vstar(generated, args.out / "vstar")
+        written.append(str(args.out / "vstar"))
+    if "pope" in formats:
+        pope = args.out / "POPE" / "Full" / "random-00000-of-00001.parquet"
+        write_pope(generated, pope)
+        written.append(str(pope))
     hard = sum(item.difficulty == "hard" for item in generated)
-    print(
-        f"wrote {len(generated)} items ({hard} hard) to {args.out}: {manifest.name}, vstar/, POPE/"
-    )
+    print(f"wrote {len(generated)} items ({hard} hard): {', '.join(written)}")
     return 0

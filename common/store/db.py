@@ -40,17 +40,14 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
 
 def migrate(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to ``revision`` with Alembic (the migrations ARE the schema)."""
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+    _alembic(engine, "upgrade", revision)
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
+    _alembic(engine, "downgrade", revision)
+
+
+def _alembic(engine: Engine, action: str, revision: str) -> None:
     from alembic import command
     from alembic.config import Config
 
@@ -58,7 +55,7 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.downgrade(config, revision)
+        getattr(command, action)(config, revision)
 
 
 def open_store(url: str) -> sessionmaker[Session]:

@@ -310,24 +310,15 @@ def batch_counts(session: Session, batch_id: str) -> BatchCounts:
         or 0
     )
     jobs = select(Job).where(Job.id.in_(_batch_jobs(batch_id))).subquery()
-    rows = session.execute(
-        select(
-            jobs.c.status,
-            jobs.c.answered_by,
-            jobs.c.defer_reason,
-            jobs.c.error_code,
-            jobs.c.screen_needs_tools,
-            jobs.c.small_answer.is_not(None),
-            func.count(),
-        ).group_by(
-            jobs.c.status,
-            jobs.c.answered_by,
-            jobs.c.defer_reason,
-            jobs.c.error_code,
-            jobs.c.screen_needs_tools,
-            jobs.c.small_answer.is_not(None),
-        )
+    columns = (
+        jobs.c.status,
+        jobs.c.answered_by,
+        jobs.c.defer_reason,
+        jobs.c.error_code,
+        jobs.c.screen_needs_tools,
+        jobs.c.small_answer.is_not(None),
     )
+    rows = session.execute(select(*columns, func.count()).group_by(*columns))
     for status, answerer, reason, code, needs_tools, speculated, n in rows:
         counts.jobs += n
         counts.by_status[status] += n

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import shutil
 import time
@@ -47,9 +48,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Example:
-    """A conversation whose last (assistant) message is the target."""
+    """A conversation whose last (assistant) message is the target.
+
+    ``kind`` groups examples of one shape (screen, direct answer, zoom, read after the
+    zoom): a batch is drawn from one kind, so short prompts are not padded to long ones.
+    """
 
     messages: list[Message]
+    kind: str = "answer"
+
+
+# How often each kind of agent example is drawn. The screen is learned in minutes; finding
+# the small target's cell in the low-resolution view is the slow part.
+AGENT_WEIGHTS = {"screen": 0.1, "direct": 0.25, "zoom": 0.4, "read": 0.25}
 
 
 @dataclass
@@ -82,7 +93,8 @@ def agent_examples(item: SynthItem, views: Views, rule: ResizeRule) -> list[Exam
         [
             Message("user", [views.agent, screen_text(item.question, item.options)]),
             Message("assistant", ["yes" if hard else "no"]),
-        ]
+        ],
+        "screen",
     )
     opening = [
         Message("system", [SYSTEM_PROMPT]),
@@ -92,26 +104,20 @@ def agent_examples(item: SynthItem, views: Views, rule: ResizeRule) -> list[Exam
         ),
     ]
     if not hard:
-        return [
-            screen,
-            Example([*opening, Message("assistant", [answer_text(item, "clear view")])]),
-        ]
+        direct = Example(
+            [*opening, Message("assistant", [answer_text(item, "clear view")])], "direct"
+        )
+        return [screen, direct]
     call = zoom_call(item, item.view_box(rule.size_for(SIZE, SIZE)[0]))
     observation = Message(
         "user", ["<tool_response>", views.crop, INSTRUCTION_SUFFIX, "</tool_response>"]
     )
-    return [
-        screen,
-        Example([*opening, Message("assistant", [call])]),
-        Example(
-            [
-                *opening,
-                Message("assistant", [call]),
-                observation,
-                Message("assistant", [answer_text(item, "zoomed in")]),
-            ]
-        ),
-    ]
+    zoom = Example([*opening, Message("assistant", [call])], "zoom")
+    after_zoom = [Message("assistant", [call]), observation]
+    read = Example(
+        [*opening, *after_zoom, Message("assistant", [answer_text(item, "zoomed in")])], "read"
+    )
+    return [screen, zoom, read]
 
 
 def make_views(item: SynthItem, small_rule: ResizeRule, agent_rule: ResizeRule) -> Views:
@@ -182,12 +188,17 @@ def train(
     pool: Sequence[tuple[SynthItem, Views]],
     *,
     minutes: float,
+    weights: dict[str, float] | None = None,
     batch_size: int = 16,
     lr: float = 2e-3,
     seed: int = 0,
     on_log: Callable[[str], None] = print,
 ) -> TrainReport:
-    """Train the checkpoint in place for ``minutes`` of wall time, then save it."""
+    """Train the checkpoint in place for ``minutes`` of wall time, then save it.
+
+    Each step draws a kind of example (by ``weights``), then a batch of that kind. The
+    learning rate warms up, then follows a cosine over the time budget down to a tenth.
+    """
     from transformers import AutoModelForImageTextToText
 
     torch.manual_seed(seed)
@@ -198,17 +209,24 @@ def train(
     # keeps their colour, and its backward pass is the single most expensive op here.
     model.model.visual.patch_embed.requires_grad_(False)
     batcher = Batcher(load_processor(str(checkpoint)))
-    examples = [example for item, views in pool for example in make_examples(item, views)]
+    by_kind: dict[str, list[Example]] = {}
+    for item, views in pool:
+        for example in make_examples(item, views):
+            by_kind.setdefault(example.kind, []).append(example)
+    kinds = sorted(by_kind)
+    kind_weights = [(weights or {}).get(kind, 1.0) for kind in kinds]
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
-    warmup, deadline = 50, time.monotonic() + minutes * 60
+    warmup, budget = 50, minutes * 60
     started, step, smoothed, accuracy = time.monotonic(), 0, 0.0, 0.0
-    while time.monotonic() < deadline:
-        batch = rng.sample(examples, batch_size)
+    while (elapsed := time.monotonic() - started) < budget:
+        (kind,) = rng.choices(kinds, kind_weights)
+        batch = rng.sample(by_kind[kind], min(batch_size, len(by_kind[kind])))
         inputs, positions, targets = batcher(batch)
         loss, accuracy_now = target_loss(model, inputs, positions, targets)
+        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * elapsed / budget))
         for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / warmup)
+            group["lr"] = lr * min(1.0, (step + 1) / warmup) * decay
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -270,7 +288,10 @@ def train_synth(
             if role == "small"
             else (lambda item, views: agent_examples(item, views, rules["large"]))
         )
-        reports[role] = train(out / role, make, pool, minutes=minutes, seed=seed, on_log=on_log)
+        weights = AGENT_WEIGHTS if role == "large" else None
+        reports[role] = train(
+            out / role, make, pool, minutes=minutes, weights=weights, seed=seed, on_log=on_log
+        )
     info = {
         "items": items_count,
         "seed": seed,

@@ -11,6 +11,7 @@ from PIL import Image
 from cli.main import main
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "images"
+SAMPLE, OTHER_SAMPLE = sorted(SAMPLES.glob("*.png"))[:2]
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ def test_ask_on_the_scripted_backend_answers_with_the_small_model(capsys):
     code = main(
         [
             "ask",
-            str(SAMPLES / "red_circle.png"),
+            str(SAMPLE),
             "-q",
             "What colour?",
             "--backend",
@@ -47,7 +48,7 @@ def test_ask_on_the_scripted_backend_answers_with_the_small_model(capsys):
 
 def test_ask_on_the_tiny_models_runs_every_phase(capsys, tiny_env):
     code = main(
-        ["ask", str(SAMPLES / "blue_square.png"), "-q", "What colour is the square?",
+        ["ask", str(OTHER_SAMPLE), "-q", "What colour is the square?",
          "--options", "red", "blue", "--small", "tiny", "--large", "tiny", "--max-steps", "2",
          "--json"]
     )  # fmt: skip
@@ -67,7 +68,7 @@ def test_ask_on_a_corrupt_image_fails_with_the_reason(capsys, tmp_path: Path):
 
 
 def test_bad_settings_are_one_line_and_exit_2(capsys):
-    image = SAMPLES / "red_circle.png"
+    image = SAMPLE
     code = main(["ask", str(image), "-q", "Q?", "--backend", "scripted", "--threshold", "3"])
     err = capsys.readouterr().err
     assert code == 2 and "gate_threshold" in err and err.count("\n") == 1

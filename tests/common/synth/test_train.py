@@ -1,0 +1,70 @@
+"""Training mechanics on the tiny random checkpoints (seconds, not a real training)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from common.backends.transformers_backend import load_processor
+from common.images import ResizeRule
+from common.synth.train import (
+    Batcher,
+    agent_examples,
+    build_pool,
+    copy_checkpoint,
+    make_views,
+    small_example,
+    train,
+)
+from common.synth.world import make_item
+
+SMALL_RULE, AGENT_RULE = ResizeRule(32, 4096, 65536), ResizeRule(28, 3136, 50176)
+
+
+def test_the_targets_are_exactly_the_last_assistant_turn(tiny_paths):
+    batcher = Batcher(load_processor(str(tiny_paths["large"])))
+    pool = build_pool(4, 1, SMALL_RULE, AGENT_RULE)
+    examples = [
+        example for item, views in pool for example in agent_examples(item, views, AGENT_RULE)
+    ]
+    _, positions, targets = batcher(examples)
+    decode = batcher.processor.tokenizer.decode
+    for row, example in enumerate(examples):
+        wanted = "".join(str(part) for part in example.messages[-1].content) + "<|im_end|>"
+        assert decode(targets[positions[0] == row]) == wanted
+
+
+def test_a_hard_item_teaches_a_zoom_into_its_cell_then_the_answer():
+    item = make_item(5, difficulty="hard")
+    views = make_views(item, SMALL_RULE, AGENT_RULE)
+    assert views.crop.size == (224, 224) and views.agent.size == (224, 224)
+    screen, zoom, answer = agent_examples(item, views, AGENT_RULE)
+    assert screen.messages[-1].content == ["yes"]
+    call = zoom.messages[-1].content[0]
+    arguments = json.loads(call.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]
+    assert arguments["bbox_2d"] == item.view_box()
+    assert answer.messages[-2].content[0] == "<tool_response>"
+    assert answer.messages[-1].content[0].endswith(f"<answer>{item.answer}</answer>")
+    easy = make_item(5, difficulty="easy")
+    screen, direct = agent_examples(easy, make_views(easy, SMALL_RULE, AGENT_RULE), AGENT_RULE)
+    assert (
+        screen.messages[-1].content == ["no"]
+        and "<tool_call>" not in direct.messages[-1].content[0]
+    )
+
+
+def test_a_short_training_run_steps_and_saves(tiny_paths, tmp_path: Path):
+    target = tmp_path / "small"
+    copy_checkpoint(tiny_paths["small"], target)
+    before = (target / "model.safetensors").read_bytes()
+    pool = build_pool(8, 2, SMALL_RULE, AGENT_RULE)
+    report = train(
+        target,
+        lambda item, views: [small_example(item, views)],
+        pool,
+        minutes=0.01,
+        batch_size=4,
+        on_log=lambda _: None,
+    )
+    assert report.steps >= 1 and report.loss > 0
+    assert (target / "model.safetensors").read_bytes() != before
