@@ -5,8 +5,8 @@ and a question about it. The shape sits in a 4 x 4 grid of 224-pixel cells:
 
 - **easy** items have a large shape (128-208 px): readable at the small model's view
   (the image is shown at 256 px) and at the agent's (224 px);
-- **hard** items have a small shape (16-24 px): 4-6 px in those views, a few percent of
-  one patch, but a full patch after zooming into its cell (the cell is shown at 224 px).
+- **hard** items have a small shape (24-32 px): 6-9 px in those views, a fraction of one
+  patch, but 2-3 patches after zooming into its cell (the cell is shown at 224 px).
 
 Questions come in two kinds, as in the benchmarks: "What is the color of the <shape>?"
 with four colour options (V* style), and "Is there a <color> <shape> in the image?"
@@ -36,7 +36,7 @@ COLOURS = {
 }
 SHAPES = ("circle", "square", "triangle")
 EASY_SIZES = (128, 208)
-HARD_SIZES = (16, 24)
+HARD_SIZES = (24, 32)
 MARGIN = 8
 AGENT_VIEW = 224  # the tiny agent model's view of a SIZE x SIZE image (factor 28)
 
