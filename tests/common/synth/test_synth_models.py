@@ -1,0 +1,59 @@
+"""The shipped synth models: they load through the normal backend and do their job.
+
+A handful of items, so this stays fast. The models are deterministic (greedy decoding,
+fixed weights); the thresholds leave room for a borderline item on another CPU.
+
+What the shipped agent does NOT do yet: land its zoom on the target's cell (it picks a
+valid cell, but not the right one; see the README's SpecEyes-Synth figures). The zoom
+test below checks the protocol and the screen, which hold.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from common.agents.deepeyes import AgentLimits, run_deepeyes
+from common.backends import load_models
+from common.backends.base import Query
+from common.config import Settings
+from common.funnel import Accepted, Deferred, FunnelSettings, run_fast_stage
+from common.synth.world import CELL, make_item
+
+
+@pytest.fixture(scope="module")
+def synth_models():
+    return load_models(Settings(small_model="synth", large_model="synth", device="cpu"))
+
+
+def query(item) -> Query:
+    return Query(
+        item.id, item.render(), item.question, tuple(item.options) if item.options else None
+    )
+
+
+def test_on_hard_items_the_agent_zooms_into_a_grid_cell_then_answers(synth_models):
+    hard = [make_item(seed, difficulty="hard") for seed in range(100, 106)]
+    well_formed = answered = 0
+    for item in hard:
+        trajectory = run_deepeyes(query(item), synth_models.large, AgentLimits(max_steps=3))
+        box = trajectory.steps[0].box_original
+        well_formed += box is not None and box[2] - box[0] == CELL and box[0] % CELL == 0
+        answered += trajectory.answer is not None and len(trajectory.steps) == 2
+    assert well_formed >= 5 and answered >= 5
+
+
+def test_the_funnel_sends_easy_items_to_the_small_model_and_hard_ones_on(synth_models):
+    items = [make_item(seed, difficulty="easy") for seed in range(200, 206)]
+    items += [make_item(seed, difficulty="hard") for seed in range(300, 304)]
+    outcomes = run_fast_stage(
+        [query(item) for item in items],
+        large=synth_models.large,
+        small=synth_models.small,
+        settings=FunnelSettings(),
+    ).outcomes
+    easy, hard = outcomes[:6], outcomes[6:]
+    accepted = [o for o in easy if isinstance(o, Accepted)]
+    assert len(accepted) >= 4
+    right = {item.id: item.answer for item in items}
+    assert sum(o.answer == right[o.job_id] for o in accepted) >= len(accepted) - 1
+    assert all(isinstance(o, Deferred) and o.reason == "tools_needed" for o in hard)
