@@ -173,10 +173,10 @@ class TransformersModel:
 
         texts, images = [], []
         for chat in chats:
-            template_messages, chat_images = _template_messages(chat)
+            rendered, chat_images = template_messages(chat)
             texts.append(
                 self.processor.apply_chat_template(
-                    template_messages,
+                    rendered,
                     tokenize=False,
                     add_generation_prompt=chat[-1].role != "assistant",
                     continue_final_message=chat[-1].role == "assistant",
@@ -259,7 +259,7 @@ def _user_turn(image: Image.Image, text: str) -> list[Message]:
     return [Message("user", [image, text])]
 
 
-def _template_messages(chat: Sequence[Message]) -> tuple[list[dict[str, Any]], list[Image.Image]]:
+def template_messages(chat: Sequence[Message]) -> tuple[list[dict[str, Any]], list[Image.Image]]:
     """Our messages -> the chat template's dicts, and the images in order of appearance."""
     messages, images = [], []
     for message in chat:

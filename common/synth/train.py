@@ -17,7 +17,6 @@ Only the positions that predict target tokens go through the output layer (cheap
 from __future__ import annotations
 
 import json
-import logging
 import math
 import random
 import shutil
@@ -39,12 +38,10 @@ from common.agents.deepeyes import (
     map_box,
 )
 from common.backends.base import Message
-from common.backends.transformers_backend import _template_messages, load_processor
+from common.backends.transformers_backend import load_processor, template_messages
 from common.images import ResizeRule
 from common.prompts import format_question, screen_text, speculate_text
 from common.synth.world import SIZE, SynthItem, items
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -148,7 +145,7 @@ class Batcher:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         texts, images, target_lengths = [], [], []
         for example in examples:
-            messages, example_images = _template_messages(example.messages)
+            messages, example_images = template_messages(example.messages)
             images.extend(example_images)
             texts.append(self.processor.apply_chat_template(messages, tokenize=False))
             # The target follows "assistant\n": its tokens do not merge with what precedes.

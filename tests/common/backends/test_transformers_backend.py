@@ -59,10 +59,10 @@ def test_recorded_logits_are_the_models_own_and_their_argmax_is_the_token(tiny_s
     assert len(speculation.scores.top_values) == len(speculation.token_ids) > 0
     assert all(len(row) == 8 for row in speculation.scores.top_values)
     # Re-run the prompt plus the answer through a plain forward pass.
-    from common.backends.transformers_backend import _template_messages, _user_turn
+    from common.backends.transformers_backend import _user_turn, template_messages
     from common.prompts import speculate_text
 
-    messages, images = _template_messages(
+    messages, images = template_messages(
         _user_turn(query.image, speculate_text(query.question, None))
     )
     text = tiny_small.processor.apply_chat_template(
