@@ -117,7 +117,7 @@ class TransformersModel:
                 f"cannot load model {path!r}: not a checkpoint folder here, and it could not "
                 f"be downloaded ({reason})"
             ) from exc
-        self.model.to(self.device)  # type: ignore[arg-type]
+        self.model.to(self.device)
         self.model.eval()
         self.tokenizer = self.processor.tokenizer
         self.tokenizer.padding_side = "left"
