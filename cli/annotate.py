@@ -23,7 +23,9 @@ the job store in a database (a SQLite file by default).
 SOURCE is a folder of images (searched recursively; needs --question), or a manifest:
 JSONL with one {"image": ..., "question": ..., "options": [...], "id": ...} per line, or
 CSV with the same columns (options as a JSON list). Image paths are relative to the
-manifest. Broken rows are reported, recorded as failed jobs, and the rest goes on.
+manifest. A row's optional "answer" (the right option's text or letter, or yes/no) adds
+an accuracy line to the summary. Broken rows are reported, recorded as failed jobs, and
+the rest goes on.
 
 Running the same command again resumes: finished jobs are kept, the rest is done. The
 exit code is 0 when every job succeeded, 1 when any failed, 2 for bad usage, 130 when

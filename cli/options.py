@@ -36,10 +36,16 @@ _FLAG_FIELDS = {
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models")
     group.add_argument(
-        "--small", metavar="MODEL", help="small model M_S: HF id, local folder, or 'tiny'"
+        "--small",
+        metavar="MODEL",
+        help="small model M_S: HF id, local folder, 'synth' or 'tiny' "
+        "(default Qwen/Qwen3-VL-2B-Instruct)",
     )
     group.add_argument(
-        "--large", metavar="MODEL", help="agentic model M_L: HF id, local folder, or 'tiny'"
+        "--large",
+        metavar="MODEL",
+        help="agentic model M_L: HF id, local folder, 'synth' or 'tiny' "
+        "(default ChenShawn/DeepEyes-7B)",
     )
     group.add_argument("--backend", choices=["transformers", "scripted"], help="model backend")
     group.add_argument("--device", help="'auto', 'cpu', 'cuda', 'cuda:1', ...")
