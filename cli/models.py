@@ -48,8 +48,8 @@ def register(commands: Any) -> None:
     )
     train.add_argument("--items", type=int, default=1500, help="training items (1500)")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--small-minutes", type=float, default=6.0, help="(6)")
-    train.add_argument("--large-minutes", type=float, default=14.0, help="(14)")
+    train.add_argument("--small-minutes", type=float, default=5.0, help="(5)")
+    train.add_argument("--large-minutes", type=float, default=22.0, help="(22)")
     train.set_defaults(run=run_train_synth)
 
 

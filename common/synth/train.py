@@ -258,8 +258,8 @@ def train_synth(
     *,
     items_count: int = 1500,
     seed: int = 0,
-    small_minutes: float = 6.0,
-    large_minutes: float = 14.0,
+    small_minutes: float = 5.0,
+    large_minutes: float = 22.0,
     on_log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train both synth models from the tiny random checkpoints into ``out/{small,large}``."""
