@@ -54,14 +54,12 @@ def register(commands: Any) -> None:
 
 
 def run_build_tiny(args: argparse.Namespace) -> int:
-    from common.models.tiny import build_tiny, tiny_paths, tiny_root
+    from common.models.tiny import build_tiny, tiny_root
 
-    settings = Settings()
-    folder = args.out or tiny_root(settings.cache_dir)
-    paths = {"large": folder / "large", "small": folder / "small"}
-    if args.out is None:
-        paths = tiny_paths(settings.cache_dir)
-    if not args.force and all((p / "config.json").is_file() for p in paths.values()):
+    folder = args.out or tiny_root(Settings().cache_dir)
+    if not args.force and all(
+        (folder / role / "config.json").is_file() for role in ("large", "small")
+    ):
         print(f"tiny checkpoints already built in {folder} (--force rebuilds)")
         return 0
     started = time.perf_counter()

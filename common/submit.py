@@ -9,7 +9,7 @@ again, or re-running the same command, finds the job instead of making a second 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -58,14 +58,12 @@ def to_item(row: SourceRow, settings: Settings) -> store.NewItem:
         row.position, row.item_id, row.question, row.options, row.image_path, expected=row.expected
     )
     if row.error is not None or row.image_path is None:
-        return store.NewItem(
-            **{**item.__dict__, "error": row.error or ("image_missing", "no image")}
-        )
+        return replace(item, error=row.error or ("image_missing", "no image"))
     try:
         digest = content_hash(read_image_bytes(row.image_path, settings.image_limits))
     except ImageError as exc:
-        return store.NewItem(**{**item.__dict__, "error": (exc.code, f"{row.item_id}: {exc}")})
-    return store.NewItem(**{**item.__dict__, "image_hash": digest})
+        return replace(item, error=(exc.code, f"{row.item_id}: {exc}"))
+    return replace(item, image_hash=digest)
 
 
 def submit_corpus(
