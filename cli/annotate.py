@@ -7,13 +7,21 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli.options import add_funnel_flags, add_model_flags, add_store_flags, settings_from_args
+from cli.options import (
+    add_broker_flags,
+    add_funnel_flags,
+    add_model_flags,
+    add_store_flags,
+    settings_from_args,
+)
+from common.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
     from common.config import Settings
     from common.runner import RunResult
+    from common.store.jobs import BatchCounts
 
 DESCRIPTION = """\
 Annotate a corpus: every image + question goes through the SpecEyes funnel (screen,
@@ -30,6 +38,12 @@ the rest goes on.
 Running the same command again resumes: finished jobs are kept, the rest is done. The
 exit code is 0 when every job succeeded, 1 when any failed, 2 for bad usage, 130 when
 interrupted (Ctrl-C leaves unfinished jobs queued for the next run).
+
+Distributed: with a broker (--broker / SPECEYES_BROKER_URL, or --distributed to insist),
+the jobs are committed to the store (--db, PostgreSQL), sent to the fast queue, and the
+command follows their progress in the store while `speceyes worker fast` and
+`speceyes worker slow` processes do the work; the workers' own model and gate settings
+apply. Ctrl-C stops following; the jobs go on.
 """
 
 
@@ -51,9 +65,15 @@ def register(commands: Any) -> None:
         "--agent-workers", type=int, metavar="N", help="trajectories at once (default 1)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="run on the workers of the broker (an error if none is configured)",
+    )
     add_model_flags(parser)
     add_funnel_flags(parser)
     add_store_flags(parser)
+    add_broker_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -64,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
     from common.submit import submit_corpus
 
     settings = settings_from_args(args)
+    if args.distributed and not settings.broker_url:
+        raise ConfigurationError(
+            "--distributed needs a broker: --broker redis://HOST:6379/0 or SPECEYES_BROKER_URL"
+        )
     if args.out is not None:
         check_format(args.out)
     rows = read_source(args.source, args.question, args.options)
@@ -79,13 +103,17 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     verb = "created" if submitted.batch_created else "resumed"
     print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
-    result = _work(sessions, submitted.batch_id, settings, args.no_progress)
+    work = _work_distributed if settings.broker_url else _work
+    result = work(sessions, submitted.batch_id, settings, args.no_progress)
     _print_summary(result)
     _print_accuracy(sessions, submitted.batch_id)
     if args.out is not None:
         _export(sessions, submitted.batch_id, args.out)
     if result.interrupted:
-        print("interrupted: unfinished jobs stay queued; run the same command to resume")
+        if settings.broker_url:
+            print("stopped following: the workers go on; run the same command to follow again")
+        else:
+            print("interrupted: unfinished jobs stay queued; run the same command to resume")
         return 130
     return 1 if result.counts.failures else 0
 
@@ -95,7 +123,7 @@ def _work(
 ) -> RunResult:
     from common.backends import load_models
     from common.runner import EmbeddedRunner, RunResult
-    from common.store.jobs import BatchCounts, batch_counts
+    from common.store.jobs import batch_counts
 
     with sessions() as session:
         counts = batch_counts(session, batch_id)
@@ -107,13 +135,45 @@ def _work(
 
         def progress(now: BatchCounts) -> None:
             bar.update(now.finished - bar.n)
-            bar.set_postfix_str(
-                f"small {now.by_answerer['small']} | agent {now.by_answerer['large']} | "
-                f"deferred {now.by_status['deferred']} | failed {now.by_status['failed']}",
-                refresh=False,
-            )
+            bar.set_postfix_str(_postfix(now), refresh=False)
 
         return runner.run(batch_id, on_progress=progress)
+
+
+def _work_distributed(
+    sessions: sessionmaker[Session], batch_id: str, settings: Settings, no_progress: bool
+) -> RunResult:
+    from common.broker import Broker
+    from common.distributed import DistributedRunner
+
+    broker = Broker(settings)
+    broker.ping()
+    runner = DistributedRunner(sessions, broker)
+    fast, slow = runner.enqueue(batch_id)
+    print(f"sent {fast} jobs to the fast queue and {slow} to the slow queue")
+    counts = runner.counts(batch_id)
+    with _bar(counts.jobs, "annotating", no_progress, initial=counts.finished) as bar:
+
+        def progress(now: BatchCounts) -> None:
+            bar.update(now.finished - bar.n)
+            bar.set_postfix_str(_postfix(now), refresh=False)
+
+        def stalled(seconds: float) -> None:
+            bar.write(
+                f"nothing finished for {seconds:.0f} s: are workers running? "
+                "(speceyes worker fast / speceyes worker slow, same --db and --broker)"
+            )
+
+        result = runner.follow(batch_id, on_progress=progress, on_stall=stalled)
+    broker.close()
+    return result
+
+
+def _postfix(now: BatchCounts) -> str:
+    return (
+        f"small {now.by_answerer['small']} | agent {now.by_answerer['large']} | "
+        f"deferred {now.by_status['deferred']} | failed {now.by_status['failed']}"
+    )
 
 
 def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:

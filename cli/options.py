@@ -30,6 +30,7 @@ _FLAG_FIELDS = {
     "agent": "agent",
     "agent_workers": "agent_workers",
     "db": "database_url",
+    "broker": "broker_url",
 }
 
 
@@ -77,6 +78,15 @@ def add_store_flags(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="job store: sqlite:///file.db (default sqlite:///speceyes.db) or "
         "postgresql://user@host/db",
+    )
+
+
+def add_broker_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        help="Redis URL of the distributed pipeline, e.g. redis://127.0.0.1:6379/0 "
+        "(default: SPECEYES_BROKER_URL; unset means embedded)",
     )
 
 

@@ -52,6 +52,11 @@ class ScriptedSettings(BaseModel):
     fast_batch_s: float = Field(0.0, ge=0.0)
     fast_job_s: float = Field(0.0, ge=0.0)
     agent_step_s: float = Field(0.0, ge=0.0)
+    scripts_file: Path | None = Field(
+        None,
+        description="JSON object: job id -> that job's script (JobScript's fields), for "
+        "tests that run workers in other processes.",
+    )
 
 
 class Settings(BaseSettings):
@@ -138,6 +143,22 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(
         None, description="Redis URL of the Celery broker; unset means embedded mode."
     )
+    broker_key_prefix: str = Field(
+        "", description="Prefix of every Redis key the broker uses (isolates deployments)."
+    )
+    fast_queue: str = Field("speceyes.fast", description="Queue of phases I-III (batched).")
+    slow_queue: str = Field("speceyes.slow", description="Queue of agent trajectories.")
+    visibility_timeout_s: float = Field(
+        3600.0,
+        gt=0.0,
+        description="A message taken by a worker that dies comes back after this many "
+        "seconds. Must exceed the longest fast batch (with its wait) and the longest "
+        "trajectory, or a live job is handed out twice (harmless, but wasted work).",
+    )
+    max_attempts: int = Field(
+        3, ge=1, description="Tries per job and stage before it is failed with its reason."
+    )
+    retry_delay_s: float = Field(2.0, ge=0.0, description="Wait before a job is tried again.")
 
     @field_validator("cache_dir")
     @classmethod

@@ -116,3 +116,45 @@ def write_images(folder: Path, count: int, size: tuple[int, int] = (64, 48)) -> 
         Image.new("RGB", size, (index * 7 % 256, index * 13 % 256, 90)).save(path)
         paths.append(path)
     return paths
+
+
+# -- the broker ------------------------------------------------------------------------
+# Tests of the distributed pipeline use the Redis the machine runs. Each test gets a key
+# prefix and queue names of its own, and its keys are deleted afterwards.
+REDIS_URL = os.environ.get("SPECEYES_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="session")
+def redis_client():
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0]
+        pytest.exit(
+            f"Redis is not reachable at {REDIS_URL} ({reason}). Start it "
+            "(e.g. `redis-server --daemonize yes`) or set SPECEYES_TEST_REDIS_URL.",
+            returncode=3,
+        )
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def broker_env(redis_client, postgres_url: str) -> Iterator[dict[str, str]]:
+    """SPECEYES_* settings of an isolated distributed deployment (Redis + PostgreSQL)."""
+    tag = uuid.uuid4().hex[:10]
+    prefix = f"speceyes-test-{tag}:"
+    yield {
+        "SPECEYES_BROKER_URL": REDIS_URL,
+        "SPECEYES_BROKER_KEY_PREFIX": prefix,
+        "SPECEYES_FAST_QUEUE": f"fast-{tag}",
+        "SPECEYES_SLOW_QUEUE": f"slow-{tag}",
+        "SPECEYES_DATABASE_URL": postgres_url,
+        "SPECEYES_BACKEND": "scripted",
+    }
+    keys = list(redis_client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        redis_client.delete(*keys)

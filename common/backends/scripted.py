@@ -12,12 +12,14 @@ funnel's throughput measurable without a model.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from common.backends.base import Conversation, Generation, Query, ScreenResult, Speculation
 from common.config import ScriptedSettings
@@ -39,6 +41,23 @@ class JobScript:
     agent_steps: tuple[str, ...] | None = None  # agent outputs, step by step (last repeats)
     agent_answer: str = "A"  # used when agent_steps is None: one step that answers
     fail: frozenset[Phase] = frozenset()  # phases whose calls raise for this job
+    crash: frozenset[Phase] = frozenset()  # phases whose calls kill the process (a segfault)
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, object]) -> JobScript:
+        """A script from JSON: lists become the tuples / sets the fields hold."""
+        values = dict(fields)
+        for name in ("fail", "crash"):
+            values[name] = frozenset(values.get(name) or ())  # type: ignore[call-overload]
+        if values.get("agent_steps") is not None:
+            values["agent_steps"] = tuple(values["agent_steps"])  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, object]:
+        values = asdict(self)
+        for name in ("fail", "crash"):
+            values[name] = sorted(values[name])
+        return values
 
     def steps(self) -> tuple[str, ...]:
         if self.agent_steps is not None:
@@ -125,6 +144,8 @@ class ScriptedModel:
             self.batch_sizes.append((phase, len(job_ids)))
         self.costs.get(phase, SimulatedCost()).spend(len(job_ids))
         scripts = [self.script(job_id) for job_id in job_ids]
+        if any(phase in script.crash for script in scripts):
+            os._exit(70)  # what a poison input does to a real model server: no cleanup
         failing = [job_id for job_id, s in zip(job_ids, scripts, strict=True) if phase in s.fail]
         if failing:
             raise ModelError(f"scripted {phase} failure for job(s) {', '.join(failing)}")
@@ -152,7 +173,12 @@ def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
 def scripted_from_settings(settings: ScriptedSettings) -> ScriptedModel:
     """The scripted model the settings describe (shares and simulated costs)."""
     half_fast = SimulatedCost(settings.fast_batch_s / 2, settings.fast_job_s / 2)
+    scripts = {}
+    if settings.scripts_file is not None:
+        raw = json.loads(settings.scripts_file.read_text())
+        scripts = {job_id: JobScript.from_dict(fields) for job_id, fields in raw.items()}
     return ScriptedModel(
+        scripts=scripts,
         default=mixture(settings.tool_free, settings.confident),
         costs={
             "screen": half_fast,

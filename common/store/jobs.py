@@ -15,9 +15,10 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from common.config import GateSettings
@@ -60,6 +61,7 @@ class Ticket:
     image_hash: str | None
     question: str
     options: list[str] | None
+    attempts: int = 1  # this claim included
 
 
 @dataclass
@@ -217,6 +219,62 @@ def claim(session: Session, status: str, limit: int, batch_id: str | None = None
     return [Ticket(j.id, j.image_path, j.image_hash, j.question, j.options) for j in rows]
 
 
+def claim_ids(
+    session: Session, job_ids: Sequence[str], stage: str, *, stale_after_s: float
+) -> list[Ticket]:
+    """Claim the named jobs for ``stage`` (a message carried their ids).
+
+    A job is claimed when it waits for the stage (``queued`` for fast, ``deferred`` for
+    agent), or when it has been ``running`` in the stage for over ``stale_after_s`` (the
+    worker that held it died and its message came back). Jobs that are finished, waiting
+    for the other stage, or running elsewhere right now are left alone. Each claim counts
+    one attempt; the returned tickets carry the count.
+    """
+    waiting = QUEUED if stage == FAST else DEFERRED
+    started = Job.fast_started_at if stage == FAST else Job.agent_started_at
+    now = utcnow()
+    stale = now - timedelta(seconds=stale_after_s)
+    claimable = or_(
+        Job.status == waiting,
+        and_(Job.status == RUNNING, Job.stage == stage, started < stale),
+    )
+    query = select(Job.id).where(Job.id.in_(list(job_ids)), claimable)
+    ids = list(session.scalars(query.with_for_update(skip_locked=True)))
+    if not ids:
+        return []
+    session.execute(
+        update(Job)
+        .where(Job.id.in_(ids))
+        .values(status=RUNNING, stage=stage, attempts=Job.attempts + 1, **{started.key: now})
+    )
+    rows = session.scalars(select(Job).where(Job.id.in_(ids)).order_by(Job.created_at, Job.id))
+    return [
+        Ticket(j.id, j.image_path, j.image_hash, j.question, j.options, j.attempts) for j in rows
+    ]
+
+
+def statuses(session: Session, job_ids: Sequence[str]) -> dict[str, str]:
+    """Job id -> status, for the ids that exist."""
+    query = select(Job.id, Job.status).where(Job.id.in_(list(job_ids)))
+    return {job_id: status for job_id, status in session.execute(query)}
+
+
+def release_ids(session: Session, job_ids: Sequence[str], stage: str) -> int:
+    """Put claimed jobs back to wait for ``stage`` again (a retry, not a result)."""
+    waiting = QUEUED if stage == FAST else DEFERRED
+    statement = update(Job).where(Job.id.in_(list(job_ids)), Job.status == RUNNING)
+    result = session.execute(statement.where(Job.stage == stage).values(status=waiting))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def fail_running(session: Session, job_id: str, stage: str, code: str, message: str) -> bool:
+    """Fail a job this worker holds (over its attempt limit, or an error of its own)."""
+    statement = _running(job_id, stage).values(
+        status=FAILED, error_code=code, error_message=message, finished_at=utcnow()
+    )
+    return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
+
+
 def _running(job_id: str, stage: str) -> Any:
     return update(Job).where(Job.id == job_id, Job.status == RUNNING, Job.stage == stage)
 
@@ -255,6 +313,7 @@ def _fast_values(outcome: FastOutcome, gate_used: dict[str, Any], now: Any) -> d
     return {
         "status": DEFERRED,
         "stage": AGENT,
+        "attempts": 0,  # attempts count per stage
         "defer_reason": outcome.reason,
         "small_answer": outcome.small_answer,
         "confidence": outcome.confidence,
@@ -293,6 +352,12 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
         }
     result = session.execute(_running(outcome.job_id, AGENT).values(finished_at=now, **values))
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def job_ids(session: Session, batch_id: str, status: str) -> list[str]:
+    """The batch's jobs in ``status``, oldest first."""
+    query = select(Job.id).where(Job.status == status, Job.id.in_(_batch_jobs(batch_id)))
+    return list(session.scalars(query.order_by(Job.created_at, Job.id)))
 
 
 def count_status(session: Session, status: str, batch_id: str) -> int:

@@ -57,7 +57,7 @@ class Job(Base):
     options: Mapped[list[str] | None] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16), index=True)
     stage: Mapped[str] = mapped_column(String(8), default=FAST)
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims in the current stage
 
     # phase I
     screen_needs_tools: Mapped[bool | None]

@@ -1,0 +1,82 @@
+"""``speceyes worker fast|slow``: a Celery worker of the distributed pipeline."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cli.options import (
+    add_broker_flags,
+    add_funnel_flags,
+    add_model_flags,
+    add_store_flags,
+    settings_from_args,
+)
+
+DESCRIPTION = """\
+Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKER_URL or
+--broker); results go to the job store (--db, PostgreSQL for more than one machine).
+
+  fast   phases I-III in micro-batches: flushes at --batch-size messages or after
+         SPECEYES_FAST_MAX_WAIT_S; accepted answers are written at once, the rest are
+         sent to the slow queue. One process, one batch at a time; it prefetches two
+         batches' worth of messages so the next batch fills while this one runs.
+  slow   one agent trajectory at a time, one message prefetched.
+
+Scale out by starting more workers, on this machine or others, against the same Redis
+and database; with GPUs, one worker per GPU (--device cuda:N). A worker loads its models
+after it starts. Messages are acknowledged after their work is recorded: a worker that
+dies leaves its jobs to come back after SPECEYES_VISIBILITY_TIMEOUT_S (default 3600 s),
+to any worker; Ctrl-C (or SIGTERM) hands them back at once.
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "worker",
+        help="run a fast or slow worker of the distributed pipeline",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("pool", choices=["fast", "slow"], help="which queue to work")
+    parser.add_argument("--batch-size", type=int, metavar="N", help="fast micro-batch (32)")
+    parser.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on PORT"
+    )
+    parser.add_argument("--name", help="worker node name (default: fast@HOST / slow@HOST)")
+    parser.add_argument("--loglevel", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_model_flags(parser)
+    add_funnel_flags(parser)
+    add_store_flags(parser)
+    add_broker_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from common.store.db import open_store
+    from workers.app import make_app
+
+    settings = settings_from_args(args)
+    logging.getLogger().setLevel(args.loglevel)
+    open_store(settings.database_url).kw["bind"].dispose()  # fail now if the store is wrong
+    app = make_app(settings, metrics_port=args.metrics_port)
+    queue = settings.fast_queue if args.pool == "fast" else settings.slow_queue
+    # celery-batches only fills a batch if prefetch x concurrency >= the batch size.
+    prefetch = 2 * settings.fast_batch_size if args.pool == "fast" else 1
+    app.worker_main(
+        [
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            f"--queues={queue}",
+            f"--prefetch-multiplier={prefetch}",
+            f"--hostname={args.name or args.pool + '@%h'}",
+            f"--loglevel={args.loglevel}",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+    )
+    return 0

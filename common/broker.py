@@ -1,0 +1,116 @@
+"""The Celery broker, as the senders see it: put job ids on the fast or slow queue.
+
+Messages carry job ids only; the job row in the store holds everything else. Tasks are
+sent by name, so whoever enqueues (``speceyes annotate``, the API, a fast worker passing
+jobs on) never imports the worker code or a model.
+
+The same ``celery_app`` configuration serves the workers (``workers/app.py`` registers
+the tasks on it): JSON messages, late acknowledgement, the visibility timeout and key
+prefix of ``Settings``, and no result backend (results live in the job store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from common.config import Settings
+from common.errors import BackendUnavailable, ConfigurationError
+
+FAST_TASK = "speceyes.fast"
+SLOW_TASK = "speceyes.slow"
+
+
+def celery_app(settings: Settings) -> Any:
+    """A Celery app configured from ``settings`` (no tasks registered)."""
+    from celery import Celery
+
+    if not settings.broker_url:
+        raise ConfigurationError(
+            "no broker configured: set SPECEYES_BROKER_URL (e.g. redis://127.0.0.1:6379/0)"
+        )
+    app = Celery("speceyes", broker=settings.broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_routes={
+            FAST_TASK: {"queue": settings.fast_queue},
+            SLOW_TASK: {"queue": settings.slow_queue},
+        },
+        task_default_queue=settings.fast_queue,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options=transport_options(settings),
+        worker_hijack_root_logger=False,
+        worker_enable_remote_control=False,
+    )
+    return app
+
+
+def transport_options(settings: Settings) -> dict[str, Any]:
+    """Redis transport options: how soon a dead worker's messages come back."""
+    timeout = settings.visibility_timeout_s
+    return {
+        "visibility_timeout": timeout,
+        "global_keyprefix": settings.broker_key_prefix,
+        # kombu looks for overdue messages every interval x throttle seconds; keep that
+        # well under the timeout so a message comes back soon after it is overdue.
+        "unacked_restore_interval": max(1, min(10, int(timeout / 4))),
+        "unacked_restore_throttle": 1,
+    }
+
+
+class Broker:
+    """Sends job ids to the queues. Reuses one connection for a whole send."""
+
+    def __init__(self, settings: Settings, app: Any | None = None) -> None:
+        self.settings = settings
+        self.app = app if app is not None else celery_app(settings)
+
+    def send_fast(self, job_ids: Iterable[str], countdown: float | None = None) -> int:
+        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, countdown)
+
+    def send_slow(self, job_ids: Iterable[str], countdown: float | None = None) -> int:
+        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, countdown)
+
+    def _send(self, task: str, queue: str, job_ids: Iterable[str], countdown: float | None) -> int:
+        from kombu.exceptions import OperationalError
+
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for job_id in job_ids:
+                    self.app.send_task(
+                        task, args=[job_id], queue=queue, countdown=countdown, producer=producer
+                    )
+                    sent += 1
+        except OperationalError as exc:
+            raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
+        return sent
+
+    def queue_depths(self) -> dict[str, int]:
+        """Messages waiting per queue (not counting those a worker holds)."""
+        with self.app.connection_for_read() as connection:
+            client = connection.default_channel.client
+            prefix = self.settings.broker_key_prefix
+            return {
+                queue: int(client.llen(prefix + queue))
+                for queue in (self.settings.fast_queue, self.settings.slow_queue)
+            }
+
+    def ping(self) -> None:
+        """Raise ``BackendUnavailable`` unless the broker answers."""
+        try:
+            with self.app.connection_for_write() as connection:
+                connection.ensure_connection(max_retries=1, timeout=2)
+        except Exception as exc:
+            raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
+
+    def close(self) -> None:
+        self.app.close()
+
+    def _where(self) -> str:
+        url = self.settings.broker_url or ""
+        return url.split("@")[-1]  # no password in messages

@@ -1,0 +1,244 @@
+"""What a distributed worker does with the job ids a message carries.
+
+Delivery is at-least-once (a worker that dies leaves its messages to come back after the
+visibility timeout); the effects are exactly-once because every step is a conditional
+write on the job row (``common.store.jobs``):
+
+- a message for a job that is already finished, or waiting for the other stage, or
+  running on a live worker, changes nothing;
+- a job left ``running`` by a dead worker is claimed again once it is stale.
+
+``FastStage.process`` runs phases I-III over the ids of one celery-batches flush; it
+commits the batch's outcomes in one transaction and only then returns the jobs to put on
+the slow queue. ``AgentStage.process`` runs one trajectory. Neither knows about Celery:
+the tasks in ``workers/`` are thin wrappers that pass ids in and send what comes out.
+
+Failures, which celery-batches leaves to us (it acknowledges a batch that raised):
+
+- a group that raises is split in halves until the failing job stands alone;
+- a lone failing job is retried (sent again after ``retry_delay_s``) until it has used
+  ``max_attempts``, then it is ``failed`` with the last error;
+- a job claimed before (its earlier worker died while holding it) runs in a group of its
+  own, so a job that kills its worker takes nobody else down with it next time, and one
+  over the limit is failed without running.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.agents.deepeyes import AgentLimits
+from common.backends import Models
+from common.backends.base import Query
+from common.config import Settings
+from common.errors import RetryableError
+from common.funnel import (
+    Accepted,
+    Deferred,
+    Failed,
+    FastOutcome,
+    FunnelSettings,
+    prepare_query,
+    run_agent_stage,
+    run_fast_stage,
+)
+from common.store import jobs as store
+from common.store.jobs import Ticket
+from common.store.tables import AGENT, DEFERRED, FAST
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Delivery:
+    """What a worker must do after its work is committed, and what happened (metrics)."""
+
+    to_slow: list[str] = field(default_factory=list)  # deferred: send to the slow queue
+    retry: list[str] = field(default_factory=list)  # released: send to this queue again
+    outcomes: list[FastOutcome] = field(default_factory=list)
+    failed: int = 0  # failed by this worker (limit reached, own error)
+    skipped: int = 0  # nothing to do: finished, elsewhere, or a duplicate message
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase
+
+
+def load_ticket(ticket: Ticket, settings: Settings) -> Query | Failed:
+    """The job's image and question as a ``Query``, or the job failed with the reason."""
+    if ticket.image_path is None:
+        return Failed(ticket.job_id, "image_missing", "the job has no image")
+    return prepare_query(
+        ticket.job_id,
+        ticket.image_path,
+        ticket.question,
+        ticket.options,
+        settings.image_limits,
+        expected_hash=ticket.image_hash,
+    )
+
+
+def exhausted_message(ticket: Ticket, limit: int) -> str:
+    return (
+        f"gave up after {ticket.attempts - 1} attempts (limit {limit}): the worker "
+        "running this job stopped before recording a result each time"
+    )
+
+
+class FastStage:
+    """Phases I-III for the job ids of one batch of messages."""
+
+    def __init__(self, sessions: sessionmaker[Session], models: Models, settings: Settings):
+        self.sessions = sessions
+        self.models = models
+        self.settings = settings
+        self.funnel = FunnelSettings.from_settings(settings)
+
+    def process(self, job_ids: Sequence[str]) -> Delivery:
+        delivery = Delivery()
+        with self.sessions.begin() as session:
+            tickets = store.claim_ids(
+                session, job_ids, FAST, stale_after_s=self.settings.visibility_timeout_s / 2
+            )
+            claimed = {ticket.job_id for ticket in tickets}
+            # Deferred by an earlier delivery of this message that died before sending them
+            # on: send them again (a duplicate slow message changes nothing).
+            others = store.statuses(session, [i for i in job_ids if i not in claimed])
+            delivery.to_slow += [job_id for job_id, status in others.items() if status == DEFERRED]
+            delivery.skipped = len(job_ids) - len(tickets)
+            tickets = self._fail_exhausted(session, tickets, delivery)
+        fresh = [ticket for ticket in tickets if ticket.attempts == 1]
+        suspects = [[ticket] for ticket in tickets if ticket.attempts > 1]
+        for group in [fresh, *suspects]:
+            if group:
+                self._run_group(group, delivery)
+        return delivery
+
+    def _fail_exhausted(
+        self, session: Session, tickets: list[Ticket], delivery: Delivery
+    ) -> list[Ticket]:
+        limit = self.settings.max_attempts
+        for ticket in tickets:
+            if ticket.attempts > limit:
+                message = exhausted_message(ticket, limit)
+                store.fail_running(session, ticket.job_id, FAST, "attempts_exhausted", message)
+                delivery.failed += 1
+        return [ticket for ticket in tickets if ticket.attempts <= limit]
+
+    def _run_group(self, group: list[Ticket], delivery: Delivery) -> None:
+        """Compute and commit one group; on an error, halve it until the culprit is alone."""
+        try:
+            outcomes, seconds = self._compute(group)
+            with self.sessions.begin() as session:
+                store.record_fast(session, outcomes, self.funnel.gate)
+        except RetryableError as exc:
+            log.warning("fast batch of %d will be retried: %s", len(group), exc)
+            self._release(group, delivery)
+            return
+        except Exception as exc:
+            if len(group) > 1:
+                middle = len(group) // 2
+                self._run_group(group[:middle], delivery)
+                self._run_group(group[middle:], delivery)
+                return
+            self._lone_failure(group[0], exc, delivery)
+            return
+        delivery.outcomes += outcomes
+        delivery.to_slow += [o.job_id for o in outcomes if isinstance(o, Deferred)]
+        for phase, spent in seconds.items():
+            delivery.seconds[phase] = delivery.seconds.get(phase, 0.0) + spent
+
+    def _compute(self, group: list[Ticket]) -> tuple[list[FastOutcome], dict[str, float]]:
+        started = time.perf_counter()
+        loaded = [load_ticket(ticket, self.settings) for ticket in group]
+        queries = [query for query in loaded if isinstance(query, Query)]
+        outcomes: list[FastOutcome] = [query for query in loaded if isinstance(query, Failed)]
+        load_s = time.perf_counter() - started
+        result = run_fast_stage(
+            queries, large=self.models.large, small=self.models.small, settings=self.funnel
+        )
+        return outcomes + result.outcomes, {"load": load_s, **result.seconds}
+
+    def _release(self, group: list[Ticket], delivery: Delivery) -> None:
+        with self.sessions.begin() as session:
+            store.release_ids(session, [ticket.job_id for ticket in group], FAST)
+        delivery.retry += [ticket.job_id for ticket in group]
+
+    def _lone_failure(self, ticket: Ticket, exc: Exception, delivery: Delivery) -> None:
+        reason = f"{type(exc).__name__}: {exc}"
+        if ticket.attempts < self.settings.max_attempts:
+            log.warning("job %s failed (attempt %d), retrying: %s", ticket.job_id,
+                        ticket.attempts, reason)  # fmt: skip
+            self._release([ticket], delivery)
+            return
+        log.error("job %s failed for good after %d attempts: %s", ticket.job_id,
+                  ticket.attempts, reason)  # fmt: skip
+        with self.sessions.begin() as session:
+            store.fail_running(session, ticket.job_id, FAST, "internal_error", reason[:2000])
+        delivery.failed += 1
+
+
+class AgentStage:
+    """Phase IV for the job id of one message."""
+
+    def __init__(self, sessions: sessionmaker[Session], models: Models, settings: Settings):
+        self.sessions = sessions
+        self.models = models
+        self.settings = settings
+        self.limits = AgentLimits.from_settings(settings)
+
+    def process(self, job_id: str) -> Delivery:
+        delivery = Delivery()
+        limit = self.settings.max_attempts
+        with self.sessions.begin() as session:
+            tickets = store.claim_ids(
+                session, [job_id], AGENT, stale_after_s=self.settings.visibility_timeout_s / 2
+            )
+            if not tickets:
+                delivery.skipped = 1
+                return delivery
+            ticket = tickets[0]
+            if ticket.attempts > limit:
+                message = exhausted_message(ticket, limit)
+                store.fail_running(session, job_id, AGENT, "attempts_exhausted", message)
+                delivery.failed = 1
+                return delivery
+        started = time.perf_counter()
+        try:
+            query = load_ticket(ticket, self.settings)
+            outcome = (
+                query
+                if isinstance(query, Failed)
+                else run_agent_stage(query, self.models.large, self.limits)
+            )
+            with self.sessions.begin() as session:
+                store.record_agent(session, outcome)
+        except RetryableError as exc:
+            log.warning("trajectory of job %s will be retried: %s", job_id, exc)
+            self._release(job_id, delivery)
+            return delivery
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if ticket.attempts < limit:
+                log.warning("job %s failed in the agent stage, retrying: %s", job_id, reason)
+                self._release(job_id, delivery)
+                return delivery
+            with self.sessions.begin() as session:
+                store.fail_running(session, job_id, AGENT, "internal_error", reason[:2000])
+            delivery.failed = 1
+            return delivery
+        delivery.seconds["agent"] = time.perf_counter() - started
+        if isinstance(outcome, Failed) or outcome.answer is None:
+            delivery.failed = 1
+        return delivery
+
+    def _release(self, job_id: str, delivery: Delivery) -> None:
+        with self.sessions.begin() as session:
+            store.release_ids(session, [job_id], AGENT)
+        delivery.retry.append(job_id)
+
+
+def accepted(delivery: Delivery) -> int:
+    return sum(isinstance(outcome, Accepted) for outcome in delivery.outcomes)

@@ -1,0 +1,191 @@
+"""The distributed pipeline with real Celery workers (subprocesses) on Redis + PostgreSQL.
+
+Each test has its own PostgreSQL database, Redis key prefix and queue names. Workers run
+the scripted backend with per-job scripts from a file, so every route is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from common.backends.scripted import JobScript
+from common.broker import Broker
+from common.config import Settings
+from common.corpus import read_source
+from common.distributed import DistributedRunner
+from common.store.db import open_store
+from common.store.tables import AGENT, FAST, RUNNING, BatchItem, Job
+from common.submit import submit_corpus
+from tests.common.test_runner import ROUTES
+from tests.conftest import write_images
+from tests.helpers import WorkerProcess, wait_until
+
+
+class Deployment:
+    """One isolated deployment: settings, store, broker, and the workers started."""
+
+    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
+        self.env = env
+        self.tmp_path = tmp_path
+        self.settings = Settings()  # from the SPECEYES_* environment the fixture set
+        self.sessions = open_store(self.settings.database_url)
+        self.broker = Broker(self.settings)
+        self.workers: list[WorkerProcess] = []
+
+    def submit(self, folder: Path, question: str = "What is it?") -> str:
+        rows = read_source(folder, question)
+        submitted = submit_corpus(
+            self.sessions, rows, source=str(folder), name="t", settings=self.settings
+        )
+        return submitted.batch_id
+
+    def script(self, batch_id: str, by_item: dict[str, JobScript]) -> dict[str, str]:
+        """Write the scripts of the batch's jobs; returns item -> job id."""
+        with self.sessions() as session:
+            rows = session.execute(
+                select(BatchItem.item_id, BatchItem.job_id).where(BatchItem.batch_id == batch_id)
+            )
+            jobs = {item: job_id for item, job_id in rows}
+        scripts = {jobs[item]: script.to_dict() for item, script in by_item.items()}
+        path = self.tmp_path / "scripts.json"
+        path.write_text(json.dumps(scripts))
+        self.env["SPECEYES_SCRIPTED__SCRIPTS_FILE"] = str(path)
+        return jobs
+
+    def start(self, pool: str, *extra: str) -> WorkerProcess:
+        log = self.tmp_path / f"worker-{pool}-{len(self.workers)}.log"
+        worker = WorkerProcess(pool, self.env, log, *extra)
+        self.workers.append(worker)
+        worker.wait_ready()
+        return worker
+
+    def run(self, batch_id: str, deadline_s: float = 60.0):
+        runner = DistributedRunner(self.sessions, self.broker)
+        runner.enqueue(batch_id)
+        result = runner.follow(batch_id, poll_s=0.1, deadline_s=deadline_s)
+        assert result.counts.finished == result.counts.jobs, (result.counts, self.logs())
+        return result
+
+    def jobs(self) -> dict[str, Job]:
+        with self.sessions() as session:
+            return {job.id: job for job in session.scalars(select(Job))}
+
+    def logs(self) -> str:
+        return "\n".join(w.log_path.read_text()[-2000:] for w in self.workers)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.broker.close()
+        self.sessions.kw["bind"].dispose()
+
+
+@pytest.fixture
+def deployment(broker_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """make(**settings): a deployment whose SPECEYES_<NAME> variables include these."""
+    for key in [key for key in os.environ if key.startswith("SPECEYES_")]:
+        monkeypatch.delenv(key)
+    made: list[Deployment] = []
+
+    def make(**settings: str) -> Deployment:
+        env = {**broker_env, **{f"SPECEYES_{k.upper()}": v for k, v in settings.items()}}
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        made.append(Deployment(env, tmp_path))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
+
+
+def test_scripted_corpus_takes_exactly_its_routes_through_the_workers(tmp_path, deployment):
+    setup = deployment(fast_batch_size="4", agent_max_steps="3", fast_max_wait_s="0.2")
+    folder = tmp_path / "corpus"
+    write_images(folder, len(ROUTES))
+    (folder / "img010.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")  # corrupt: fails alone
+    batch_id = setup.submit(folder)
+    setup.script(batch_id, ROUTES)
+    setup.start("fast")
+    setup.start("slow")
+
+    counts = setup.run(batch_id).counts
+
+    assert counts.jobs == 11
+    assert counts.by_answerer == {"small": 4, "large": 5}
+    assert counts.failures == {"step_limit": 1, "image_error": 1}
+    assert counts.by_defer_reason == {"tools_needed": 4, "low_confidence": 2}
+    jobs = setup.jobs().values()
+    assert all(job.attempts == 1 for job in jobs if job.error_code != "image_error")
+    answers = {job.final_answer for job in jobs if job.answered_by == "large"}
+    assert answers == {"T0", "T1", "T2", "U7", "U8"}
+
+
+def test_a_poison_job_fails_alone_and_its_batch_is_recorded(tmp_path, deployment):
+    # PostgreSQL refuses a NUL character in text: recording this answer fails the whole
+    # batch's transaction, outside any model call. The batch is split until it stands alone.
+    setup = deployment(fast_batch_size="8", fast_max_wait_s="0.2", retry_delay_s="0.1")
+    folder = tmp_path / "corpus"
+    write_images(folder, 8)
+    batch_id = setup.submit(folder)
+    scripts = {f"img{i:03d}.png": JobScript(answer=f"S{i}") for i in range(8)}
+    scripts["img005.png"] = JobScript(answer="bad\x00answer")
+    jobs = setup.script(batch_id, scripts)
+    setup.start("fast")
+    setup.start("slow")
+
+    counts = setup.run(batch_id).counts
+
+    assert counts.by_answerer == {"small": 7}
+    assert counts.failures == {"internal_error": 1}
+    poison = setup.jobs()[jobs["img005.png"]]
+    assert poison.status == "failed" and poison.attempts == setup.settings.max_attempts
+    assert "NUL" in (poison.error_message or "")
+
+
+def _wait_running(setup: Deployment, stage: str) -> list[str]:
+    def running() -> list[str]:
+        return [j.id for j in setup.jobs().values() if j.status == RUNNING and j.stage == stage]
+
+    return wait_until(running, deadline_s=30, what=f"a job running in stage {stage}")
+
+
+@pytest.mark.parametrize("pool", ["fast", "slow"])
+def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deployment, pool):
+    # Each batch / trajectory takes long enough to be killed in the middle of it.
+    setup = deployment(
+        fast_batch_size="4",
+        fast_max_wait_s="0.2",
+        visibility_timeout_s="6",
+        scripted__tool_free="0" if pool == "slow" else "1",
+        scripted__fast_batch_s="2" if pool == "fast" else "0",
+        scripted__agent_step_s="2" if pool == "slow" else "0",
+    )
+    folder = tmp_path / "corpus"
+    write_images(folder, 8)
+    batch_id = setup.submit(folder)
+    setup.start("fast")
+    setup.start("slow")
+    runner = DistributedRunner(setup.sessions, setup.broker)
+    runner.enqueue(batch_id)
+
+    victim = setup.workers[0 if pool == "fast" else 1]
+    in_flight = _wait_running(setup, FAST if pool == "fast" else AGENT)
+    victim.kill()
+    setup.start(pool)
+
+    deadline = setup.settings.visibility_timeout_s + 60
+    result = runner.follow(batch_id, poll_s=0.1, deadline_s=deadline)
+    assert result.counts.finished == result.counts.jobs == 8, setup.logs()
+    jobs = setup.jobs()
+    assert all(job.status == "done" for job in jobs.values())
+    expected = "small" if pool == "fast" else "large"
+    assert all(job.answered_by == expected for job in jobs.values())
+    # the killed work was redone once; nothing else ran twice
+    assert {jobs[job_id].attempts for job_id in in_flight} == {2}
+    assert all(job.attempts == 1 for job_id, job in jobs.items() if job_id not in in_flight)

@@ -1,0 +1,96 @@
+"""The workers' Celery app: the fast (batched) and slow tasks, thin over ``common.delivery``.
+
+- ``speceyes.fast`` is a celery-batches task: messages (one job id each) are buffered
+  until ``fast_batch_size`` of them arrived or ``fast_max_wait_s`` passed, then the ids go
+  to ``FastStage.process`` as one batch. Deferred jobs are sent to the slow queue after
+  their batch is committed.
+- ``speceyes.slow`` runs one trajectory per message (``AgentStage.process``).
+
+Both acknowledge late: a worker that dies mid-batch leaves its messages to come back after
+the visibility timeout, and the conditional writes make the second delivery harmless.
+Models load once per worker process, after it starts (``worker_ready``), never before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from celery.signals import worker_ready
+from celery_batches import Batches, SimpleRequest
+
+from common.backends import Models, load_models
+from common.broker import FAST_TASK, SLOW_TASK, Broker, celery_app
+from common.config import Settings
+from common.delivery import AgentStage, FastStage
+from common.store.db import open_store
+from workers import metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """What the tasks of one worker process share; built on first use, after the start."""
+
+    settings: Settings
+    app: Any
+
+    @cached_property
+    def models(self) -> Models:
+        log.info("loading models: small %s, large %s", self.settings.small_model,
+                 self.settings.large_model)  # fmt: skip
+        return load_models(self.settings)
+
+    @cached_property
+    def broker(self) -> Broker:
+        return Broker(self.settings, self.app)
+
+    @cached_property
+    def fast(self) -> FastStage:
+        return FastStage(open_store(self.settings.database_url), self.models, self.settings)
+
+    @cached_property
+    def slow(self) -> AgentStage:
+        return AgentStage(open_store(self.settings.database_url), self.models, self.settings)
+
+
+def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
+    """The Celery app with both tasks registered, for ``settings``."""
+    app = celery_app(settings)
+    runtime = Runtime(settings, app)
+    lock = threading.Lock()  # celery-batches flushes from a timer thread too
+
+    @app.task(
+        name=FAST_TASK,
+        base=Batches,
+        flush_every=settings.fast_batch_size,
+        flush_interval=settings.fast_max_wait_s,
+        acks_late=True,
+    )
+    def fast(requests: list[SimpleRequest]) -> None:
+        job_ids = list(dict.fromkeys(str(request.args[0]) for request in requests))
+        with lock:
+            delivery = runtime.fast.process(job_ids)
+        runtime.broker.send_slow(delivery.to_slow)
+        runtime.broker.send_fast(delivery.retry, countdown=settings.retry_delay_s)
+        metrics.record_fast(len(job_ids), delivery)
+
+    @app.task(name=SLOW_TASK, acks_late=True)
+    def slow(job_id: str) -> None:
+        delivery = runtime.slow.process(job_id)
+        runtime.broker.send_slow(delivery.retry, countdown=settings.retry_delay_s)
+        metrics.record_agent(delivery)
+
+    @worker_ready.connect(weak=False)
+    def start(**_: Any) -> None:
+        runtime.models  # noqa: B018 -- load now, not on the first message
+        if metrics_port:
+            metrics.serve(metrics_port, runtime.broker)
+            log.info("metrics on :%d/metrics", metrics_port)
+
+    app.speceyes_runtime = runtime
+    return app

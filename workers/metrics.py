@@ -1,0 +1,97 @@
+"""Prometheus metrics of a worker process, served on its own port (``--metrics-port``).
+
+Per stage: jobs by outcome, batch sizes, seconds per phase, and the depth of both queues
+(read from Redis when scraped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from common.broker import Broker
+from common.delivery import Delivery
+from common.funnel import Accepted, Deferred, Failed
+
+JOBS = Counter(
+    "speceyes_jobs_total",
+    "Jobs handled, by stage and outcome (accepted, deferred, done, failed, retried, skipped).",
+    ["stage", "outcome"],
+)
+SCREENED = Counter("speceyes_jobs_screened_total", "Jobs through phase I, by verdict.", ["verdict"])
+BATCH_SIZE = Histogram(
+    "speceyes_fast_batch_size",
+    "Jobs per fast-stage batch (one celery-batches flush).",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+STAGE_SECONDS = Histogram(
+    "speceyes_stage_seconds",
+    "Seconds per phase: load, screen, speculate, gate (per batch); agent (per job).",
+    ["phase"],
+    buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+
+
+def record_fast(batch_size: int, delivery: Delivery) -> None:
+    BATCH_SIZE.observe(batch_size)
+    for outcome in delivery.outcomes:
+        kind = (
+            "accepted"
+            if isinstance(outcome, Accepted)
+            else "deferred"
+            if isinstance(outcome, Deferred)
+            else "failed"
+        )
+        JOBS.labels("fast", kind).inc()
+        screen = getattr(outcome, "screen", None)
+        if screen is not None:
+            SCREENED.labels("tools" if screen.needs_tools else "tool_free").inc()
+    _record_common("fast", delivery)
+
+
+def record_agent(delivery: Delivery) -> None:
+    if "agent" in delivery.seconds:
+        JOBS.labels("agent", "failed" if delivery.failed else "done").inc()
+    elif delivery.failed:
+        JOBS.labels("agent", "failed").inc()
+    _record_common("agent", delivery, count_failed=False)
+
+
+def _record_common(stage: str, delivery: Delivery, count_failed: bool = True) -> None:
+    for phase, seconds in delivery.seconds.items():
+        STAGE_SECONDS.labels(phase).observe(seconds)
+    own_failures = delivery.failed - sum(isinstance(o, Failed) for o in delivery.outcomes)
+    if count_failed and own_failures > 0:
+        JOBS.labels(stage, "failed").inc(own_failures)
+    if delivery.retry:
+        JOBS.labels(stage, "retried").inc(len(delivery.retry))
+    if delivery.skipped:
+        JOBS.labels(stage, "skipped").inc(delivery.skipped)
+
+
+class QueueDepth(Collector):
+    """``speceyes_queue_depth{queue}``: messages waiting, read when scraped."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Any]:
+        family = GaugeMetricFamily(
+            "speceyes_queue_depth", "Messages waiting in the queue.", labels=["queue"]
+        )
+        try:
+            depths = self.broker.queue_depths()
+        except Exception:  # a scrape must not fail because Redis blinked
+            return
+        for queue, depth in depths.items():
+            family.add_metric([queue], depth)
+        yield family
+
+
+def serve(port: int, broker: Broker) -> None:
+    REGISTRY.register(QueueDepth(broker))
+    start_http_server(port)
