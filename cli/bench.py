@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli.options import add_model_flags, settings_from_args
+from cli.options import add_broker_flags, add_model_flags, add_store_flags, settings_from_args
 
 
 def register(commands: Any) -> None:
@@ -49,6 +49,33 @@ def register(commands: Any) -> None:
     embedded.add_argument("--batch-size", type=int, default=32, help="fast micro-batch (32)")
     embedded.add_argument("--agent-workers", type=int, default=1, help="agent threads (1)")
     embedded.set_defaults(run=run_embedded)
+
+    pipeline = kinds.add_parser(
+        "pipeline",
+        help="the distributed pipeline end to end: jobs/s and submit-to-done latency",
+        description="Start fast and slow workers (scripted backend) on a scratch database "
+        "beside --db (PostgreSQL) and a scratch key prefix on --broker, submit --jobs jobs "
+        "in committed chunks, and print jobs/s from the first submit to the last result and "
+        "the p50/p99 submit-to-done latency. By default the backend costs nothing, so the "
+        "figure is the pipeline's own overhead (queues, batching, database). With "
+        "--simulate, the embedded benchmark's costs apply and the funnel is compared with "
+        "the baseline (every job through the slow pool) on the same workers.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pipeline.add_argument("--jobs", type=int, help="jobs (10000; 200 with --simulate)")
+    pipeline.add_argument("--fast-workers", type=int, default=1, help="fast workers (1)")
+    pipeline.add_argument("--slow-workers", type=int, default=1, help="slow workers (1)")
+    pipeline.add_argument("--batch-size", type=int, default=32, help="fast micro-batch (32)")
+    pipeline.add_argument("--tool-free", type=float, default=0.7, help="beta (0.7)")
+    pipeline.add_argument("--confident", type=float, default=0.7, help="alpha (0.7)")
+    pipeline.add_argument(
+        "--simulate",
+        action="store_true",
+        help="fast stage 0.2 s per batch + 0.01 s per job, agent 1.0 s; funnel vs baseline",
+    )
+    add_store_flags(pipeline)
+    add_broker_flags(pipeline)
+    pipeline.set_defaults(run=run_pipeline)
 
     synth = kinds.add_parser(
         "synth",
@@ -157,6 +184,53 @@ def run_embedded(args: argparse.Namespace) -> int:
         f"speedup   {funnel.jobs_per_s / baseline.jobs_per_s:.2f}x measured, "
         f"{1 / (1 - beta * alpha):.2f}x ideal 1/(1 - beta*alpha)"
     )
+    return 0
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    from common.pipeline_bench import PipelinePlan, bench_pipeline
+
+    settings = settings_from_args(args, fast_batch_size=args.batch_size)
+    jobs = args.jobs or (200 if args.simulate else 10_000)
+    shares = {
+        "SPECEYES_SCRIPTED__TOOL_FREE": str(args.tool_free),
+        "SPECEYES_SCRIPTED__CONFIDENT": str(args.confident),
+    }
+    if args.simulate:
+        shares |= {
+            "SPECEYES_SCRIPTED__FAST_BATCH_S": "0.2",
+            "SPECEYES_SCRIPTED__FAST_JOB_S": "0.01",
+            "SPECEYES_SCRIPTED__AGENT_STEP_S": "1.0",
+        }
+    runs = [("funnel", False), ("baseline", True)] if args.simulate else [("funnel", False)]
+    cost = "simulated costs" if args.simulate else "zero-cost scripted backend"
+    print(
+        f"distributed pipeline, {cost}, {jobs} jobs, beta {args.tool_free} x alpha "
+        f"{args.confident}, {args.fast_workers} fast / {args.slow_workers} slow worker(s), "
+        f"batch {args.batch_size}"
+    )
+    results = {}
+    for label, baseline in runs:
+        plan = PipelinePlan(
+            jobs,
+            args.fast_workers,
+            args.slow_workers,
+            worker_env={**shares, "SPECEYES_BASELINE": str(baseline).lower()},
+        )
+        results[label] = figures = bench_pipeline(settings, plan, log=lambda line: None)
+        print(
+            f"{label:<9} {figures.jobs} jobs in {figures.seconds:.1f} s = "
+            f"{figures.jobs_per_s:.1f} jobs/s; submit-to-done p50 {figures.p50_s:.2f} s, "
+            f"p99 {figures.p99_s:.2f} s; small model answered {figures.small_share:.1%}"
+        )
+    if args.simulate:
+        funnel, base = results["funnel"], results["baseline"]
+        beta, alpha = funnel.beta or 0.0, funnel.alpha or 0.0
+        print(
+            f"speedup   {funnel.jobs_per_s / base.jobs_per_s:.2f}x "
+            f"(ideal 1/(1 - beta*alpha) = {1 / (1 - beta * alpha):.2f}x "
+            f"at the drawn beta {beta:.3f}, alpha {alpha:.3f})"
+        )
     return 0
 
 

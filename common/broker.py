@@ -93,12 +93,25 @@ class Broker:
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting per queue (not counting those a worker holds)."""
         with self.app.connection_for_read() as connection:
-            client = connection.default_channel.client
-            prefix = self.settings.broker_key_prefix
+            client = connection.default_channel.client  # adds the key prefix itself
             return {
-                queue: int(client.llen(prefix + queue))
+                queue: int(client.llen(queue))
                 for queue in (self.settings.fast_queue, self.settings.slow_queue)
             }
+
+    def delete_keys(self) -> int:
+        """Remove every key under this deployment's prefix (scratch deployments only)."""
+        import redis
+
+        prefix = self.settings.broker_key_prefix
+        if not prefix:
+            raise ConfigurationError("refusing to delete the keys of an unprefixed broker")
+        client = redis.Redis.from_url(self.settings.broker_url or "")
+        try:
+            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+            return int(client.delete(*keys)) if keys else 0
+        finally:
+            client.close()
 
     def ping(self) -> None:
         """Raise ``BackendUnavailable`` unless the broker answers."""

@@ -105,7 +105,8 @@ class FastStage:
             claimed = {ticket.job_id for ticket in tickets}
             # Deferred by an earlier delivery of this message that died before sending them
             # on: send them again (a duplicate slow message changes nothing).
-            others = store.statuses(session, [i for i in job_ids if i not in claimed])
+            unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
+            others = store.statuses(session, unclaimed) if unclaimed else {}
             delivery.to_slow += [job_id for job_id, status in others.items() if status == DEFERRED]
             delivery.skipped = len(job_ids) - len(tickets)
             tickets = self._fail_exhausted(session, tickets, delivery)

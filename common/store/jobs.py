@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from common.config import GateSettings
@@ -238,19 +238,19 @@ def claim_ids(
         Job.status == waiting,
         and_(Job.status == RUNNING, Job.stage == stage, started < stale),
     )
-    query = select(Job.id).where(Job.id.in_(list(job_ids)), claimable)
-    ids = list(session.scalars(query.with_for_update(skip_locked=True)))
-    if not ids:
-        return []
-    session.execute(
+    # One UPDATE ... RETURNING: a row another transaction is claiming right now is waited
+    # for, then re-checked, so two deliveries of one job never both claim it.
+    statement = (
         update(Job)
-        .where(Job.id.in_(ids))
+        .where(Job.id.in_(list(job_ids)), claimable)
         .values(status=RUNNING, stage=stage, attempts=Job.attempts + 1, **{started.key: now})
+        .returning(*_TICKET_COLUMNS, Job.created_at)
     )
-    rows = session.scalars(select(Job).where(Job.id.in_(ids)).order_by(Job.created_at, Job.id))
-    return [
-        Ticket(j.id, j.image_path, j.image_hash, j.question, j.options, j.attempts) for j in rows
-    ]
+    rows = sorted(session.execute(statement).all(), key=lambda row: (row.created_at, row.id))
+    return [Ticket(*row[:6]) for row in rows]
+
+
+_TICKET_COLUMNS = (Job.id, Job.image_path, Job.image_hash, Job.question, Job.options, Job.attempts)
 
 
 def statuses(session: Session, job_ids: Sequence[str]) -> dict[str, str]:
@@ -280,12 +280,28 @@ def _running(job_id: str, stage: str) -> Any:
 
 
 def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSettings) -> int:
-    """Record a fast-stage batch's outcomes; returns how many rows changed."""
-    now, changed = utcnow(), 0
+    """Record a fast-stage batch's outcomes; returns how many rows changed.
+
+    Outcomes that write the same columns go in one executemany (one round trip per kind
+    of outcome on PostgreSQL, not one per job).
+    """
+    now = utcnow()
     gate_used = {"mode": gate.mode, "top_k": gate.top_k, "threshold": gate.threshold}
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for outcome in outcomes:
-        statement = _running(outcome.job_id, FAST).values(**_fast_values(outcome, gate_used, now))
-        changed += session.execute(statement).rowcount  # type: ignore[attr-defined]
+        values = _fast_values(outcome, gate_used, now)
+        groups.setdefault(tuple(sorted(values)), []).append({"job_id": outcome.job_id, **values})
+    table = cast(Table, Job.__table__)
+    changed = 0
+    for columns, rows in groups.items():
+        statement = (
+            update(table)
+            .where(table.c.id == bindparam("job_id"))
+            .where(table.c.status == RUNNING, table.c.stage == FAST)
+            .values({column: bindparam(column) for column in columns})
+        )
+        result = session.connection().execute(statement, rows)
+        changed += max(0, result.rowcount)
     return changed
 
 

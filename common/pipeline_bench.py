@@ -1,0 +1,222 @@
+"""``speceyes bench pipeline``: the distributed pipeline end to end, timed.
+
+Starts its own workers (``speceyes worker fast|slow`` subprocesses, scripted backend) on
+a scratch PostgreSQL database and a scratch Redis key prefix, submits jobs in chunks
+(each chunk committed, then enqueued, as ``annotate`` does), and reads the figures from
+the job store: jobs/s from the first submit to the last result, and the submit-to-done
+latency of every job. The scratch database and keys are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.engine import make_url
+
+from common.broker import Broker
+from common.config import Settings
+from common.distributed import DistributedRunner
+from common.errors import ConfigurationError
+from common.store import jobs as store
+from common.store.db import open_store
+from common.store.tables import BatchItem, Job
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PipelineFigures:
+    jobs: int
+    seconds: float  # first submit to last result
+    p50_s: float  # submit-to-done latency
+    p99_s: float
+    beta: float | None
+    alpha: float | None
+    small_share: float
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.jobs / self.seconds if self.seconds else 0.0
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    jobs: int
+    fast_workers: int = 1
+    slow_workers: int = 1
+    chunk: int = 500  # jobs per submit transaction (then enqueued)
+    worker_env: dict[str, str] | None = None  # SPECEYES_* for the workers (costs, shares)
+
+
+def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> PipelineFigures:
+    """Run ``plan.jobs`` scripted jobs through fresh workers; figures from the store."""
+    if not settings.broker_url:
+        raise ConfigurationError("bench pipeline needs a broker: --broker redis://HOST:6379/0")
+    with (
+        scratch_database(settings.database_url) as database_url,
+        tempfile.TemporaryDirectory(prefix="speceyes-bench-") as scratch,
+    ):
+        tag = uuid.uuid4().hex[:10]
+        env = {
+            "SPECEYES_BACKEND": "scripted",
+            "SPECEYES_DATABASE_URL": database_url,
+            "SPECEYES_BROKER_URL": settings.broker_url,
+            "SPECEYES_BROKER_KEY_PREFIX": f"speceyes-bench-{tag}:",
+            "SPECEYES_FAST_QUEUE": f"bench-fast-{tag}",
+            "SPECEYES_SLOW_QUEUE": f"bench-slow-{tag}",
+            "SPECEYES_FAST_BATCH_SIZE": str(settings.fast_batch_size),
+            **(plan.worker_env or {}),
+        }
+        mine = settings.model_copy(
+            update={
+                "database_url": database_url,
+                "broker_key_prefix": env["SPECEYES_BROKER_KEY_PREFIX"],
+                "fast_queue": env["SPECEYES_FAST_QUEUE"],
+                "slow_queue": env["SPECEYES_SLOW_QUEUE"],
+            }
+        )
+        sessions = open_store(database_url)
+        broker = Broker(mine)
+        try:
+            with workers(plan, env, Path(scratch), log):
+                log(f"submitting {plan.jobs} jobs in chunks of {plan.chunk}")
+                batch_id = submit_synthetic(sessions, broker, plan.jobs, plan.chunk, Path(scratch))
+                runner = DistributedRunner(sessions, broker)
+                result = runner.follow(batch_id, poll_s=0.25, stall_s=60, on_stall=_stalled)
+                if result.counts.finished < result.counts.jobs:
+                    raise KeyboardInterrupt
+            return figures(sessions, batch_id)
+        finally:
+            broker.delete_keys()
+            broker.close()
+            sessions.kw["bind"].dispose()
+
+
+def _stalled(seconds: float) -> None:
+    print(f"nothing finished for {seconds:.0f} s; see the worker logs", file=sys.stderr)
+
+
+def submit_synthetic(sessions: Any, broker: Broker, count: int, chunk: int, folder: Path) -> str:
+    """``count`` jobs on one small image (distinct questions make distinct jobs)."""
+    image = folder / "bench.png"
+    Image.new("RGB", (64, 48), (200, 40, 40)).save(image)
+    from common.images import content_hash
+
+    digest = content_hash(image.read_bytes())
+    with sessions.begin() as session:
+        batch, _ = store.get_or_create_batch(
+            session, key=uuid.uuid4().hex, name="bench-pipeline", source=str(folder), config={}
+        )
+        batch_id = batch.id
+    for start in range(0, count, chunk):
+        questions = [(i, f"Question {i}: what colour is it?") for i in range(start, start + chunk)]
+        items = [
+            store.NewItem(i, f"job-{i}", question, image_path=str(image), image_hash=digest)
+            for i, question in questions
+            if i < count
+        ]
+        with sessions.begin() as session:
+            batch = session.get(store.Batch, batch_id)
+            store.submit_items(session, batch, items, config_key="bench")
+            ids = session.scalars(
+                select(BatchItem.job_id).where(
+                    BatchItem.batch_id == batch_id, BatchItem.position >= start
+                )
+            ).all()
+        broker.send_fast(ids)
+    return batch_id
+
+
+def figures(sessions: Any, batch_id: str) -> PipelineFigures:
+    with sessions() as session:
+        counts = store.batch_counts(session, batch_id)
+        rows = session.execute(
+            select(Job.created_at, Job.finished_at)
+            .join(BatchItem, BatchItem.job_id == Job.id)
+            .where(BatchItem.batch_id == batch_id)
+        ).all()
+    latencies = sorted((done - created).total_seconds() for created, done in rows)
+    first = min(created for created, _ in rows)
+    last = max(done for _, done in rows)
+    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
+    return PipelineFigures(
+        jobs=len(rows),
+        seconds=(last - first).total_seconds(),
+        p50_s=quantiles[49],
+        p99_s=quantiles[98],
+        beta=counts.beta,
+        alpha=counts.alpha,
+        small_share=counts.by_answerer["small"] / counts.jobs if counts.jobs else 0.0,
+    )
+
+
+@contextmanager
+def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> Iterator[None]:
+    """Start the plan's workers, wait until each is ready, stop them (SIGTERM) at the end."""
+    started: list[tuple[subprocess.Popen[bytes], Path]] = []
+    pools = ["fast"] * plan.fast_workers + ["slow"] * plan.slow_workers
+    try:
+        for index, pool in enumerate(pools):
+            path = folder / f"worker-{index}-{pool}.log"
+            command = [sys.executable, "-m", "cli.main", "worker", pool, "--loglevel", "INFO",
+                       "--name", f"{pool}{index}@%h"]  # fmt: skip
+            with path.open("wb") as out:
+                process = subprocess.Popen(
+                    command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
+                )
+            started.append((process, path))
+        deadline = time.monotonic() + 120
+        for process, path in started:
+            while b"ready." not in path.read_bytes():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise ConfigurationError(f"a worker did not start:\n{path.read_text()[-2000:]}")
+                time.sleep(0.1)  # polling the worker's log for its ready line
+        log(f"{plan.fast_workers} fast and {plan.slow_workers} slow worker(s) ready")
+        yield
+    finally:
+        for process, _ in started:
+            process.send_signal(signal.SIGTERM)
+        for process, _ in started:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@contextmanager
+def scratch_database(url: str) -> Iterator[str]:
+    """A new database on the PostgreSQL server of ``url``, dropped afterwards."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("postgresql"):
+        raise ConfigurationError(
+            "bench pipeline needs PostgreSQL: --db postgresql+psycopg://USER@HOST:5432/DB "
+            "(a scratch database is created beside DB and dropped afterwards)"
+        )
+    name = f"speceyes_bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        admin.dispose()
+        raise ConfigurationError(f"cannot create a scratch database: {exc}") from None
+    try:
+        yield parsed.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
