@@ -69,13 +69,26 @@ class Broker:
         self.settings = settings
         self.app = app if app is not None else celery_app(settings)
 
-    def send_fast(self, job_ids: Iterable[str], countdown: float | None = None) -> int:
-        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, countdown)
+    def send_fast(
+        self, job_ids: Iterable[str], countdown: float | None = None, takeover: bool = False
+    ) -> int:
+        """One message per job id. ``takeover`` is for a worker sending back jobs it holds
+        (the next worker may claim them although they look running)."""
+        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, countdown, takeover)
 
-    def send_slow(self, job_ids: Iterable[str], countdown: float | None = None) -> int:
-        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, countdown)
+    def send_slow(
+        self, job_ids: Iterable[str], countdown: float | None = None, takeover: bool = False
+    ) -> int:
+        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, countdown, takeover)
 
-    def _send(self, task: str, queue: str, job_ids: Iterable[str], countdown: float | None) -> int:
+    def _send(
+        self,
+        task: str,
+        queue: str,
+        job_ids: Iterable[str],
+        countdown: float | None,
+        takeover: bool,
+    ) -> int:
         from kombu.exceptions import OperationalError
 
         sent = 0
@@ -83,7 +96,12 @@ class Broker:
             with self.app.producer_or_acquire() as producer:
                 for job_id in job_ids:
                     self.app.send_task(
-                        task, args=[job_id], queue=queue, countdown=countdown, producer=producer
+                        task,
+                        args=[job_id],
+                        kwargs={"takeover": True} if takeover else None,
+                        queue=queue,
+                        countdown=countdown,
+                        producer=producer,
                     )
                     sent += 1
         except OperationalError as exc:

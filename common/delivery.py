@@ -49,7 +49,7 @@ from common.funnel import (
 )
 from common.store import jobs as store
 from common.store.jobs import Ticket
-from common.store.tables import AGENT, DEFERRED, FAST
+from common.store.tables import AGENT, DEFERRED, FAST, RUNNING
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,15 @@ class Delivery:
     failed: int = 0  # failed by this worker (limit reached, own error)
     skipped: int = 0  # nothing to do: finished, elsewhere, or a duplicate message
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
+
+    def merge(self, other: Delivery) -> None:
+        self.to_slow += other.to_slow
+        self.retry += other.retry
+        self.outcomes += other.outcomes
+        self.failed += other.failed
+        self.skipped += other.skipped
+        for phase, spent in other.seconds.items():
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + spent
 
 
 def load_ticket(ticket: Ticket, settings: Settings) -> Query | Failed:
@@ -96,25 +105,40 @@ class FastStage:
         self.settings = settings
         self.funnel = FunnelSettings.from_settings(settings)
 
-    def process(self, job_ids: Sequence[str]) -> Delivery:
+    def process(self, job_ids: Sequence[str], *, takeover: bool = False) -> Delivery:
+        """Claim, run and record the jobs; ``takeover``: the ids were sent back by the
+        worker that held them (see the tasks), so running ones are claimed at once."""
         delivery = Delivery()
         with self.sessions.begin() as session:
-            tickets = store.claim_ids(
-                session, job_ids, FAST, stale_after_s=self.settings.visibility_timeout_s / 2
-            )
+            tickets = store.claim_ids(session, job_ids, FAST, stale_after_s=None)
+            tickets = self._fail_exhausted(session, tickets, delivery)
             claimed = {ticket.job_id for ticket in tickets}
-            # Deferred by an earlier delivery of this message that died before sending them
-            # on: send them again (a duplicate slow message changes nothing).
             unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
             others = store.statuses(session, unclaimed) if unclaimed else {}
-            delivery.to_slow += [job_id for job_id, status in others.items() if status == DEFERRED]
-            delivery.skipped = len(job_ids) - len(tickets)
-            tickets = self._fail_exhausted(session, tickets, delivery)
+        # Deferred by an earlier delivery of this message that died before sending them
+        # on: send them again (a duplicate slow message changes nothing).
+        delivery.to_slow += [job_id for job_id, status in others.items() if status == DEFERRED]
         fresh = [ticket for ticket in tickets if ticket.attempts == 1]
-        suspects = [[ticket] for ticket in tickets if ticket.attempts > 1]
-        for group in [fresh, *suspects]:
-            if group:
-                self._run_group(group, delivery)
+        if fresh:
+            self._run_group(fresh, delivery)
+        for ticket in tickets:  # tried before and failed: alone, so it fails alone
+            if ticket.attempts > 1:
+                self._run_group([ticket], delivery)
+        # Running: a live worker's (left alone) or a dead one's (claimed once stale). Each
+        # is claimed only when it runs, alone: a job that kills its worker uses up its
+        # own attempts, never those of the jobs that were delivered with it.
+        for job_id in [job_id for job_id, status in others.items() if status == RUNNING]:
+            with self.sessions.begin() as session:
+                stale_s = self.settings.visibility_timeout_s / 2
+                held = store.claim_ids(
+                    session, [job_id], FAST, stale_after_s=stale_s, takeover=takeover
+                )
+                held = self._fail_exhausted(session, held, delivery)
+            if held:
+                self._run_group(held, delivery)
+            else:
+                delivery.skipped += 1
+        delivery.skipped += sum(status not in (DEFERRED, RUNNING) for status in others.values())
         return delivery
 
     def _fail_exhausted(
@@ -190,12 +214,13 @@ class AgentStage:
         self.settings = settings
         self.limits = AgentLimits.from_settings(settings)
 
-    def process(self, job_id: str) -> Delivery:
+    def process(self, job_id: str, *, takeover: bool = False) -> Delivery:
         delivery = Delivery()
         limit = self.settings.max_attempts
         with self.sessions.begin() as session:
+            stale_s = self.settings.visibility_timeout_s / 2
             tickets = store.claim_ids(
-                session, [job_id], AGENT, stale_after_s=self.settings.visibility_timeout_s / 2
+                session, [job_id], AGENT, stale_after_s=stale_s, takeover=takeover
             )
             if not tickets:
                 delivery.skipped = 1

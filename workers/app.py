@@ -73,15 +73,32 @@ def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
     )
     def fast(requests: list[SimpleRequest]) -> None:
         job_ids = list(dict.fromkeys(str(request.args[0]) for request in requests))
-        with lock:
-            delivery = runtime.fast.process(job_ids)
+        takeover = {str(r.args[0]) for r in requests if (r.kwargs or {}).get("takeover")}
+        try:
+            with lock:
+                delivery = runtime.fast.process([i for i in job_ids if i not in takeover])
+                if takeover:
+                    delivery.merge(runtime.fast.process(sorted(takeover), takeover=True))
+        except Exception:
+            # The store failed outside any one job's work (the database went away). The
+            # messages are acknowledged anyway (celery-batches), so send the ids again,
+            # marked: some of them may be claimed by this worker and stuck as running.
+            log.exception("fast batch of %d failed; sending it again", len(job_ids))
+            runtime.broker.send_fast(job_ids, countdown=settings.retry_delay_s, takeover=True)
+            return
         runtime.broker.send_slow(delivery.to_slow)
         runtime.broker.send_fast(delivery.retry, countdown=settings.retry_delay_s)
         metrics.record_fast(len(job_ids), delivery)
 
     @app.task(name=SLOW_TASK, acks_late=True)
-    def slow(job_id: str) -> None:
-        delivery = runtime.slow.process(job_id)
+    def slow(job_id: str, takeover: bool = False) -> None:
+        try:
+            delivery = runtime.slow.process(job_id, takeover=takeover)
+        except Exception:
+            log.exception("job %s: the agent stage failed outside the job; sending it again",
+                          job_id)  # fmt: skip
+            runtime.broker.send_slow([job_id], countdown=settings.retry_delay_s, takeover=True)
+            return
         runtime.broker.send_slow(delivery.retry, countdown=settings.retry_delay_s)
         metrics.record_agent(delivery)
 

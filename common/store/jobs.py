@@ -183,6 +183,12 @@ def _add_job(session: Session, item: NewItem, key: str) -> str:
     return job.id
 
 
+def _update() -> Any:
+    """An UPDATE of jobs that leaves loaded objects alone (no ORM bookkeeping per row):
+    every write here names the row state it expects, and readers load afresh."""
+    return update(Job).execution_options(synchronize_session=False)
+
+
 def _batch_jobs(batch_id: str) -> Any:
     return select(BatchItem.job_id).where(BatchItem.batch_id == batch_id)
 
@@ -191,7 +197,7 @@ def release_running(session: Session, batch_id: str | None = None) -> int:
     """Put interrupted jobs back: stage fast -> queued, stage agent -> deferred."""
     released = 0
     for stage, status in ((FAST, QUEUED), (AGENT, DEFERRED)):
-        statement = update(Job).where(Job.status == RUNNING, Job.stage == stage)
+        statement = _update().where(Job.status == RUNNING, Job.stage == stage)
         if batch_id is not None:
             statement = statement.where(Job.id.in_(_batch_jobs(batch_id)))
         released += session.execute(statement.values(status=status)).rowcount  # type: ignore[attr-defined]
@@ -209,7 +215,7 @@ def claim(session: Session, status: str, limit: int, batch_id: str | None = None
         return []
     started = {"fast_started_at" if stage == FAST else "agent_started_at": utcnow()}
     session.execute(
-        update(Job)
+        _update()
         .where(Job.id.in_(ids), Job.status == status)
         .values(status=RUNNING, stage=stage, attempts=Job.attempts + 1, **started)
     )
@@ -220,28 +226,35 @@ def claim(session: Session, status: str, limit: int, batch_id: str | None = None
 
 
 def claim_ids(
-    session: Session, job_ids: Sequence[str], stage: str, *, stale_after_s: float
+    session: Session,
+    job_ids: Sequence[str],
+    stage: str,
+    *,
+    stale_after_s: float | None,
+    takeover: bool = False,
 ) -> list[Ticket]:
     """Claim the named jobs for ``stage`` (a message carried their ids).
 
     A job is claimed when it waits for the stage (``queued`` for fast, ``deferred`` for
     agent), or when it has been ``running`` in the stage for over ``stale_after_s`` (the
-    worker that held it died and its message came back). Jobs that are finished, waiting
-    for the other stage, or running elsewhere right now are left alone. Each claim counts
-    one attempt; the returned tickets carry the count.
+    worker that held it died and its message came back; ``None``: never), or at once with
+    ``takeover``
+    (the message was sent again by the worker that held the job and could not finish or
+    release it). Jobs that are finished, waiting for the other stage, or running elsewhere
+    right now are left alone. Each claim counts one attempt; the tickets carry the count.
     """
     waiting = QUEUED if stage == FAST else DEFERRED
     started = Job.fast_started_at if stage == FAST else Job.agent_started_at
     now = utcnow()
-    stale = now - timedelta(seconds=stale_after_s)
-    claimable = or_(
-        Job.status == waiting,
-        and_(Job.status == RUNNING, Job.stage == stage, started < stale),
-    )
+    claimable: Any = Job.status == waiting
+    if takeover or stale_after_s is not None:
+        stale = now - timedelta(seconds=0 if takeover else stale_after_s or 0)
+        held = and_(Job.status == RUNNING, Job.stage == stage, started <= stale)
+        claimable = or_(claimable, held)
     # One UPDATE ... RETURNING: a row another transaction is claiming right now is waited
     # for, then re-checked, so two deliveries of one job never both claim it.
     statement = (
-        update(Job)
+        _update()
         .where(Job.id.in_(list(job_ids)), claimable)
         .values(status=RUNNING, stage=stage, attempts=Job.attempts + 1, **{started.key: now})
         .returning(*_TICKET_COLUMNS, Job.created_at)
@@ -262,7 +275,7 @@ def statuses(session: Session, job_ids: Sequence[str]) -> dict[str, str]:
 def release_ids(session: Session, job_ids: Sequence[str], stage: str) -> int:
     """Put claimed jobs back to wait for ``stage`` again (a retry, not a result)."""
     waiting = QUEUED if stage == FAST else DEFERRED
-    statement = update(Job).where(Job.id.in_(list(job_ids)), Job.status == RUNNING)
+    statement = _update().where(Job.id.in_(list(job_ids)), Job.status == RUNNING)
     result = session.execute(statement.where(Job.stage == stage).values(status=waiting))
     return int(result.rowcount)  # type: ignore[attr-defined]
 
@@ -276,7 +289,7 @@ def fail_running(session: Session, job_id: str, stage: str, code: str, message: 
 
 
 def _running(job_id: str, stage: str) -> Any:
-    return update(Job).where(Job.id == job_id, Job.status == RUNNING, Job.stage == stage)
+    return _update().where(Job.id == job_id, Job.status == RUNNING, Job.stage == stage)
 
 
 def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSettings) -> int:

@@ -57,11 +57,12 @@ class Deployment:
         self.env["SPECEYES_SCRIPTED__SCRIPTS_FILE"] = str(path)
         return jobs
 
-    def start(self, pool: str, *extra: str) -> WorkerProcess:
+    def start(self, pool: str, *extra: str, wait: bool = True) -> WorkerProcess:
         log = self.tmp_path / f"worker-{pool}-{len(self.workers)}.log"
         worker = WorkerProcess(pool, self.env, log, *extra)
         self.workers.append(worker)
-        worker.wait_ready()
+        if wait:
+            worker.wait_ready()
         return worker
 
     def run(self, batch_id: str, deadline_s: float = 60.0):
@@ -189,3 +190,33 @@ def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deplo
     # the killed work was redone once; nothing else ran twice
     assert {jobs[job_id].attempts for job_id in in_flight} == {2}
     assert all(job.attempts == 1 for job_id, job in jobs.items() if job_id not in in_flight)
+
+
+def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
+    # The scripted model exits the process (as a segfault would) on one job's screen.
+    setup = deployment(
+        fast_batch_size="4", fast_max_wait_s="0.2", visibility_timeout_s="4", max_attempts="2"
+    )
+    folder = tmp_path / "corpus"
+    write_images(folder, 4)
+    batch_id = setup.submit(folder)
+    scripts = {f"img{i:03d}.png": JobScript(answer=f"S{i}") for i in range(4)}
+    scripts["img002.png"] = JobScript(crash=frozenset({"screen"}))
+    jobs = setup.script(batch_id, scripts)
+    runner = DistributedRunner(setup.sessions, setup.broker)
+    runner.enqueue(batch_id)
+
+    for _ in range(2):  # dies with the whole batch, then with the poison alone
+        worker = setup.start("fast", wait=False)  # it may die before we see it ready
+        wait_until(lambda w=worker: w.process.poll() is not None, deadline_s=60,
+                   what="the poison to kill the worker")  # fmt: skip
+        assert worker.process.returncode == 70
+    setup.start("fast")
+
+    result = runner.follow(batch_id, poll_s=0.1, deadline_s=60)
+    assert result.counts.finished == 4, setup.logs()
+    states = setup.jobs()
+    poison = states.pop(jobs["img002.png"])
+    assert (poison.status, poison.error_code) == ("failed", "attempts_exhausted")
+    assert {job.status for job in states.values()} == {"done"}
+    assert {job.attempts for job in states.values()} == {2}  # the killed batch, then alone
