@@ -66,8 +66,15 @@ def register(commands: Any) -> None:
     pipeline.add_argument("--fast-workers", type=int, default=1, help="fast workers (1)")
     pipeline.add_argument("--slow-workers", type=int, default=1, help="slow workers (1)")
     pipeline.add_argument("--batch-size", type=int, default=32, help="fast micro-batch (32)")
-    pipeline.add_argument("--tool-free", type=float, default=0.7, help="beta (0.7)")
-    pipeline.add_argument("--confident", type=float, default=0.7, help="alpha (0.7)")
+    pipeline.add_argument(
+        "--tool-free",
+        type=float,
+        help="beta: share screened tool-free (1.0: every job stays in the fast pool, the "
+        "pipeline's own ceiling; 0.7 with --simulate)",
+    )
+    pipeline.add_argument(
+        "--confident", type=float, help="alpha: share accepted (1.0; 0.7 with --simulate)"
+    )
     pipeline.add_argument(
         "--simulate",
         action="store_true",
@@ -192,10 +199,10 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args, fast_batch_size=args.batch_size)
     jobs = args.jobs or (200 if args.simulate else 10_000)
-    shares = {
-        "SPECEYES_SCRIPTED__TOOL_FREE": str(args.tool_free),
-        "SPECEYES_SCRIPTED__CONFIDENT": str(args.confident),
-    }
+    share = 0.7 if args.simulate else 1.0
+    beta = share if args.tool_free is None else args.tool_free
+    alpha = share if args.confident is None else args.confident
+    shares = {"SPECEYES_SCRIPTED__TOOL_FREE": str(beta), "SPECEYES_SCRIPTED__CONFIDENT": str(alpha)}
     if args.simulate:
         shares |= {
             "SPECEYES_SCRIPTED__FAST_BATCH_S": "0.2",
@@ -205,8 +212,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
     runs = [("funnel", False), ("baseline", True)] if args.simulate else [("funnel", False)]
     cost = "simulated costs" if args.simulate else "zero-cost scripted backend"
     print(
-        f"distributed pipeline, {cost}, {jobs} jobs, beta {args.tool_free} x alpha "
-        f"{args.confident}, {args.fast_workers} fast / {args.slow_workers} slow worker(s), "
+        f"distributed pipeline, {cost}, {jobs} jobs, beta {beta} x alpha "
+        f"{alpha}, {args.fast_workers} fast / {args.slow_workers} slow worker(s), "
         f"batch {args.batch_size}"
     )
     results = {}

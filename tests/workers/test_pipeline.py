@@ -220,3 +220,94 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
     assert (poison.status, poison.error_code) == ("failed", "attempts_exhausted")
     assert {job.status for job in states.values()} == {"done"}
     assert {job.attempts for job in states.values()} == {2}  # the killed batch, then alone
+
+
+@pytest.mark.slow
+def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny_cache_dir):
+    setup = deployment(
+        backend="transformers",
+        small_model="tiny",
+        large_model="tiny",
+        cache_dir=str(tiny_cache_dir),
+        device="cpu",
+        fast_batch_size="4",
+        fast_max_wait_s="0.2",
+        agent_max_steps="2",
+        agent_max_new_tokens="12",
+        # every job speculated; the random small model's confidences on these images lie
+        # between 0.804 and 0.816, so this threshold sends some on to the agent
+        screener="none",
+        gate_threshold="0.81",
+    )
+    folder = tmp_path / "corpus"
+    write_images(folder, 6, size=(96, 80))
+    batch_id = setup.submit(folder)
+    setup.start("fast")
+    setup.start("slow")
+
+    counts = setup.run(batch_id, deadline_s=120).counts
+
+    assert counts.jobs == counts.speculated == 6
+    assert 0 < counts.accepted < 6, counts  # both routes taken
+    assert counts.by_defer_reason == {"low_confidence": 6 - counts.accepted}
+    jobs = setup.jobs().values()
+    for job in jobs:
+        assert job.attempts == 1 and job.confidence is not None
+        if job.answered_by == "small":
+            assert job.confidence > 0.81 and job.final_answer == job.small_answer
+        elif job.status == "done":
+            assert job.answered_by == "large" and job.trajectory["steps"]
+        else:  # random text rarely follows the DeepEyes protocol: a clear error, not a guess
+            assert job.confidence <= 0.81 and job.error_code == "step_limit", job.error_code
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_path, deployment):
+    import subprocess
+    import sys
+    import urllib.request
+
+    setup = deployment(fast_batch_size="4", fast_max_wait_s="0.2")
+    folder = tmp_path / "corpus"
+    write_images(folder, 10)
+    port = _free_port()
+    setup.start("fast", "--metrics-port", str(port))
+    setup.start("slow")
+
+    run = subprocess.run(
+        [sys.executable, "-m", "cli.main", "annotate", str(folder), "-q", "What is it?",
+         "--distributed", "--no-progress", "--out", str(tmp_path / "out.jsonl")],
+        env={**os.environ, **setup.env}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "sent 10 jobs to the fast queue" in run.stdout
+    assert "done         10: small model 10" in run.stdout
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 10
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    assert 'speceyes_jobs_total{outcome="accepted",stage="fast"} 10.0' in metrics
+    assert "speceyes_fast_batch_size_count" in metrics
+    queue = setup.settings.fast_queue
+    assert f'speceyes_queue_depth{{queue="{queue}"}} 0.0' in metrics
+
+
+def test_distributed_without_a_broker_is_a_usage_error(tmp_path):
+    import subprocess
+    import sys
+
+    write_images(tmp_path / "corpus", 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECEYES_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "cli.main", "annotate", str(tmp_path / "corpus"), "-q", "Q?",
+         "--distributed", "--db", f"sqlite:///{tmp_path / 's.db'}"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "--distributed needs a broker" in run.stderr
