@@ -10,6 +10,7 @@ help:
 	@echo "make test    set up and run the test suite"
 	@echo "make lint    ruff + mypy"
 	@echo "make bench   fast-stage throughput against batch size (tiny models, CPU)"
+	@echo "             (speceyes bench pipeline: the distributed pipeline, needs Redis + PostgreSQL)"
 
 # torch first and pinned: 2.13.0 is the CPU build this machine has on disk; any other
 # torch spec downloads a multi-GB CUDA build.
