@@ -29,7 +29,20 @@ Settings come from flags, then SPECEYES_* environment variables (see `speceyes c
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cli import annotate, ask, bench, db, export, jobs, models, show_config, synth, worker
+    from cli import (
+        annotate,
+        ask,
+        bench,
+        db,
+        export,
+        jobs,
+        keys,
+        models,
+        serve,
+        show_config,
+        synth,
+        worker,
+    )
 
     parser = argparse.ArgumentParser(
         prog="speceyes",
@@ -42,7 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (annotate, ask, jobs, export, models, synth, bench, worker, db, show_config):
+    for module in (
+        annotate,
+        ask,
+        jobs,
+        export,
+        serve,
+        keys,
+        worker,
+        models,
+        synth,
+        bench,
+        db,
+        show_config,
+    ):
         module.register(commands)
     return parser
 

@@ -160,9 +160,33 @@ class Settings(BaseSettings):
     )
     retry_delay_s: float = Field(2.0, ge=0.0, description="Wait before a job is tried again.")
 
-    @field_validator("cache_dir")
+    # -- the HTTP API ---------------------------------------------------------------
+    api_host: str = Field("127.0.0.1", description="Address `speceyes serve` listens on.")
+    api_port: int = Field(8000, ge=1, le=65535, description="Port of `speceyes serve`.")
+    api_require_keys: bool = Field(
+        True, description="Every /v1 route needs a key (`speceyes keys create NAME`)."
+    )
+    upload_dir: Path = Field(
+        Path("~/.cache/speceyes/uploads"),
+        description="Where uploaded images are kept (by content hash); workers must read "
+        "the same folder.",
+    )
+    image_roots: list[Path] = Field(
+        default_factory=list,
+        description="Folders whose files jobs may name by server-side path (JSON list); "
+        "empty: no server-side paths.",
+    )
+    max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1, description="Largest image upload.")
+    max_request_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, description="Largest request body (a batch with images)."
+    )
+    max_question_chars: int = Field(2000, ge=1)
+    max_options: int = Field(26, ge=2, description="Most multiple-choice options (A-Z).")
+    max_batch_jobs: int = Field(10_000, ge=1, description="Most jobs in one batch request.")
+
+    @field_validator("cache_dir", "upload_dir")
     @classmethod
-    def _expand_cache_dir(cls, value: Path) -> Path:
+    def _expand_dir(cls, value: Path) -> Path:
         return value.expanduser()
 
     @property

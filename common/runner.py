@@ -64,6 +64,8 @@ class EmbeddedRunner:
         self.funnel = FunnelSettings.from_settings(settings)
         self.limits = AgentLimits.from_settings(settings)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # new work was submitted (serving)
+        self._serving = False
         self._fast_done = threading.Event()
         self._deferred_ready = threading.Condition()
         self._errors: list[BaseException] = []
@@ -100,8 +102,28 @@ class EmbeddedRunner:
         result.seconds = time.perf_counter() - started
         return result
 
+    def serve(self) -> list[threading.Thread]:
+        """Work every job of the store, as it arrives, until ``stop()`` (``speceyes serve``
+        without a broker). Returns the started threads."""
+        with self.sessions.begin() as session:
+            released = store.release_running(session)
+        if released:
+            log.info("released %d jobs left running by an earlier run", released)
+        self._serving = True
+        threads = [self._thread("fast-stage", self._fast_loop, None)]
+        threads += [
+            self._thread(f"agent-{i}", self._agent_loop, None)
+            for i in range(self.settings.agent_workers)
+        ]
+        return threads
+
+    def notify(self) -> None:
+        """New jobs are queued: stop waiting for them."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         with self._deferred_ready:
             self._deferred_ready.notify_all()
 
@@ -110,7 +132,9 @@ class EmbeddedRunner:
             return store.batch_counts(session, batch_id)
 
     # -- internals ------------------------------------------------------------------
-    def _thread(self, name: str, loop: Callable[[str], None], batch_id: str) -> threading.Thread:
+    def _thread(
+        self, name: str, loop: Callable[[str | None], None], batch_id: str | None
+    ) -> threading.Thread:
         def guarded() -> None:
             try:
                 loop(batch_id)
@@ -132,11 +156,15 @@ class EmbeddedRunner:
             thread.join(timeout=0.1)
         return RunResult(self.counts(batch_id), interrupted=True, released=released)
 
-    def _fast_loop(self, batch_id: str) -> None:
+    def _fast_loop(self, batch_id: str | None) -> None:
         try:
             while not self._stop.is_set():
                 with self.sessions.begin() as session:
                     tickets = store.claim(session, QUEUED, self.settings.fast_batch_size, batch_id)
+                if not tickets and self._serving:
+                    self._wake.wait(timeout=1.0)  # until notify(), or look again anyway
+                    self._wake.clear()
+                    continue
                 if not tickets:
                     return
                 outcomes = self._fast_batch(tickets)
@@ -159,14 +187,14 @@ class EmbeddedRunner:
         )
         return failed + result.outcomes
 
-    def _agent_loop(self, batch_id: str) -> None:
+    def _agent_loop(self, batch_id: str | None) -> None:
         while not self._stop.is_set():
             with self.sessions.begin() as session:
                 tickets = store.claim(session, DEFERRED, 1, batch_id)
             if tickets:
                 self._agent_job(tickets[0])
                 continue
-            if self._fast_done.is_set():
+            if self._fast_done.is_set() and batch_id is not None:
                 with self.sessions.begin() as session:  # one last look: fast may just have ended
                     if not store.count_status(session, DEFERRED, batch_id):
                         return

@@ -134,7 +134,7 @@ def submit_items(
     created = 0
     for item, key in zip(fresh, keys, strict=True):
         if key not in existing:
-            existing[key] = _add_job(session, item, key)
+            existing[key] = add_job(session, item, key)
             created += 1
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
     for position, (item, key) in enumerate(zip(fresh, keys, strict=True), next_position + 1):
@@ -164,7 +164,7 @@ def _item_key(batch: Batch, item: NewItem, config_key: str) -> str:
     return idempotency_key(item.image_hash, item.question, item.options, config_key)
 
 
-def _add_job(session: Session, item: NewItem, key: str) -> str:
+def add_job(session: Session, item: NewItem, key: str) -> str:
     job = Job(
         id=new_id(),
         idempotency_key=key,

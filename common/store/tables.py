@@ -93,3 +93,15 @@ class BatchItem(Base):
     item_id: Mapped[str] = mapped_column(Text)  # the user's id: manifest id or file path
     expected: Mapped[str | None] = mapped_column(Text)  # the known answer, if the corpus has it
     job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id"), index=True)
+
+
+class ApiKey(Base):
+    """A key of the HTTP API: its name and the SHA-256 of the secret, never the secret."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,131 @@
+"""Request and response bodies of the HTTP API (pydantic; they make the OpenAPI docs)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from common.store.jobs import BatchCounts
+from common.store.tables import Batch, Job
+
+
+class JobSpec(BaseModel):
+    """One job: an image (exactly one of base64 or a server-side path) and a question."""
+
+    question: str
+    options: list[str] | None = Field(None, description="multiple choice, in order (A, B, ...)")
+    image_base64: str | None = None
+    image_path: str | None = Field(None, description="a file under one of the image_roots")
+    image_url: str | None = Field(None, description="refused: this server fetches no URLs")
+    idempotency_key: str | None = Field(
+        None, description="the same key returns the same job, never a second one"
+    )
+    batch_id: str | None = Field(None, description="add the job to this batch")
+    id: str | None = Field(None, description="your id for the row (in batch results)")
+    answer: str | None = Field(None, description="the known right answer, for accuracy")
+
+
+class BatchRequest(BaseModel):
+    name: str | None = None
+    jobs: list[JobSpec]
+
+
+class JobSubmitted(BaseModel):
+    id: str
+    status: str
+    created: bool = Field(description="false: the idempotency key named an existing job")
+
+
+class BatchSubmitted(BaseModel):
+    id: str
+    job_ids: list[str]
+    created: bool = Field(description="false: the Idempotency-Key named an existing batch")
+
+
+class JobError(BaseModel):
+    code: str | None
+    message: str | None
+
+
+class Timings(BaseModel):
+    created_at: datetime
+    fast_started_at: datetime | None
+    gated_at: datetime | None
+    agent_started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobView(BaseModel):
+    id: str
+    status: str = Field(description="queued, deferred, running, done or failed")
+    stage: str = Field(description="fast (phases I-III) or agent (phase IV)")
+    question: str
+    options: list[str] | None
+    answered_by: str | None = Field(description="small (accepted by the gate) or large")
+    answer: str | None
+    confidence: float | None = Field(description="the gate's confidence in the small answer")
+    small_answer: str | None
+    screen_needs_tools: bool | None
+    defer_reason: str | None
+    attempts: int
+    timings: Timings
+    error: JobError | None
+
+    @classmethod
+    def of(cls, job: Job) -> JobView:
+        failed = job.status == "failed"
+        return cls(
+            id=job.id,
+            status=job.status,
+            stage=job.stage,
+            question=job.question,
+            options=job.options,
+            answered_by=job.answered_by,
+            answer=job.final_answer,
+            confidence=job.confidence,
+            small_answer=job.small_answer,
+            screen_needs_tools=job.screen_needs_tools,
+            defer_reason=job.defer_reason,
+            attempts=job.attempts,
+            timings=Timings(
+                created_at=job.created_at,
+                fast_started_at=job.fast_started_at,
+                gated_at=job.gated_at,
+                agent_started_at=job.agent_started_at,
+                finished_at=job.finished_at,
+            ),
+            error=JobError(code=job.error_code, message=job.error_message) if failed else None,
+        )
+
+
+class BatchView(BaseModel):
+    id: str
+    name: str
+    created_at: datetime
+    items: int
+    jobs: int
+    finished: int
+    progress: float = Field(description="finished / jobs")
+    by_status: dict[str, int]
+    by_answerer: dict[str, int]
+    failures: dict[str, int]
+    beta: float | None = Field(description="share of screened jobs called tool-free")
+    alpha: float | None = Field(description="share of speculated answers accepted")
+
+    @classmethod
+    def of(cls, batch: Batch, counts: BatchCounts) -> BatchView:
+        return cls(
+            id=batch.id,
+            name=batch.name,
+            created_at=batch.created_at,
+            items=counts.items,
+            jobs=counts.jobs,
+            finished=counts.finished,
+            progress=counts.finished / counts.jobs if counts.jobs else 1.0,
+            by_status=dict(counts.by_status),
+            by_answerer=dict(counts.by_answerer),
+            failures=dict(counts.failures),
+            beta=counts.beta,
+            alpha=counts.alpha,
+        )

@@ -1,0 +1,61 @@
+"""``speceyes keys``: API keys (the secret is printed once; the store keeps a hash)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cli.options import add_store_flags, settings_from_args
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("keys", help="create, list and revoke API keys")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create a key and print it (only this once)")
+    create.add_argument("name", help="who or what the key is for")
+    create.set_defaults(run=run_create)
+    listing = actions.add_parser("list", help="names, ids and states of the keys")
+    listing.set_defaults(run=run_list)
+    revoke = actions.add_parser("revoke", help="revoke a key by name or id")
+    revoke.add_argument("key", metavar="NAME_OR_ID")
+    revoke.set_defaults(run=run_revoke)
+    for sub in (create, listing, revoke):
+        add_store_flags(sub)
+
+
+def _sessions(args: argparse.Namespace) -> Any:
+    from common.store.db import open_store
+
+    return open_store(settings_from_args(args).database_url)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    from common.store.keys import create_key
+
+    with _sessions(args).begin() as session:
+        row, secret = create_key(session, args.name)
+        print(secret)
+        print(f"key {row.id} for {row.name!r}: shown once, keep it safe", flush=True)
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from common.store.keys import list_keys
+
+    with _sessions(args)() as session:
+        for row in list_keys(session):
+            state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
+            print(f"{row.id}  {row.name:<30} {row.created_at:%Y-%m-%d %H:%M}  {state}")
+    return 0
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    from common.errors import InvalidInput
+    from common.store.keys import revoke_key
+
+    with _sessions(args).begin() as session:
+        count = revoke_key(session, args.key)
+    if not count:
+        raise InvalidInput(f"no active key named or with id {args.key!r}")
+    print(f"revoked {count} key(s)")
+    return 0

@@ -1,0 +1,59 @@
+"""``speceyes serve``: the HTTP API (and, without a broker, the embedded runner)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cli.options import (
+    add_broker_flags,
+    add_funnel_flags,
+    add_model_flags,
+    add_store_flags,
+    settings_from_args,
+)
+
+DESCRIPTION = """\
+Serve the HTTP API (OpenAPI docs at /docs). Jobs submitted to it are committed to the
+job store and sent to the fast queue of the broker (--broker / SPECEYES_BROKER_URL),
+where `speceyes worker fast|slow` processes run them. Without a broker, this process
+also runs the embedded runner, so the API works on one machine with SQLite.
+
+Every /v1 route needs an API key: create one with `speceyes keys create NAME` (same
+--db). Limits (upload bytes, image pixels, question length, options, batch size) and
+the folders jobs may name by server path are settings: see `speceyes config`.
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="serve the HTTP API",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", help="address to listen on (127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (8000)")
+    add_model_flags(parser)
+    add_funnel_flags(parser)
+    add_store_flags(parser)
+    add_broker_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.app import create_app
+
+    overrides = {
+        name: value
+        for name, value in (("api_host", args.host), ("api_port", args.port))
+        if value is not None
+    }
+    settings = settings_from_args(args, **overrides)
+    mode = f"broker {settings.broker_url}" if settings.broker_url else "embedded runner"
+    print(f"serving on http://{settings.api_host}:{settings.api_port} ({mode}); docs at /docs")
+    app = create_app(settings, embedded=not settings.broker_url)
+    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+    return 0

@@ -1,0 +1,48 @@
+"""API keys: created once (the secret is shown then and never stored), checked by hash."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from common.store.jobs import new_id
+from common.store.tables import ApiKey, utcnow
+
+PREFIX = "sk-speceyes-"
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_key(session: Session, name: str) -> tuple[ApiKey, str]:
+    """A new key named ``name``; returns the row and the secret (shown once)."""
+    secret = PREFIX + secrets.token_urlsafe(32)
+    row = ApiKey(id=new_id(), name=name, key_hash=hash_key(secret), created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return row, secret
+
+
+def check_key(session: Session, key: str) -> ApiKey | None:
+    """The live key row whose secret is ``key``, or None."""
+    row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
+    return row if row is not None and row.revoked_at is None else None
+
+
+def list_keys(session: Session) -> list[ApiKey]:
+    return list(session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
+
+
+def revoke_key(session: Session, name_or_id: str) -> int:
+    rows = session.scalars(
+        select(ApiKey).where(
+            (ApiKey.name == name_or_id) | (ApiKey.id == name_or_id), ApiKey.revoked_at.is_(None)
+        )
+    ).all()
+    for row in rows:
+        row.revoked_at = utcnow()
+    return len(rows)

@@ -1,0 +1,296 @@
+"""The HTTP API on the real PostgreSQL: routes, auth, limits, bad input, the client."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+from sqlalchemy import func, select
+
+from api.app import create_app
+from api.client import (
+    Conflict,
+    InvalidRequest,
+    LimitExceeded,
+    NotFound,
+    SpecEyesClient,
+    Timeout,
+    Unauthorized,
+)
+from common.backends.scripted import JobScript
+from common.config import Settings
+from common.store.db import open_store
+from common.store.keys import create_key, revoke_key
+from common.store.tables import Job
+
+
+def png(size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class Api:
+    """An app over a fresh PostgreSQL database, a key, and what it enqueued."""
+
+    def __init__(self, tmp_path: Path, database_url: str, **settings) -> None:
+        self.root = tmp_path / "root"
+        self.root.mkdir(parents=True)
+        settings = {"image_roots": [self.root], **settings}
+        self.settings = Settings(
+            database_url=database_url, upload_dir=tmp_path / "uploads", **settings
+        )
+        self.sessions = open_store(database_url)
+        with self.sessions.begin() as session:
+            self.key = create_key(session, "tests")[1]
+        self.enqueued: list[str] = []
+        app = create_app(self.settings, sessions=self.sessions, enqueue=self.enqueued.extend)
+        self.http = TestClient(app)
+        self.http.__enter__()
+        self.http.headers["Authorization"] = f"Bearer {self.key}"
+        self.client = SpecEyesClient(http=self.http)
+
+    def jobs(self) -> int:
+        with self.sessions() as session:
+            return session.scalar(select(func.count()).select_from(Job)) or 0
+
+    def close(self) -> None:
+        self.http.__exit__(None, None, None)
+        self.sessions.kw["bind"].dispose()
+
+
+@pytest.fixture
+def api(tmp_path: Path, postgres_url: str):
+    made: list[Api] = []
+
+    def make(**settings) -> Api:
+        made.append(Api(tmp_path / str(len(made)), postgres_url, **settings))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
+
+
+def upload(api: Api, data: bytes, question: str = "What colour?", **form) -> object:
+    return api.http.post(
+        "/v1/jobs", data={"question": question, **form}, files={"image": ("a.png", data)}
+    )
+
+
+def test_every_v1_route_needs_a_live_key(api):
+    server = api()
+    anonymous = TestClient(server.http.app)
+    for method, path in [("post", "/v1/jobs"), ("get", "/v1/jobs/" + "0" * 32),
+                         ("post", "/v1/batches"), ("get", "/v1/batches/" + "0" * 32)]:  # fmt: skip
+        response = getattr(anonymous, method)(path)
+        assert response.status_code == 401 and response.json()["error"] == "unauthorized"
+    wrong = anonymous.get("/v1/jobs/" + "0" * 32, headers={"X-API-Key": "sk-speceyes-nope"})
+    assert wrong.status_code == 401
+    assert anonymous.get("/healthz").status_code == 200  # probes need no key
+    with server.sessions.begin() as session:
+        revoke_key(session, "tests")
+    assert server.http.get("/v1/jobs/" + "0" * 32).status_code == 401
+
+
+def test_a_job_is_created_once_per_idempotency_key_and_enqueued_after_commit(api):
+    server = api()
+    first = upload(server, png(), idempotency_key="k1")
+    assert first.status_code == 202
+    body = first.json()
+    assert body["status"] == "queued" and body["created"] is True
+    assert server.enqueued == [body["id"]]
+
+    again = upload(server, png(), idempotency_key="k1")
+    assert again.status_code == 202 and again.json() == {**body, "created": False}
+    assert server.enqueued == [body["id"]] and server.jobs() == 1
+
+    other = upload(server, png(), question="Another question?", idempotency_key="k1")
+    assert other.status_code == 409 and other.json()["error"] == "idempotency_conflict"
+
+    view = server.http.get(f"/v1/jobs/{body['id']}").json()
+    assert view["status"] == "queued" and view["question"] == "What colour?"
+    assert view["timings"]["created_at"] and view["error"] is None
+
+
+def test_json_jobs_take_base64_or_a_path_inside_the_roots_only(api, tmp_path):
+    server = api()
+    data = png()
+    ok = server.http.post("/v1/jobs", json={"question": "Q?",
+                          "image_base64": base64.b64encode(data).decode()})  # fmt: skip
+    assert ok.status_code == 202
+    (server.root / "a.png").write_bytes(data)
+    inside = server.http.post("/v1/jobs", json={"question": "Q?",
+                              "image_path": str(server.root / "a.png")})  # fmt: skip
+    assert inside.status_code == 202
+    outside_file = tmp_path / "secret.png"
+    outside_file.write_bytes(data)
+    (server.root / "link.png").symlink_to(outside_file)
+    cases = {
+        str(outside_file): (403, "path_outside_roots"),
+        str(server.root / "link.png"): (403, "path_outside_roots"),  # a symlink out
+        str(server.root / ".." / "secret.png"): (422, "path_traversal"),
+        str(server.root / "missing.png"): (404, "image_missing"),
+    }
+    for path, (status, error) in cases.items():
+        response = server.http.post("/v1/jobs", json={"question": "Q?", "image_path": path})
+        assert (response.status_code, response.json()["error"]) == (status, error), path
+    url = server.http.post("/v1/jobs", json={"question": "Q?", "image_url": "http://x/a.png"})
+    assert url.status_code == 422 and url.json()["error"] == "url_fetching_disabled"
+    closed = api(image_roots=[])  # no roots configured: no server paths at all
+    response = closed.http.post("/v1/jobs", json={"question": "Q?", "image_path": "/etc/x"})
+    assert response.status_code == 403 and response.json()["error"] == "server_paths_disabled"
+    assert server.jobs() == 2
+
+
+def test_each_limit_answers_4xx_naming_it(api):
+    server = api(
+        max_upload_bytes=2000, max_image_pixels=10_000, max_question_chars=20, max_options=3,
+        max_batch_jobs=2, max_request_bytes=50_000,
+    )  # fmt: skip
+    noise = Image.frombytes("RGB", (64, 64), os.urandom(64 * 64 * 3))
+    buffer = io.BytesIO()
+    noise.save(buffer, format="PNG")
+    cases = [
+        (upload(server, buffer.getvalue()), "max_upload_bytes"),
+        (upload(server, png((200, 100))), "max_image_pixels"),
+        (upload(server, png(), question="x" * 21), "max_question_chars"),
+        (upload(server, png(), options=json.dumps(["a", "b", "c", "d"])), "max_options"),
+    ]
+    job = {"question": "Q?", "image_base64": base64.b64encode(png()).decode()}
+    cases.append((server.http.post("/v1/batches", json={"jobs": [job] * 3}), "max_batch_jobs"))
+    big = server.http.post("/v1/batches", json={"jobs": [{**job, "id": "x" * 60_000}]})
+    cases.append((big, "max_request_bytes"))
+    for response, limit in cases:
+        assert response.status_code == 413, (limit, response.text)
+        body = response.json()
+        assert body["error"] == limit and limit in body["detail"]
+    assert server.jobs() == 0
+
+
+def test_bad_input_is_refused_with_one_error_shape_and_creates_nothing(api):
+    server = api()
+    corrupt = upload(server, b"\x89PNG\r\n\x1a\nbroken")
+    assert corrupt.status_code == 422 and corrupt.json()["error"] == "image_invalid"
+    not_image = upload(server, b"hello, I am text")
+    assert not_image.status_code == 422 and not_image.json()["error"] == "image_invalid"
+    assert server.jobs() == 0
+    unknown = server.http.get("/v1/jobs/" + "ab" * 16)
+    assert unknown.status_code == 404 and set(unknown.json()) == {"error", "detail"}
+    malformed = server.http.get("/v1/jobs/not-a-uuid")
+    assert malformed.status_code == 422 and malformed.json()["error"] == "invalid_request"
+    assert server.http.get("/v1/batches/" + "cd" * 16).status_code == 404
+    no_question = server.http.post("/v1/jobs", files={"image": ("a.png", png())})
+    assert no_question.status_code == 422 and set(no_question.json()) == {"error", "detail"}
+    bad_json = server.http.post("/v1/batches", content=b"{nope", headers={"content-type":
+                                "application/json"})  # fmt: skip
+    assert bad_json.status_code == 422 and bad_json.json()["error"] == "invalid_json"
+
+
+def test_the_client_raises_typed_errors(api):
+    server = api(max_question_chars=10)
+    with pytest.raises(NotFound):
+        server.client.get("ab" * 16)
+    with pytest.raises(InvalidRequest):
+        server.client.get("nope")
+    with pytest.raises(LimitExceeded) as limit:
+        server.client.submit(png(), "a question that is too long")
+    assert limit.value.error == "max_question_chars"
+    server.client.submit(png(), "Q?", idempotency_key="same")
+    with pytest.raises(Conflict):
+        server.client.submit(png((8, 8)), "Q?", idempotency_key="same")
+    anonymous = SpecEyesClient(http=TestClient(server.http.app))
+    with pytest.raises(Unauthorized):
+        anonymous.get("ab" * 16)
+    job = server.client.submit(png(), "Q2?")
+    with pytest.raises(Timeout):
+        server.client.wait(job.id, timeout=0.2, every=0.05)  # nothing runs the jobs here
+
+
+def test_probes_and_metrics(api):
+    server = api()
+    assert server.http.get("/healthz").json() == {"status": "ok"}
+    ready = server.http.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["database"] == "ok"
+    assert "python_info" in server.http.get("/metrics").text
+    down = api(broker_url="redis://127.0.0.1:1/0")
+    response = down.http.get("/readyz")
+    assert response.status_code == 503 and response.json()["broker"].startswith("unreachable")
+    docs = server.http.get("/openapi.json").json()
+    assert "/v1/jobs" in docs["paths"] and "/v1/batches/{batch_id}/results" in docs["paths"]
+
+
+def test_embedded_serving_runs_a_batch_and_streams_its_results(tmp_path, postgres_url):
+    # No broker: the app runs the embedded runner itself (what `speceyes serve` does).
+    settings = Settings(
+        database_url=postgres_url, backend="scripted", upload_dir=tmp_path / "uploads",
+        fast_batch_size=4, api_require_keys=False,
+    )  # fmt: skip
+    with TestClient(create_app(settings, embedded=True)) as http:
+        client = SpecEyesClient(http=http)
+        jobs = [{"image": png(colour=(i, 50, 50)), "question": "Q?", "id": f"row{i}",
+                 "answer": "A"} for i in range(6)]  # fmt: skip
+        batch = client.submit_many(jobs, name="embedded", idempotency_key="b1")
+        assert len(batch["job_ids"]) == 6 and batch["created"]
+        again = client.submit_many(jobs, name="embedded", idempotency_key="b1")
+        assert again == {**batch, "created": False}
+        done = client.wait_batch(batch["id"], timeout=60, every=0.1)
+        assert done["by_status"] == {"done": 6} and done["progress"] == 1.0
+        assert done["beta"] == 1.0 and done["alpha"] == 1.0
+        rows = list(client.results(batch["id"]))
+        assert [row["id"] for row in rows] == [f"row{i}" for i in range(6)]
+        assert {row["answered_by"] for row in rows} == {"small"}
+        assert all(row["correct"] for row in rows)
+        trace = client.trace(batch["job_ids"][0])
+        assert trace["trajectory"] is None  # answered by the small model: no trajectory
+
+
+def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypatch):
+    from tests.helpers import WorkerProcess
+
+    for key in [key for key in os.environ if key.startswith("SPECEYES_")]:
+        monkeypatch.delenv(key)
+    env = {**broker_env, "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads"),
+           "SPECEYES_FAST_BATCH_SIZE": "4", "SPECEYES_FAST_MAX_WAIT_S": "0.2"}  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    sessions = open_store(settings.database_url)
+    with sessions.begin() as session:
+        key = create_key(session, "e2e")[1]
+    images = [png(colour=(i * 20, 90, 90)) for i in range(6)]
+    workers = []
+    try:
+        with TestClient(create_app(settings)) as http:
+            client = SpecEyesClient(http=http, api_key=key)
+            jobs = [{"image": data, "question": "Q?", "id": f"r{i}"}
+                    for i, data in enumerate(images)]  # fmt: skip
+            batch = client.submit_many(jobs)
+            # routes, scripted per job id: two need tools, one is unsure, three are easy
+            scripts = {batch["job_ids"][i]: JobScript(needs_tools=True, agent_answer="T").to_dict()
+                       for i in (0, 1)}  # fmt: skip
+            scripts[batch["job_ids"][2]] = JobScript(confidence=0.6, agent_answer="U").to_dict()
+            (tmp_path / "scripts.json").write_text(json.dumps(scripts))
+            env["SPECEYES_SCRIPTED__SCRIPTS_FILE"] = str(tmp_path / "scripts.json")
+            for pool in ("fast", "slow"):
+                workers.append(WorkerProcess(pool, env, tmp_path / f"{pool}.log"))
+                workers[-1].wait_ready()
+            done = client.wait_batch(batch["id"], timeout=60, every=0.1)
+            assert done["by_status"] == {"done": 6}, done
+            assert done["by_answerer"] == {"small": 3, "large": 3}
+            rows = {row["id"]: row for row in client.results(batch["id"])}
+            assert [rows[f"r{i}"]["answer"] for i in range(3)] == ["T", "T", "U"]
+            assert rows["r2"]["defer_reason"] == "low_confidence"
+            assert client.get(batch["job_ids"][0])["answered_by"] == "large"
+            steps = client.trace(batch["job_ids"][0])["trajectory"]["steps"]
+            assert len(steps) == 1
+    finally:
+        for worker in workers:
+            worker.stop()
+        sessions.kw["bind"].dispose()
