@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from prometheus_client import Counter
 from pydantic import ValidationError
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
@@ -43,6 +44,11 @@ from common.store.keys import check_key
 from common.store.tables import QUEUED, Batch, BatchItem, Job
 
 log = logging.getLogger(__name__)
+
+SUBMITTED = Counter(
+    "speceyes_api_jobs_submitted_total", "Jobs created through the API, by route.", ["route"]
+)
+REFUSED = Counter("speceyes_api_refused_total", "Requests answered 4xx, by error code.", ["error"])
 
 Enqueue = Callable[[Sequence[str]], None]
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
@@ -120,6 +126,7 @@ def create_app(
         submitted = await run_in_threadpool(_create_job, db(), spec, stored)
         if submitted.created:
             state["enqueue"]([submitted.id])
+            SUBMITTED.labels("jobs").inc()
         return submitted
 
     @v1.post(
@@ -142,6 +149,7 @@ def create_app(
         )
         submitted, queued = await run_in_threadpool(_create_batch, db(), batch, stored, key)
         state["enqueue"](queued)
+        SUBMITTED.labels("batches").inc(len(queued))
         return submitted
 
     @v1.get("/jobs/{job_id}", response_model=JobView, summary="A job: status, answer, timings")
@@ -409,6 +417,8 @@ def _batch_or_404(session: Session, batch_id: uuid.UUID) -> Batch:
 # -- errors -----------------------------------------------------------------------------
 def _error_handlers(app: FastAPI) -> None:
     def body(error: str, detail: str, status: int) -> JSONResponse:
+        if 400 <= status < 500:
+            REFUSED.labels(error).inc()
         return JSONResponse({"error": error, "detail": detail}, status_code=status)
 
     @app.exception_handler(ApiError)

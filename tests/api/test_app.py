@@ -218,7 +218,9 @@ def test_probes_and_metrics(api):
     assert server.http.get("/healthz").json() == {"status": "ok"}
     ready = server.http.get("/readyz")
     assert ready.status_code == 200 and ready.json()["database"] == "ok"
-    assert "python_info" in server.http.get("/metrics").text
+    upload(server, png())
+    metrics = server.http.get("/metrics").text
+    assert 'speceyes_api_jobs_submitted_total{route="jobs"}' in metrics
     down = api(broker_url="redis://127.0.0.1:1/0")
     response = down.http.get("/readyz")
     assert response.status_code == 503 and response.json()["broker"].startswith("unreachable")
@@ -294,3 +296,40 @@ def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypa
         for worker in workers:
             worker.stop()
         sessions.kw["bind"].dispose()
+
+
+def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from tests.helpers import wait_until
+
+    db = f"sqlite:///{tmp_path / 'serve.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECEYES_")}
+    env |= {"SPECEYES_BACKEND": "scripted", "SPECEYES_UPLOAD_DIR": str(tmp_path / "up")}
+    command = [sys.executable, "-m", "cli.main"]
+    created = subprocess.run([*command, "keys", "create", "cli", "--db", db], env=env,
+                             capture_output=True, text=True, check=True)  # fmt: skip
+    key = created.stdout.splitlines()[0]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([*command, "serve", "--db", db, "--port", str(port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        with SpecEyesClient(f"http://127.0.0.1:{port}", api_key=key) as client:
+
+            def up() -> bool:
+                try:
+                    return client.http.get("/healthz").status_code == 200
+                except Exception:
+                    return False
+
+            wait_until(up, deadline_s=60, what="speceyes serve to answer")
+            job = client.submit(png(), "What colour?")
+            done = client.wait(job.id, timeout=30, every=0.1)
+            assert (done["status"], done["answered_by"]) == ("done", "small")
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
