@@ -43,7 +43,6 @@ from common.funnel import (
     Failed,
     FastOutcome,
     FunnelSettings,
-    prepare_query,
     run_agent_stage,
     run_fast_stage,
 )
@@ -73,20 +72,6 @@ class Delivery:
         self.skipped += other.skipped
         for phase, spent in other.seconds.items():
             self.seconds[phase] = self.seconds.get(phase, 0.0) + spent
-
-
-def load_ticket(ticket: Ticket, settings: Settings) -> Query | Failed:
-    """The job's image and question as a ``Query``, or the job failed with the reason."""
-    if ticket.image_path is None:
-        return Failed(ticket.job_id, "image_missing", "the job has no image")
-    return prepare_query(
-        ticket.job_id,
-        ticket.image_path,
-        ticket.question,
-        ticket.options,
-        settings.image_limits,
-        expected_hash=ticket.image_hash,
-    )
 
 
 def exhausted_message(ticket: Ticket, limit: int) -> str:
@@ -177,7 +162,7 @@ class FastStage:
 
     def _compute(self, group: list[Ticket]) -> tuple[list[FastOutcome], dict[str, float]]:
         started = time.perf_counter()
-        loaded = [load_ticket(ticket, self.settings) for ticket in group]
+        loaded = [ticket.load(self.settings.image_limits) for ticket in group]
         queries = [query for query in loaded if isinstance(query, Query)]
         outcomes: list[FastOutcome] = [query for query in loaded if isinstance(query, Failed)]
         load_s = time.perf_counter() - started
@@ -233,7 +218,7 @@ class AgentStage:
                 return delivery
         started = time.perf_counter()
         try:
-            query = load_ticket(ticket, self.settings)
+            query = ticket.load(self.settings.image_limits)
             outcome = (
                 query
                 if isinstance(query, Failed)

@@ -32,7 +32,6 @@ from common.funnel import (
     Failed,
     FastOutcome,
     FunnelSettings,
-    prepare_query,
     run_agent_stage,
     run_fast_stage,
 )
@@ -179,7 +178,7 @@ class EmbeddedRunner:
                 self._deferred_ready.notify_all()
 
     def _fast_batch(self, tickets: list[Ticket]) -> list[FastOutcome]:
-        loaded = [self._load(ticket) for ticket in tickets]
+        loaded = [ticket.load(self.settings.image_limits) for ticket in tickets]
         queries = [query for query in loaded if isinstance(query, Query)]
         failed: list[FastOutcome] = [query for query in loaded if isinstance(query, Failed)]
         result = run_fast_stage(
@@ -203,7 +202,7 @@ class EmbeddedRunner:
                 self._deferred_ready.wait(timeout=1.0)
 
     def _agent_job(self, ticket: Ticket) -> None:
-        query = self._load(ticket)
+        query = ticket.load(self.settings.image_limits)
         outcome = (
             query
             if isinstance(query, Failed)
@@ -211,15 +210,3 @@ class EmbeddedRunner:
         )
         with self.sessions.begin() as session:
             store.record_agent(session, outcome)
-
-    def _load(self, ticket: Ticket) -> Query | Failed:
-        if ticket.image_path is None:
-            return Failed(ticket.job_id, "image_missing", "the job has no image")
-        return prepare_query(
-            ticket.job_id,
-            ticket.image_path,
-            ticket.question,
-            ticket.options,
-            self.settings.image_limits,
-            expected_hash=ticket.image_hash,
-        )

@@ -21,8 +21,9 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from common.config import GateSettings
-from common.funnel import Accepted, AgentOutcome, Failed, FastOutcome
+from common.backends.base import Query
+from common.config import GateSettings, ImageLimits
+from common.funnel import Accepted, AgentOutcome, Failed, FastOutcome, prepare_query
 from common.store.tables import (
     AGENT,
     DEFERRED,
@@ -62,6 +63,16 @@ class Ticket:
     question: str
     options: list[str] | None
     attempts: int = 1  # this claim included
+
+    def load(self, limits: ImageLimits) -> Query | Failed:
+        """The job's image and question as a ``Query``, or the job failed with the reason
+        (missing, unreadable, corrupt or changed since it was submitted)."""
+        if self.image_path is None:
+            return Failed(self.job_id, "image_missing", "the job has no image")
+        return prepare_query(
+            self.job_id, self.image_path, self.question, self.options, limits,
+            expected_hash=self.image_hash,
+        )  # fmt: skip
 
 
 @dataclass
