@@ -145,7 +145,7 @@ class FastStage:
                 store.record_fast(session, outcomes, self.funnel.gate)
         except RetryableError as exc:
             log.warning("fast batch of %d will be retried: %s", len(group), exc)
-            self._release(group, delivery)
+            self._release(group, delivery, count_attempt=False)
             return
         except Exception as exc:
             if len(group) > 1:
@@ -171,10 +171,11 @@ class FastStage:
         )
         return outcomes + result.outcomes, {"load": load_s, **result.seconds}
 
-    def _release(self, group: list[Ticket], delivery: Delivery) -> None:
+    def _release(self, group: list[Ticket], delivery: Delivery, count_attempt: bool = True) -> None:
+        ids = [ticket.job_id for ticket in group]
         with self.sessions.begin() as session:
-            store.release_ids(session, [ticket.job_id for ticket in group], FAST)
-        delivery.retry += [ticket.job_id for ticket in group]
+            store.release_ids(session, ids, FAST, count_attempt=count_attempt)
+        delivery.retry += ids
 
     def _lone_failure(self, ticket: Ticket, exc: Exception, delivery: Delivery) -> None:
         reason = f"{type(exc).__name__}: {exc}"
@@ -228,7 +229,7 @@ class AgentStage:
                 store.record_agent(session, outcome)
         except RetryableError as exc:
             log.warning("trajectory of job %s will be retried: %s", job_id, exc)
-            self._release(job_id, delivery)
+            self._release(job_id, delivery, count_attempt=False)
             return delivery
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
@@ -245,9 +246,9 @@ class AgentStage:
             delivery.failed = 1
         return delivery
 
-    def _release(self, job_id: str, delivery: Delivery) -> None:
+    def _release(self, job_id: str, delivery: Delivery, count_attempt: bool = True) -> None:
         with self.sessions.begin() as session:
-            store.release_ids(session, [job_id], AGENT)
+            store.release_ids(session, [job_id], AGENT, count_attempt=count_attempt)
         delivery.retry.append(job_id)
 
 

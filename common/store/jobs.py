@@ -283,11 +283,20 @@ def statuses(session: Session, job_ids: Sequence[str]) -> dict[str, str]:
     return {job_id: status for job_id, status in session.execute(query)}
 
 
-def release_ids(session: Session, job_ids: Sequence[str], stage: str) -> int:
-    """Put claimed jobs back to wait for ``stage`` again (a retry, not a result)."""
+def release_ids(
+    session: Session, job_ids: Sequence[str], stage: str, *, count_attempt: bool = True
+) -> int:
+    """Put claimed jobs back to wait for ``stage`` again (a retry, not a result).
+
+    ``count_attempt=False`` gives the claim's attempt back: the job did nothing wrong
+    (a model server was down), so the outage does not use up its attempts.
+    """
     waiting = QUEUED if stage == FAST else DEFERRED
+    values: dict[str, Any] = {"status": waiting}
+    if not count_attempt:
+        values["attempts"] = Job.attempts - 1
     statement = _update().where(Job.id.in_(list(job_ids)), Job.status == RUNNING)
-    result = session.execute(statement.where(Job.stage == stage).values(status=waiting))
+    result = session.execute(statement.where(Job.stage == stage).values(**values))
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -115,3 +115,21 @@ def test_an_agent_job_is_run_once_however_often_its_message_comes(sessions, tmp_
     assert model.calls["generate"] == 1
     job = jobs(sessions)[ids[0]]
     assert (job.status, job.final_answer, job.stage) == ("done", "B", AGENT)
+
+
+def test_a_model_server_outage_sends_the_batch_back_without_using_attempts(sessions, tmp_path):
+    from common.errors import BackendUnavailable
+
+    class Down(ScriptedModel):
+        def screen(self, queries, *, max_new_tokens):
+            raise BackendUnavailable("model server at :9000 refused the connection")
+
+    ids = submit(sessions, tmp_path, 3)
+    model = Down({})
+    fast = FastStage(sessions, Models(model, model), Settings(backend="scripted"))
+
+    delivery = fast.process(ids)
+
+    assert delivery.retry == ids and delivery.outcomes == []
+    states = jobs(sessions)
+    assert {(job.status, job.attempts) for job in states.values()} == {("queued", 0)}
