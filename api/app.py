@@ -256,11 +256,15 @@ async def _read_job(request: Request, settings: Settings) -> tuple[JobSpec, Stor
             raise ApiError(422, "image_missing", "multipart field 'image' (a file) is required")
         data = await upload.read(settings.max_upload_bytes + 1)
         options = form.get("options")
+        try:
+            option_list = json.loads(str(options)) if options else None
+        except json.JSONDecodeError:
+            raise ApiError(422, "invalid_request", "options must be a JSON list") from None
         spec = _validated(
             JobSpec,
             {
                 "question": form.get("question"),
-                "options": json.loads(str(options)) if options else None,
+                "options": option_list,
                 "idempotency_key": form.get("idempotency_key"),
                 "batch_id": form.get("batch_id"),
                 "id": form.get("id"),
@@ -337,7 +341,7 @@ def _create_job(
                     "this idempotency key names a job with another image or question",
                 )
             return JobSubmitted(id=existing.id, status=existing.status, created=False)
-        batch = _batch_or_404(session, uuid.UUID(spec.batch_id)) if spec.batch_id else None
+        batch = _batch_or_404(session, _uuid(spec.batch_id, "batch_id")) if spec.batch_id else None
         item = store.NewItem(
             0, spec.id or "", spec.question, spec.options, stored.path, stored.digest,
             expected=spec.answer,
@@ -398,6 +402,13 @@ def _create_batch(
     job_ids = [job_id for job_id, _ in rows]
     queued = [job_id for job_id, status in rows if status == QUEUED] if created else []
     return BatchSubmitted(id=batch.id, job_ids=job_ids, created=created), queued
+
+
+def _uuid(value: str, field: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ApiError(422, "invalid_request", f"{field}: not an id ({value!r})") from None
 
 
 def _job_or_404(session: Session, job_id: uuid.UUID) -> Job:

@@ -191,6 +191,10 @@ def test_bad_input_is_refused_with_one_error_shape_and_creates_nothing(api):
     bad_json = server.http.post("/v1/batches", content=b"{nope", headers={"content-type":
                                 "application/json"})  # fmt: skip
     assert bad_json.status_code == 422 and bad_json.json()["error"] == "invalid_json"
+    for form in ({"options": "not json"}, {"batch_id": "nope"}):
+        response = upload(server, png(), **form)
+        assert response.status_code == 422 and response.json()["error"] == "invalid_request"
+    assert upload(server, png(), batch_id="ef" * 16).status_code == 404
 
 
 def test_the_client_raises_typed_errors(api):
