@@ -22,14 +22,16 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from common.agents.deepeyes import AgentLimits, Trajectory, run_deepeyes
 from common.backends.base import Query, ScreenResult, Speculation, VisionLanguageModel
 from common.config import GateSettings, ImageLimits, Screener, Settings
 from common.errors import ImageError, ModelError, RetryableError
-from common.gate import GateResult, score_answers
 from common.images import load_image
+
+if TYPE_CHECKING:
+    from common.gate import GateResult
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,8 @@ def speculate_stage(
 
 def gate_stage(speculations: Sequence[Speculation], gate: GateSettings) -> list[GateResult]:
     """Phase III over a batch."""
+    from common.gate import score_answers  # torch: loaded by the workers, not by the API
+
     return score_answers([s.scores for s in speculations], gate)
 
 

@@ -18,16 +18,20 @@ Placeholder values such servers put in for missing entries (-9999, -inf, NaN) ar
 
 The batch functions are vectorised over a padded ``[answers, tokens, K]`` tensor and
 computed in float64 on the CPU: the inputs are small and the threshold is a hard edge.
+torch is imported inside them, so the types here (``TokenScores``) cost the HTTP API,
+which never computes a gate, no torch import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from common.config import GateMode, GateSettings
+
+if TYPE_CHECKING:
+    import torch
 
 EPS = 1e-6
 SQUASH = 0.6
@@ -70,6 +74,8 @@ def token_separability(top: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
     A token whose top-1 or all competitors are missing scores -inf (never confident).
     """
+    import torch
+
     competitors = top[..., 1:]
     mask = valid[..., 1:]
     count = mask.sum(-1)
@@ -88,6 +94,8 @@ def aggregate(scores: torch.Tensor, token_mask: torch.Tensor, mode: GateMode) ->
     For ``logprob`` the per-token values are log max-probabilities and S is their mean.
     Answers with no tokens get -inf.
     """
+    import torch
+
     count = token_mask.sum(-1)
     inf = torch.full_like(scores, float("inf"))
     if mode == "min":
@@ -118,6 +126,8 @@ def confidence_batch(
     Shapes: ``top``/``valid`` [B, T, K] (sorted descending), ``token_mask`` [B, T],
     ``log_normalizer`` [B, T]. Returns (confidence [B], token_scores [B, T]).
     """
+    import torch
+
     if mode == "logprob":
         per_token = torch.where(valid[..., 0], top[..., 0] - log_normalizer, float("-inf"))
         mean_logprob = aggregate(per_token, token_mask, mode)
@@ -132,6 +142,8 @@ def _valid_values(values: torch.Tensor) -> torch.Tensor:
 
 def confidence(logits: torch.Tensor, *, top_k: int = 64, mode: GateMode = "min") -> float:
     """Confidence of one answer from its raw logits [answer_tokens, vocab]."""
+    import torch
+
     if logits.ndim != 2:
         raise ValueError(f"logits must be [answer_tokens, vocab], got shape {tuple(logits.shape)}")
     if logits.shape[0] == 0:
@@ -145,6 +157,8 @@ def confidence(logits: torch.Tensor, *, top_k: int = 64, mode: GateMode = "min")
 
 def score_answers(answers: Sequence[TokenScores], gate: GateSettings) -> list[GateResult]:
     """Gate a batch of answers at once; the order of ``answers`` is kept."""
+    import torch
+
     if not answers:
         return []
     batch, longest, k = len(answers), max(1, max(a.num_tokens for a in answers)), gate.top_k

@@ -337,3 +337,16 @@ def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def test_the_api_imports_neither_torch_nor_the_workers():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, api.app, api.client; print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('torch', 'transformers', 'workers', 'celery')))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert run.stdout.strip() == "[]"
