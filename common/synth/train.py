@@ -41,7 +41,7 @@ from common.backends.base import Message
 from common.backends.transformers_backend import load_processor, template_messages
 from common.images import ResizeRule
 from common.prompts import format_question, screen_text, speculate_text
-from common.synth.world import SIZE, SynthItem, items
+from common.synth.world import SIZE, SynthItem, items, make_item
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,12 @@ class Example:
 # How often each kind of agent example is drawn. The screen is learned in minutes; finding
 # the small target's cell in the low-resolution view is the slow part.
 AGENT_WEIGHTS = {"screen": 0.15, "direct": 0.25, "zoom": 0.35, "read": 0.25}
+
+# Where a target is must be learned on large targets first: from scratch, a 6-8 px target
+# in the agent's 224 px view gives no signal to follow (the zoom box stayed at chance
+# after 4 minutes), while a large one is located within ~3 minutes, and the skill carries
+# down as the targets shrink. (target side in px, minutes of zoom-only training)
+LOCALISATION_CURRICULUM = (((128, 208), 3.0), ((64, 128), 1.5), ((40, 64), 1.5))
 
 
 @dataclass
@@ -241,6 +247,12 @@ def train(
     return TrainReport(step, time.monotonic() - started, smoothed, accuracy)
 
 
+def curriculum_items(count: int, seed: int, sizes: tuple[int, int]) -> list[SynthItem]:
+    """Items like hard ones (a zoom is due) but with targets of ``sizes``."""
+    rng = random.Random(seed)
+    return [make_item(rng.getrandbits(48), difficulty="hard", sizes=sizes) for _ in range(count)]
+
+
 def build_pool(
     count: int, seed: int, small_rule: ResizeRule, agent_rule: ResizeRule
 ) -> list[tuple[SynthItem, Views]]:
@@ -276,7 +288,23 @@ def train_synth(
     pool = build_pool(items_count, seed, rules["small"], rules["large"])
     on_log(f"rendered {len(pool)} training items in {time.monotonic() - started:.0f} s")
     reports = {}
-    for role, minutes in (("small", small_minutes), ("large", large_minutes)):
+    curriculum_minutes = sum(minutes for _, minutes in LOCALISATION_CURRICULUM)
+    for step, (sizes, minutes) in enumerate(LOCALISATION_CURRICULUM):
+        on_log(f"agent, locating targets of {sizes[0]}-{sizes[1]} px for {minutes:g} min")
+        locate = [
+            (item, make_views(item, rules["small"], rules["large"]))
+            for item in curriculum_items(400, seed + 1 + step, sizes)
+        ]
+        reports[f"locate-{sizes[0]}-{sizes[1]}"] = train(
+            out / "large",
+            lambda item, views: agent_examples(item, views, rules["large"])[1:2],  # the zoom
+            locate,
+            minutes=minutes,
+            seed=seed + 1 + step,
+            on_log=on_log,
+        )
+    budgets = (("small", small_minutes), ("large", max(1.0, large_minutes - curriculum_minutes)))
+    for role, minutes in budgets:
         on_log(f"training the {role} model for {minutes:g} min")
         make: Callable[[SynthItem, Views], list[Example]] = (
             (lambda item, views: [small_example(item, views)])
@@ -291,6 +319,7 @@ def train_synth(
         "items": items_count,
         "seed": seed,
         "world": "speceyes-synth-v1",
+        "agent_curriculum": [[*sizes, minutes] for sizes, minutes in LOCALISATION_CURRICULUM],
         **{role: report.__dict__ for role, report in reports.items()},
     }
     (out / "synth-info.json").write_text(json.dumps(info, indent=2))

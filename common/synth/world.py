@@ -68,13 +68,20 @@ class SynthItem:
         return render(self)
 
 
-def make_item(seed: int, *, difficulty: str | None = None, kind: str | None = None) -> SynthItem:
-    """The item of ``seed`` (its difficulty / kind drawn unless given)."""
+def make_item(
+    seed: int,
+    *,
+    difficulty: str | None = None,
+    kind: str | None = None,
+    sizes: tuple[int, int] | None = None,
+) -> SynthItem:
+    """The item of ``seed`` (its difficulty / kind drawn unless given). ``sizes`` overrides
+    the difficulty's target sizes (training curricula only; the world never uses it)."""
     rng = random.Random(seed)
     difficulty = difficulty or rng.choice(("easy", "hard"))
     kind = kind or rng.choice(("choice", "yesno"))
     shape, colour = rng.choice(SHAPES), rng.choice(list(COLOURS))
-    low, high = EASY_SIZES if difficulty == "easy" else HARD_SIZES
+    low, high = sizes or (EASY_SIZES if difficulty == "easy" else HARD_SIZES)
     side = rng.randint(low, high)
     row, col = rng.randrange(GRID), rng.randrange(GRID)
     slack = CELL - side - 2 * MARGIN  # the shape stays inside its cell

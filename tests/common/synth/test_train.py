@@ -12,6 +12,7 @@ from common.synth.train import (
     agent_examples,
     build_pool,
     copy_checkpoint,
+    curriculum_items,
     make_views,
     small_example,
     train,
@@ -68,3 +69,18 @@ def test_a_short_training_run_steps_and_saves(tiny_paths, tmp_path: Path):
     )
     assert report.steps >= 1 and report.loss > 0
     assert (target / "model.safetensors").read_bytes() != before
+
+
+def test_the_localisation_curriculum_draws_zoom_items_of_the_asked_sizes():
+    items = curriculum_items(40, seed=5, sizes=(64, 128))
+    assert items == curriculum_items(40, seed=5, sizes=(64, 128))  # seeded
+    for item in items:
+        left, top, right, bottom = item.box
+        assert 64 <= right - left <= 128 and right - left == bottom - top
+        cell_left, cell_top, cell_right, cell_bottom = item.cell
+        assert (
+            cell_left <= left and right <= cell_right and cell_top <= top and bottom <= cell_bottom
+        )
+        views = make_views(item, SMALL_RULE, AGENT_RULE)
+        zoom = agent_examples(item, views, AGENT_RULE)[1]
+        assert zoom.kind == "zoom"  # what the curriculum trains on
