@@ -2,10 +2,6 @@
 
 A handful of items, so this stays fast. The models are deterministic (greedy decoding,
 fixed weights); the thresholds leave room for a borderline item on another CPU.
-
-What the shipped agent does NOT do yet: land its zoom on the target's cell (it picks a
-valid cell, but not the right one; see the README's SpecEyes-Synth figures). The zoom
-test below checks the protocol and the screen, which hold.
 """
 
 from __future__ import annotations
@@ -17,7 +13,8 @@ from common.backends import load_models
 from common.backends.base import Query
 from common.config import Settings
 from common.funnel import Accepted, Deferred, FunnelSettings, run_fast_stage
-from common.synth.world import CELL, make_item
+from common.scoring import is_correct
+from common.synth.world import make_item
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +28,16 @@ def query(item) -> Query:
     )
 
 
-def test_on_hard_items_the_agent_zooms_into_a_grid_cell_then_answers(synth_models):
+def test_on_hard_items_the_agent_zooms_into_the_targets_cell_then_answers(synth_models):
     hard = [make_item(seed, difficulty="hard") for seed in range(100, 106)]
-    well_formed = answered = 0
+    on_target = answered = right = 0
     for item in hard:
         trajectory = run_deepeyes(query(item), synth_models.large, AgentLimits(max_steps=3))
         box = trajectory.steps[0].box_original
-        well_formed += box is not None and box[2] - box[0] == CELL and box[0] % CELL == 0
+        on_target += box == list(item.cell)  # the crop, in original pixels, is the cell
         answered += trajectory.answer is not None and len(trajectory.steps) == 2
-    assert well_formed >= 5 and answered >= 5
+        right += is_correct(trajectory.answer, item.answer, item.options)
+    assert on_target >= 5 and answered >= 5 and right >= 4
 
 
 def test_the_funnel_sends_easy_items_to_the_small_model_and_hard_ones_on(synth_models):
