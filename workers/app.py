@@ -62,7 +62,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
     """The Celery app with both tasks registered, for ``settings``."""
     app = celery_app(settings)
     runtime = Runtime(settings, app)
-    lock = threading.Lock()  # celery-batches flushes from a timer thread too
+    lock = threading.Lock()  # one batch at a time, whichever flush (timer or full buffer) runs it
 
     @app.task(
         name=FAST_TASK,
