@@ -349,13 +349,7 @@ def _create_job(
         job_id = store.add_job(session, item, key)
         if batch is not None:
             session.flush()
-            last = session.scalar(
-                select(BatchItem.position)
-                .where(BatchItem.batch_id == batch.id)
-                .order_by(BatchItem.position.desc())
-                .limit(1)
-            )
-            position = 0 if last is None else last + 1
+            position = store.next_position(session, batch.id)
             session.add(
                 BatchItem(
                     batch_id=batch.id,

@@ -38,7 +38,6 @@ from common.backends.base import Query
 from common.config import Settings
 from common.errors import RetryableError
 from common.funnel import (
-    Accepted,
     Deferred,
     Failed,
     FastOutcome,
@@ -74,11 +73,19 @@ class Delivery:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + spent
 
 
-def exhausted_message(ticket: Ticket, limit: int) -> str:
-    return (
-        f"gave up after {ticket.attempts - 1} attempts (limit {limit}): the worker "
-        "running this job stopped before recording a result each time"
-    )
+def fail_exhausted(
+    session: Session, tickets: list[Ticket], stage: str, limit: int, delivery: Delivery
+) -> list[Ticket]:
+    """Fail the claimed jobs that are over their attempt limit; returns the others."""
+    for ticket in tickets:
+        if ticket.attempts > limit:
+            message = (
+                f"gave up after {ticket.attempts - 1} attempts (limit {limit}): the worker "
+                "running this job stopped before recording a result each time"
+            )
+            store.fail_running(session, ticket.job_id, stage, "attempts_exhausted", message)
+            delivery.failed += 1
+    return [ticket for ticket in tickets if ticket.attempts <= limit]
 
 
 class FastStage:
@@ -96,7 +103,7 @@ class FastStage:
         delivery = Delivery()
         with self.sessions.begin() as session:
             tickets = store.claim_ids(session, job_ids, FAST, stale_after_s=None)
-            tickets = self._fail_exhausted(session, tickets, delivery)
+            tickets = fail_exhausted(session, tickets, FAST, self.settings.max_attempts, delivery)
             claimed = {ticket.job_id for ticket in tickets}
             unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
             others = store.statuses(session, unclaimed) if unclaimed else {}
@@ -118,24 +125,13 @@ class FastStage:
                 held = store.claim_ids(
                     session, [job_id], FAST, stale_after_s=stale_s, takeover=takeover
                 )
-                held = self._fail_exhausted(session, held, delivery)
+                held = fail_exhausted(session, held, FAST, self.settings.max_attempts, delivery)
             if held:
                 self._run_group(held, delivery)
             else:
                 delivery.skipped += 1
         delivery.skipped += sum(status not in (DEFERRED, RUNNING) for status in others.values())
         return delivery
-
-    def _fail_exhausted(
-        self, session: Session, tickets: list[Ticket], delivery: Delivery
-    ) -> list[Ticket]:
-        limit = self.settings.max_attempts
-        for ticket in tickets:
-            if ticket.attempts > limit:
-                message = exhausted_message(ticket, limit)
-                store.fail_running(session, ticket.job_id, FAST, "attempts_exhausted", message)
-                delivery.failed += 1
-        return [ticket for ticket in tickets if ticket.attempts <= limit]
 
     def _run_group(self, group: list[Ticket], delivery: Delivery) -> None:
         """Compute and commit one group; on an error, halve it until the culprit is alone."""
@@ -155,10 +151,8 @@ class FastStage:
                 return
             self._lone_failure(group[0], exc, delivery)
             return
-        delivery.outcomes += outcomes
-        delivery.to_slow += [o.job_id for o in outcomes if isinstance(o, Deferred)]
-        for phase, spent in seconds.items():
-            delivery.seconds[phase] = delivery.seconds.get(phase, 0.0) + spent
+        deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
+        delivery.merge(Delivery(to_slow=deferred, outcomes=outcomes, seconds=seconds))
 
     def _compute(self, group: list[Ticket]) -> tuple[list[FastOutcome], dict[str, float]]:
         started = time.perf_counter()
@@ -211,12 +205,10 @@ class AgentStage:
             if not tickets:
                 delivery.skipped = 1
                 return delivery
-            ticket = tickets[0]
-            if ticket.attempts > limit:
-                message = exhausted_message(ticket, limit)
-                store.fail_running(session, job_id, AGENT, "attempts_exhausted", message)
-                delivery.failed = 1
+            tickets = fail_exhausted(session, tickets, AGENT, limit, delivery)
+            if not tickets:
                 return delivery
+            ticket = tickets[0]
         started = time.perf_counter()
         try:
             query = ticket.load(self.settings.image_limits)
@@ -250,7 +242,3 @@ class AgentStage:
         with self.sessions.begin() as session:
             store.release_ids(session, [job_id], AGENT, count_attempt=count_attempt)
         delivery.retry.append(job_id)
-
-
-def accepted(delivery: Delivery) -> int:
-    return sum(isinstance(outcome, Accepted) for outcome in delivery.outcomes)

@@ -135,10 +135,7 @@ def submit_items(
     A broken item (``error``) becomes a failed job. Returns (jobs created, items added).
     """
     known = set(session.scalars(select(BatchItem.item_id).where(BatchItem.batch_id == batch.id)))
-    last = session.scalar(
-        select(func.max(BatchItem.position)).where(BatchItem.batch_id == batch.id)
-    )
-    next_position = -1 if last is None else last
+    first_position = next_position(session, batch.id)
     fresh = [item for item in items if item.item_id not in known]
     keys = [_item_key(batch, item, config_key) for item in fresh]
     existing = _jobs_by_key(session, set(keys))
@@ -148,7 +145,7 @@ def submit_items(
             existing[key] = add_job(session, item, key)
             created += 1
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
-    for position, (item, key) in enumerate(zip(fresh, keys, strict=True), next_position + 1):
+    for position, (item, key) in enumerate(zip(fresh, keys, strict=True), first_position):
         item_row = BatchItem(
             batch_id=batch.id, position=position, item_id=item.item_id, expected=item.expected
         )
@@ -156,6 +153,14 @@ def submit_items(
         session.add(item_row)
     session.flush()
     return created, len(fresh)
+
+
+def next_position(session: Session, batch_id: str) -> int:
+    """The position a row appended to the batch gets."""
+    last = session.scalar(
+        select(func.max(BatchItem.position)).where(BatchItem.batch_id == batch_id)
+    )
+    return 0 if last is None else last + 1
 
 
 def _jobs_by_key(session: Session, keys: set[str]) -> dict[str, str]:
