@@ -34,11 +34,13 @@ def register(commands: Any) -> None:
         help="train the tiny models on the SpecEyes-Synth world ('synth' model spec)",
         description="Start from the tiny random checkpoints and teach them the SpecEyes "
         "task in the synth world, on the CPU, by teacher forcing: the small model answers "
-        "colour questions directly; the agent model screens (yes for small targets, no "
-        "for large ones) and follows the DeepEyes protocol (answer, or zoom into the "
-        "target's cell and answer from the crop). The agent first learns where targets are "
-        "on large ones, then smaller (6 of its minutes), then the whole task. Each model "
-        "trains for a fixed number of minutes of wall time.",
+        "colour questions directly from a 128 px view (where hard targets are a few "
+        "pixels); the agent model screens (yes for small targets, no for large ones) and "
+        "follows the DeepEyes protocol (answer, or zoom into the target's cell and answer "
+        "from the crop). The agent first learns where targets are on large ones, then "
+        "smaller (6 of its minutes), then the whole task. Each model trains for a fixed "
+        "number of minutes of wall time, so a busy or slower machine gets fewer steps: "
+        "check the result with `speceyes bench synth --small DIR/small --large DIR/large`.",
     )
     train.add_argument(
         "--out",
@@ -49,9 +51,9 @@ def register(commands: Any) -> None:
     )
     train.add_argument("--items", type=int, default=1500, help="training items (1500)")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--small-minutes", type=float, default=5.0, help="(5)")
+    train.add_argument("--small-minutes", type=float, default=4.0, help="(4)")
     train.add_argument(
-        "--large-minutes", type=float, default=22.0, help="(22, of which 6 locate targets)"
+        "--large-minutes", type=float, default=23.0, help="(23, of which 6 locate targets)"
     )
     train.set_defaults(run=run_train_synth)
 

@@ -152,6 +152,14 @@ def share(values: Sequence[bool]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def auc(higher: Sequence[float], lower: Sequence[float]) -> float:
+    """The chance that a draw from ``higher`` beats one from ``lower`` (ties count half)."""
+    if not higher or not lower:
+        return float("nan")
+    wins = sum((up > down) + 0.5 * (up == down) for up in higher for down in lower)
+    return wins / (len(higher) * len(lower))
+
+
 def sweep(
     outcomes: list[ItemOutcome], fast_s: float, agent_s: float, taus: Sequence[float]
 ) -> list[dict[str, float]]:
@@ -270,6 +278,9 @@ def summarise(
         "separability_mean": {
             "easy": sum(o.separability for o in easy) / max(1, len(easy)),
             "hard": sum(o.separability for o in hard) / max(1, len(hard)),
+            "auc_easy_over_hard": auc(
+                [o.separability for o in easy], [o.separability for o in hard]
+            ),
         },
         "screen_agreement": share(
             [o.screen_tool_free == (o.item.difficulty == "easy") for o in outcomes]
@@ -279,6 +290,8 @@ def summarise(
             "jobs_per_s": baseline.jobs_per_s,
             "easy": share([o.agent_correct for o in easy]),
             "hard": share([o.agent_correct for o in hard]),
+            "choice": share([o.agent_correct for o in outcomes if o.item.kind == "choice"]),
+            "yesno": share([o.agent_correct for o in outcomes if o.item.kind == "yesno"]),
             "zoom_on_target_hard": share([bool(o.zoom_on_target) for o in hard]),
         },
         "funnel": {
@@ -303,10 +316,12 @@ def format_report(report: dict[str, Any]) -> str:
         f"items                {report['items']}",
         f"small only           {small['all']:.1%} "
         f"(easy {small['easy']:.1%}, hard {small['hard']:.1%})",
-        f"separability S       easy {separability['easy']:.2f}, hard {separability['hard']:.2f}",
+        f"separability S       easy {separability['easy']:.2f}, hard {separability['hard']:.2f} "
+        f"(AUC easy > hard {separability['auc_easy_over_hard']:.2f})",
         f"screen agreement     {report['screen_agreement']:.1%} (yes = hard, no = easy)",
         f"agent only           {agent['accuracy']:.1%} "
-        f"(easy {agent['easy']:.1%}, hard {agent['hard']:.1%}), "
+        f"(easy {agent['easy']:.1%}, hard {agent['hard']:.1%}; "
+        f"choice {agent['choice']:.1%}, yes/no {agent['yesno']:.1%}), "
         f"zoom on target {agent['zoom_on_target_hard']:.1%} of hard, "
         f"{agent['jobs_per_s']:.2f} jobs/s",
         f"funnel (tau 0.98)    {funnel['accuracy']:.1%}, {funnel['jobs_per_s']:.2f} jobs/s = "

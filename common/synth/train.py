@@ -41,7 +41,7 @@ from common.backends.base import Message
 from common.backends.transformers_backend import load_processor, template_messages
 from common.images import ResizeRule
 from common.prompts import format_question, screen_text, speculate_text
-from common.synth.world import SIZE, SynthItem, items, make_item
+from common.synth.world import SIZE, SMALL_VIEW, SynthItem, items, make_item
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,22 @@ class Example:
     kind: str = "answer"
 
 
-# How often each kind of agent example is drawn. The screen is learned in minutes; finding
-# the small target's cell in the low-resolution view is the slow part.
-AGENT_WEIGHTS = {"screen": 0.15, "direct": 0.25, "zoom": 0.35, "read": 0.25}
+# How often each kind of agent example is drawn in the main stage. The screen is learned
+# in minutes and where targets are in the curriculum before; what stays slow is the
+# yes / no comparison, in the direct answer and in the answer after the crop.
+AGENT_WEIGHTS = {"screen": 0.1, "direct": 0.3, "zoom": 0.25, "read": 0.35}
 
 # Where a target is must be learned on large targets first: from scratch, a 6-8 px target
 # in the agent's 224 px view gives no signal to follow (the zoom box stayed at chance
 # after 4 minutes), while a large one is located within ~3 minutes, and the skill carries
 # down as the targets shrink. (target side in px, minutes of zoom-only training)
 LOCALISATION_CURRICULUM = (((128, 208), 3.0), ((64, 128), 1.5), ((40, 64), 1.5))
+
+
+# The small model at its 128 px view is unstable at 2e-3: of three 4-6 minute runs one
+# learned (easy 99%), one half did (easy 89%), one stayed at chance; at 1e-3 easy items
+# were 100% right after 4 minutes.
+LEARNING_RATES = {"small": 1e-3, "large": 2e-3}
 
 
 @dataclass
@@ -76,12 +83,33 @@ class Views:
     crop: Image.Image  # the zoom cell, cropped from the original, at the agent's view
 
 
+# Yes / no needs the asked colour next to the seen one, and a 2-layer model copies a word
+# reliably only from ~60-80 positions back (the slowest rope pair must barely turn over
+# the distance). So the trajectory carries the asked colour forward in short hops: the
+# question -> the first thought -> the zoom's label (the object looked for, as DeepEyes
+# labels it) -> the thought after the crop; each hop is <= ~80 positions. Copied straight
+# from the question, ~190 positions back after a zoom, it was wrong 17 times in 48.
+def asked_colour(item: SynthItem) -> str | None:
+    if item.kind != "yesno":
+        return None
+    return item.question.removeprefix("Is there a ").split()[0]
+
+
 def zoom_call(item: SynthItem, view_box: Sequence[int]) -> str:
-    call = {"name": TOOL_NAME, "arguments": {"bbox_2d": list(view_box), "label": item.shape}}
-    return f"<think>too small, zoom in</think> <tool_call>{json.dumps(call)}</tool_call>"
+    asked = asked_colour(item)
+    thought = f"asked {asked}, too small, zoom in" if asked else "too small, zoom in"
+    label = f"{asked} {item.shape}" if asked else item.shape
+    call = {"name": TOOL_NAME, "arguments": {"bbox_2d": list(view_box), "label": label}}
+    return f"<think>{thought}</think> <tool_call>{json.dumps(call)}</tool_call>"
 
 
-def answer_text(item: SynthItem, thought: str) -> str:
+def answer_text(item: SynthItem) -> str:
+    """The final turn: a thought that names what is seen (and, for yes / no, what was
+    asked), then the answer. Without it the tiny agent answered yes / no at chance: one
+    answer token had to read the colour from the image AND compare it with a word far
+    back; with it, the answer compares two words just written."""
+    asked = asked_colour(item)
+    thought = f"asked {asked}, I see {item.colour}" if asked else f"I see {item.colour}"
     return f"<think>{thought}</think> <answer>{item.answer}</answer>"
 
 
@@ -108,9 +136,7 @@ def agent_examples(item: SynthItem, views: Views, rule: ResizeRule) -> list[Exam
         ),
     ]
     if not hard:
-        direct = Example(
-            [*opening, Message("assistant", [answer_text(item, "clear view")])], "direct"
-        )
+        direct = Example([*opening, Message("assistant", [answer_text(item)])], "direct")
         return [screen, direct]
     call = zoom_call(item, item.view_box(rule.size_for(SIZE, SIZE)[0]))
     observation = Message(
@@ -118,9 +144,7 @@ def agent_examples(item: SynthItem, views: Views, rule: ResizeRule) -> list[Exam
     )
     zoom = Example([*opening, Message("assistant", [call])], "zoom")
     after_zoom = [Message("assistant", [call]), observation]
-    read = Example(
-        [*opening, *after_zoom, Message("assistant", [answer_text(item, "zoomed in")])], "read"
-    )
+    read = Example([*opening, *after_zoom, Message("assistant", [answer_text(item)])], "read")
     return [screen, zoom, read]
 
 
@@ -270,8 +294,8 @@ def train_synth(
     *,
     items_count: int = 1500,
     seed: int = 0,
-    small_minutes: float = 5.0,
-    large_minutes: float = 22.0,
+    small_minutes: float = 4.0,
+    large_minutes: float = 23.0,
     on_log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train both synth models from the tiny random checkpoints into ``out/{small,large}``."""
@@ -283,6 +307,7 @@ def train_synth(
         random_models = build_tiny(Path(scratch) / "tiny")
         for role in ("small", "large"):
             copy_checkpoint(random_models[role], out / role)
+    set_view(out / "small", SMALL_VIEW)
     rules = {role: _rule_of(out / role) for role in ("small", "large")}
     started = time.monotonic()
     pool = build_pool(items_count, seed, rules["small"], rules["large"])
@@ -313,17 +338,35 @@ def train_synth(
         )
         weights = AGENT_WEIGHTS if role == "large" else None
         reports[role] = train(
-            out / role, make, pool, minutes=minutes, weights=weights, seed=seed, on_log=on_log
+            out / role,
+            make,
+            pool,
+            minutes=minutes,
+            weights=weights,
+            lr=LEARNING_RATES[role],
+            seed=seed,
+            on_log=on_log,
         )
     info = {
         "items": items_count,
         "seed": seed,
         "world": "speceyes-synth-v1",
+        "small_view": SMALL_VIEW,
+        "learning_rates": LEARNING_RATES,
         "agent_curriculum": [[*sizes, minutes] for sizes, minutes in LOCALISATION_CURRICULUM],
         **{role: report.__dict__ for role, report in reports.items()},
     }
     (out / "synth-info.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def set_view(checkpoint: Path, side: int) -> None:
+    """Cap the checkpoint's image processor at ``side`` x ``side`` pixels: what the model
+    sees is part of the model, so the serving code reads it from the checkpoint as well."""
+    path = checkpoint / "preprocessor_config.json"
+    config = json.loads(path.read_text())
+    config["size"]["longest_edge"] = side * side
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _rule_of(checkpoint: Path) -> ResizeRule:

@@ -9,11 +9,14 @@ from common.backends.transformers_backend import load_processor
 from common.images import ResizeRule
 from common.synth.train import (
     Batcher,
+    _rule_of,
     agent_examples,
+    answer_text,
     build_pool,
     copy_checkpoint,
     curriculum_items,
     make_views,
+    set_view,
     small_example,
     train,
 )
@@ -84,3 +87,37 @@ def test_the_localisation_curriculum_draws_zoom_items_of_the_asked_sizes():
         views = make_views(item, SMALL_RULE, AGENT_RULE)
         zoom = agent_examples(item, views, AGENT_RULE)[1]
         assert zoom.kind == "zoom"  # what the curriculum trains on
+
+
+def test_a_yes_no_trajectory_carries_the_asked_colour_to_the_answer():
+    item = next(
+        item
+        for seed in range(100)
+        if (item := make_item(seed, difficulty="hard", kind="yesno")).answer == "no"
+    )
+    asked = item.question.split()[3]
+    assert asked != item.colour
+    _, zoom, read = agent_examples(item, make_views(item, SMALL_RULE, AGENT_RULE), AGENT_RULE)
+    call = zoom.messages[-1].content[0]
+    assert call.startswith(f"<think>asked {asked}, too small, zoom in</think>")
+    arguments = json.loads(call.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]
+    assert arguments["label"] == f"{asked} {item.shape}"
+    assert read.messages[-1].content == [
+        f"<think>asked {asked}, I see {item.colour}</think> <answer>no</answer>"
+    ]
+    assert answer_text(item) == read.messages[-1].content[0]
+    choice = make_item(3, kind="choice")
+    assert answer_text(choice) == (
+        f"<think>I see {choice.colour}</think> <answer>{choice.answer}</answer>"
+    )
+
+
+def test_set_view_caps_what_the_checkpoint_shows_its_model(tiny_paths, tmp_path: Path):
+    target = tmp_path / "small"
+    copy_checkpoint(tiny_paths["small"], target)
+    set_view(target, 128)
+    rule = _rule_of(target)
+    assert rule.size_for(896, 896) == (128, 128)
+    processor = load_processor(str(target))
+    pixels = processor.image_processor(images=[make_item(1).render()], return_tensors="pt")
+    assert pixels["image_grid_thw"].tolist() == [[1, 8, 8]]  # 128 px / 16 px patches
