@@ -89,14 +89,8 @@ class Views:
 # question -> the first thought -> the zoom's label (the object looked for, as DeepEyes
 # labels it) -> the thought after the crop; each hop is <= ~80 positions. Copied straight
 # from the question, ~190 positions back after a zoom, it was wrong 17 times in 48.
-def asked_colour(item: SynthItem) -> str | None:
-    if item.kind != "yesno":
-        return None
-    return item.question.removeprefix("Is there a ").split()[0]
-
-
 def zoom_call(item: SynthItem, view_box: Sequence[int]) -> str:
-    asked = asked_colour(item)
+    asked = item.asked
     thought = f"asked {asked}, too small, zoom in" if asked else "too small, zoom in"
     label = f"{asked} {item.shape}" if asked else item.shape
     call = {"name": TOOL_NAME, "arguments": {"bbox_2d": list(view_box), "label": label}}
@@ -108,7 +102,7 @@ def answer_text(item: SynthItem) -> str:
     asked), then the answer. Without it the tiny agent answered yes / no at chance: one
     answer token had to read the colour from the image AND compare it with a word far
     back; with it, the answer compares two words just written."""
-    asked = asked_colour(item)
+    asked = item.asked
     thought = f"asked {asked}, I see {item.colour}" if asked else f"I see {item.colour}"
     return f"<think>{thought}</think> <answer>{item.answer}</answer>"
 
@@ -308,7 +302,7 @@ def train_synth(
         for role in ("small", "large"):
             copy_checkpoint(random_models[role], out / role)
     set_view(out / "small", SMALL_VIEW)
-    rules = {role: _rule_of(out / role) for role in ("small", "large")}
+    rules = {role: rule_of(out / role) for role in ("small", "large")}
     started = time.monotonic()
     pool = build_pool(items_count, seed, rules["small"], rules["large"])
     on_log(f"rendered {len(pool)} training items in {time.monotonic() - started:.0f} s")
@@ -369,7 +363,8 @@ def set_view(checkpoint: Path, side: int) -> None:
     path.write_text(json.dumps(config, indent=2) + "\n")
 
 
-def _rule_of(checkpoint: Path) -> ResizeRule:
+def rule_of(checkpoint: Path) -> ResizeRule:
+    """How the checkpoint's image processor resizes an image (what its model sees)."""
     config = json.loads((checkpoint / "preprocessor_config.json").read_text())
     factor = config["patch_size"] * config["merge_size"]
     return ResizeRule(factor, config["size"]["shortest_edge"], config["size"]["longest_edge"])

@@ -58,6 +58,7 @@ class SynthItem:
     question: str
     options: list[str] | None  # choice: four colours, shuffled
     answer: str  # choice: the colour; yesno: "yes" / "no"
+    asked: str | None = None  # yesno: the colour the question names
 
     @property
     def answer_letter(self) -> str | None:
@@ -93,6 +94,7 @@ def make_item(
     top = row * CELL + MARGIN + rng.randint(0, slack)
     box = (left, top, left + side, top + side)
     cell = (col * CELL, row * CELL, (col + 1) * CELL, (row + 1) * CELL)
+    asked: str | None = None
     if kind == "choice":
         options = list(COLOURS)
         rng.shuffle(options)
@@ -103,7 +105,18 @@ def make_item(
         question = f"Is there a {asked} {shape} in the image?"
         answer = "yes" if asked == colour else "no"
     return SynthItem(
-        f"synth-{seed}", seed, kind, difficulty, shape, colour, box, cell, question, options, answer
+        f"synth-{seed}",
+        seed,
+        kind,
+        difficulty,
+        shape,
+        colour,
+        box,
+        cell,
+        question,
+        options,
+        answer,
+        asked,
     )
 
 

@@ -9,13 +9,13 @@ from common.backends.transformers_backend import load_processor
 from common.images import ResizeRule
 from common.synth.train import (
     Batcher,
-    _rule_of,
     agent_examples,
     answer_text,
     build_pool,
     copy_checkpoint,
     curriculum_items,
     make_views,
+    rule_of,
     set_view,
     small_example,
     train,
@@ -96,7 +96,7 @@ def test_a_yes_no_trajectory_carries_the_asked_colour_to_the_answer():
         if (item := make_item(seed, difficulty="hard", kind="yesno")).answer == "no"
     )
     asked = item.question.split()[3]
-    assert asked != item.colour
+    assert item.asked == asked != item.colour
     _, zoom, read = agent_examples(item, make_views(item, SMALL_RULE, AGENT_RULE), AGENT_RULE)
     call = zoom.messages[-1].content[0]
     assert call.startswith(f"<think>asked {asked}, too small, zoom in</think>")
@@ -116,7 +116,7 @@ def test_set_view_caps_what_the_checkpoint_shows_its_model(tiny_paths, tmp_path:
     target = tmp_path / "small"
     copy_checkpoint(tiny_paths["small"], target)
     set_view(target, 128)
-    rule = _rule_of(target)
+    rule = rule_of(target)
     assert rule.size_for(896, 896) == (128, 128)
     processor = load_processor(str(target))
     pixels = processor.image_processor(images=[make_item(1).render()], return_tensors="pt")
