@@ -68,6 +68,9 @@ class EmbeddedRunner:
         self._fast_done = threading.Event()
         self._deferred_ready = threading.Condition()
         self._errors: list[BaseException] = []
+        # Held while claiming and while an interrupt puts running jobs back, so no claim
+        # can slip in after the release (it would leave a job ``running`` on exit).
+        self._claiming = threading.Lock()
 
     def run(
         self, batch_id: str, *, on_progress: Progress | None = None, poll_s: float = 0.5
@@ -149,7 +152,7 @@ class EmbeddedRunner:
     def _interrupt(self, batch_id: str, threads: list[threading.Thread]) -> RunResult:
         """Stop claiming, put in-flight jobs back, leave finished ones as they are."""
         self.stop()
-        with self.sessions.begin() as session:
+        with self._claiming, self.sessions.begin() as session:
             released = store.release_running(session, batch_id)
         for thread in threads:
             thread.join(timeout=0.1)
@@ -158,8 +161,7 @@ class EmbeddedRunner:
     def _fast_loop(self, batch_id: str | None) -> None:
         try:
             while not self._stop.is_set():
-                with self.sessions.begin() as session:
-                    tickets = store.claim(session, QUEUED, self.settings.fast_batch_size, batch_id)
+                tickets = self._claim(QUEUED, self.settings.fast_batch_size, batch_id)
                 if not tickets and self._serving:
                     self._wake.wait(timeout=1.0)  # until notify(), or look again anyway
                     self._wake.clear()
@@ -177,6 +179,14 @@ class EmbeddedRunner:
             with self._deferred_ready:
                 self._deferred_ready.notify_all()
 
+    def _claim(self, status: str, limit: int, batch_id: str | None) -> list[Ticket]:
+        """Claim up to ``limit`` waiting jobs; none once stopped."""
+        with self._claiming:
+            if self._stop.is_set():
+                return []
+            with self.sessions.begin() as session:
+                return store.claim(session, status, limit, batch_id)
+
     def _fast_batch(self, tickets: list[Ticket]) -> list[FastOutcome]:
         loaded = [ticket.load(self.settings.image_limits) for ticket in tickets]
         queries = [query for query in loaded if isinstance(query, Query)]
@@ -188,8 +198,7 @@ class EmbeddedRunner:
 
     def _agent_loop(self, batch_id: str | None) -> None:
         while not self._stop.is_set():
-            with self.sessions.begin() as session:
-                tickets = store.claim(session, DEFERRED, 1, batch_id)
+            tickets = self._claim(DEFERRED, 1, batch_id)
             if tickets:
                 self._agent_job(tickets[0])
                 continue

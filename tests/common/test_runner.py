@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+import common.runner as runner_module
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel, SimulatedCost
 from common.config import Settings
@@ -96,6 +98,37 @@ def test_a_rerun_does_not_redo_finished_jobs(tmp_path: Path, sessions):
     calls = sum(model.calls.values())
     again = EmbeddedRunner(sessions, Models(model, model), settings).run(batch_id, poll_s=0.05)
     assert again.finished_now == 0 and sum(model.calls.values()) == calls
+
+
+def test_an_interrupt_during_a_claim_leaves_nothing_claimed(tmp_path: Path, sessions, monkeypatch):
+    """Ctrl-C lands while the fast stage is claiming: the claim finishes first and is put
+    back, so the process can exit at once with no job left ``running``."""
+    settings = Settings(backend="scripted", fast_batch_size=4)
+    batch_id = corpus(tmp_path, settings, sessions)
+    model = scripted_for(sessions, batch_id)
+    runner = EmbeddedRunner(sessions, Models(model, model), settings)
+    claiming, go = threading.Event(), threading.Event()
+    real_claim = runner_module.store.claim
+
+    def slow_claim(*args, **kwargs):
+        claiming.set()
+        go.wait(timeout=30)
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module.store, "claim", slow_claim)
+    monkeypatch.setattr(runner, "_fast_batch", lambda tickets: [])  # exits before recording
+    fast = runner._thread("fast-stage", runner._fast_loop, batch_id)
+    assert claiming.wait(timeout=30)
+    interrupt = threading.Thread(target=runner._interrupt, args=(batch_id, [fast]))
+    interrupt.start()
+    interrupt.join(timeout=0.5)  # a window in which an unguarded release would finish
+    go.set()
+    interrupt.join(timeout=30)
+    fast.join(timeout=30)
+    assert not interrupt.is_alive() and not fast.is_alive()
+    with sessions() as session:
+        statuses = set(session.scalars(select(Job.status)))
+    assert statuses == {"queued"}
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
