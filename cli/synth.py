@@ -15,8 +15,9 @@ def register(commands: Any) -> None:
     generate = actions.add_parser(
         "generate",
         help="write a synth corpus (manifest, V* folders, POPE parquet)",
-        description="Write N seeded synth items: 896x896 images of one coloured shape, "
-        "large (easy) or small (hard, needs zooming), with V*-style colour questions and "
+        description="Write N seeded synth items: 896x896 images of two or three coloured shapes, "
+        "a target named by its kind, large (easy) or small (hard, needs zooming), with "
+        "V*-style colour questions and "
         "POPE-style yes/no questions. Writes OUT/manifest.jsonl (+ images/) for "
         "`speceyes annotate`, OUT/vstar/direct_attributes/ and OUT/POPE/Full/*.parquet.",
     )

@@ -1,18 +1,25 @@
 """SpecEyes-Synth: a small generated world where tiny models can learn the real task.
 
-Each item is an 896 x 896 image of one coloured shape on a lightly textured background,
-and a question about it. The shape sits in a 4 x 4 grid of 224-pixel cells:
+Each item is an 896 x 896 image of two or three coloured shapes (each of another kind and
+colour) on a lightly textured background, and a question about one of them, the target,
+named by its kind. The shapes sit in a 4 x 4 grid of 224-pixel cells, one to a cell (a
+small one in a quarter of its cell):
 
-- **easy** items have a large shape (128-208 px): readable at the small model's view
+- **easy** items have a large target (128-208 px): readable at the small model's view
   (the image is shown at 128 px: 18-30 px, about a patch) and at the agent's (224 px);
-- **hard** items have a small shape (24-32 px): 3-5 px at the small model's view, too
+- **hard** items have a small target (24-32 px): 3-5 px at the small model's view, too
   little of one patch to read, 6-8 px at the agent's, enough to see where it is, and
   2-3 patches after zooming into its cell (the cell is shown at 224 px).
 
+The other shapes are always large, as the clutter around a small target in a
+high-resolution photograph is: to answer, a model must pick the shape the question names
+(and, on a hard item, find the one small shape and look closer).
+
 Questions come in two kinds, as in the benchmarks: "What is the color of the <shape>?"
 with four colour options (V* style), and "Is there a <color> <shape> in the image?"
-(yes / no, POPE style, half of them yes). Everything is seeded and deterministic: the
-same seed gives the same items, pixel for pixel.
+(yes / no, POPE style, half of them yes; a "no" mostly names the colour of another shape
+in the image). Everything is seeded and deterministic: the same seed gives the same
+items, pixel for pixel.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import hashlib
 import json
 import random
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -38,11 +45,27 @@ COLOURS = {
 SHAPES = ("circle", "square", "triangle")
 EASY_SIZES = (128, 208)
 HARD_SIZES = (24, 32)
-MARGIN = 8
+MARGIN = 8  # a large shape lies anywhere in its cell, this far from the cell's edges
+# A small shape (a hard target) sits around the middle of a quarter of its cell (within
+# JITTER px), which lies inside one patch of either model's view (patches of 56 and 112
+# original px). Anywhere in the cell it was often cut by patch borders, and at the
+# middle of the cell it always was, in four: the agent then told hard items from easy
+# ones at chance after 10 minutes (100% within 4 minutes placed in a quarter).
+JITTER = 8
+QUARTERS = (CELL * 3 // 8, CELL * 5 // 8)  # 84 and 140 px into the cell
 AGENT_VIEW = 224  # the tiny agent model's view of a SIZE x SIZE image (factor 28)
 # The small model's view (factor 32). At 256 px it read hard targets (7-9 px) 87% of the
 # time and was as sure of them as of easy ones: the gate had nothing to separate.
 SMALL_VIEW = 128
+
+
+@dataclass(frozen=True)
+class Thing:
+    """One shape in an image."""
+
+    shape: str
+    colour: str
+    box: tuple[int, int, int, int]  # original pixels
 
 
 @dataclass(frozen=True)
@@ -59,6 +82,12 @@ class SynthItem:
     options: list[str] | None  # choice: four colours, shuffled
     answer: str  # choice: the colour; yesno: "yes" / "no"
     asked: str | None = None  # yesno: the colour the question names
+    others: tuple[Thing, ...] = ()  # the other shapes in the image
+
+    @property
+    def things(self) -> tuple[Thing, ...]:
+        """Every shape in the image, the target first."""
+        return (Thing(self.shape, self.colour, self.box), *self.others)
 
     @property
     def answer_letter(self) -> str | None:
@@ -79,44 +108,61 @@ def make_item(
     difficulty: str | None = None,
     kind: str | None = None,
     sizes: tuple[int, int] | None = None,
+    others: int | None = None,
 ) -> SynthItem:
     """The item of ``seed`` (its difficulty / kind drawn unless given). ``sizes`` overrides
-    the difficulty's target sizes (training curricula only; the world never uses it)."""
+    the target's size range and ``others`` the number of other shapes (training curricula
+    only; the world never uses them)."""
     rng = random.Random(seed)
     difficulty = difficulty or rng.choice(("easy", "hard"))
     kind = kind or rng.choice(("choice", "yesno"))
-    shape, colour = rng.choice(SHAPES), rng.choice(list(COLOURS))
-    low, high = sizes or (EASY_SIZES if difficulty == "easy" else HARD_SIZES)
-    side = rng.randint(low, high)
-    row, col = rng.randrange(GRID), rng.randrange(GRID)
-    slack = CELL - side - 2 * MARGIN  # the shape stays inside its cell
-    left = col * CELL + MARGIN + rng.randint(0, slack)
-    top = row * CELL + MARGIN + rng.randint(0, slack)
-    box = (left, top, left + side, top + side)
+    count = 1 + (rng.randint(1, len(SHAPES) - 1) if others is None else others)
+    shapes = rng.sample(SHAPES, count)  # each of another kind: the kind names the target
+    colours = rng.sample(list(COLOURS), count)
+    cells = rng.sample(range(GRID * GRID), count)  # one shape to a cell
+    target_sizes = sizes or (EASY_SIZES if difficulty == "easy" else HARD_SIZES)
+    placed = []
+    for index, (shape, colour, cell_index) in enumerate(zip(shapes, colours, cells, strict=True)):
+        side = rng.randint(*(target_sizes if index == 0 else EASY_SIZES))
+        row, col = divmod(cell_index, GRID)
+        if side > CELL // 4:  # anywhere in its cell
+            slack = CELL - side - 2 * MARGIN
+            left = col * CELL + MARGIN + rng.randint(0, slack)
+            top = row * CELL + MARGIN + rng.randint(0, slack)
+        else:  # in a quarter of its cell, inside one patch of either model's view
+            left, top = (
+                offset * CELL + rng.choice(QUARTERS) - side // 2 + rng.randint(-JITTER, JITTER)
+                for offset in (col, row)
+            )
+        placed.append(Thing(shape, colour, (left, top, left + side, top + side)))
+    target = placed[0]
+    row, col = divmod(cells[0], GRID)
     cell = (col * CELL, row * CELL, (col + 1) * CELL, (row + 1) * CELL)
     asked: str | None = None
     if kind == "choice":
         options = list(COLOURS)
         rng.shuffle(options)
-        question, answer = f"What is the color of the {shape}?", colour
+        question, answer = f"What is the color of the {target.shape}?", target.colour
     else:
         options = None
-        asked = colour if rng.random() < 0.5 else rng.choice([c for c in COLOURS if c != colour])
-        question = f"Is there a {asked} {shape} in the image?"
-        answer = "yes" if asked == colour else "no"
+        wrong = [c for c in COLOURS if c != target.colour]
+        asked = target.colour if rng.random() < 0.5 else rng.choice(wrong)
+        question = f"Is there a {asked} {target.shape} in the image?"
+        answer = "yes" if asked == target.colour else "no"
     return SynthItem(
         f"synth-{seed}",
         seed,
         kind,
         difficulty,
-        shape,
-        colour,
-        box,
+        target.shape,
+        target.colour,
+        target.box,
         cell,
         question,
         options,
         answer,
         asked,
+        tuple(placed[1:]),
     )
 
 
@@ -128,7 +174,7 @@ def items(count: int, seed: int = 0) -> Iterator[SynthItem]:
 
 
 def render(item: SynthItem) -> Image.Image:
-    """The item's image: textured light background, one filled shape."""
+    """The item's image: textured light background, filled shapes."""
     rng = random.Random(item.seed ^ 0x5EED)
     base = rng.randint(200, 235)
     image = Image.new("RGB", (SIZE, SIZE), (base, base, base))
@@ -137,16 +183,16 @@ def render(item: SynthItem) -> Image.Image:
         x, y, r = rng.randrange(SIZE), rng.randrange(SIZE), rng.randint(2, 6)
         shade = base + rng.randint(-18, 18)
         draw.ellipse((x - r, y - r, x + r, y + r), fill=(shade, shade, shade))
-    left, top, right, bottom = item.box
-    fill = COLOURS[item.colour]
-    if item.shape == "circle":
-        draw.ellipse((left, top, right - 1, bottom - 1), fill=fill)
-    elif item.shape == "square":
-        draw.rectangle((left, top, right - 1, bottom - 1), fill=fill)
-    else:
-        draw.polygon(
-            [((left + right) / 2, top), (left, bottom - 1), (right - 1, bottom - 1)], fill=fill
-        )
+    for thing in item.things:
+        left, top, right, bottom = thing.box
+        fill = COLOURS[thing.colour]
+        if thing.shape == "circle":
+            draw.ellipse((left, top, right - 1, bottom - 1), fill=fill)
+        elif thing.shape == "square":
+            draw.rectangle((left, top, right - 1, bottom - 1), fill=fill)
+        else:
+            corners = [((left + right) / 2, top), (left, bottom - 1), (right - 1, bottom - 1)]
+            draw.polygon(corners, fill=fill)
     return image
 
 
@@ -215,7 +261,3 @@ def write_pope(items_: list[SynthItem], path: Path) -> None:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
-
-
-def describe(item: SynthItem) -> dict[str, object]:
-    return asdict(item)

@@ -8,8 +8,11 @@ from pathlib import Path
 from common.corpus import read_source
 from common.synth.world import (
     CELL,
+    COLOURS,
     EASY_SIZES,
     HARD_SIZES,
+    JITTER,
+    QUARTERS,
     SIZE,
     items,
     make_item,
@@ -37,6 +40,36 @@ def test_targets_sit_inside_their_cell_at_their_difficultys_size():
         assert item.view_box() == [v // 4 for v in item.cell]  # 896 px shown at 224
 
 
+def test_each_image_holds_two_or_three_shapes_one_of_each_kind_and_colour():
+    generated = list(items(300, seed=6))
+    for item in generated:
+        things = item.things
+        assert 2 <= len(things) <= 3 and things[0].box == item.box
+        assert len({t.shape for t in things}) == len({t.colour for t in things}) == len(things)
+        cells = {(t.box[0] // CELL, t.box[1] // CELL) for t in things}
+        assert len(cells) == len(things)  # one to a cell: a zoom shows the target alone
+        for other in item.others:  # the clutter is large: the one small shape is the target
+            left, top, right, bottom = other.box
+            assert EASY_SIZES[0] <= right - left <= EASY_SIZES[1]
+            assert (right - 1) // CELL == left // CELL and (bottom - 1) // CELL == top // CELL
+    assert {len(item.things) for item in generated} == {2, 3}
+    negatives = [item for item in generated if item.answer == "no"]
+    in_image = sum(item.asked in {t.colour for t in item.others} for item in negatives)
+    assert in_image > len(negatives) / 3  # "no" often names a colour that is in the image
+
+
+def test_a_small_target_lies_inside_one_patch_of_either_models_view():
+    agent_patch, small_patch = 14 * SIZE // 224, 16 * SIZE // 128  # in original pixels
+    for item in items(300, seed=8):
+        if item.difficulty == "hard":
+            for patch in (agent_patch, small_patch):
+                assert item.box[0] // patch == (item.box[2] - 1) // patch
+                assert item.box[1] // patch == (item.box[3] - 1) // patch
+            for low, high in ((item.box[0], item.box[2]), (item.box[1], item.box[3])):
+                offset = (low + high) / 2 - low // CELL * CELL  # around a quarter's middle
+                assert min(abs(offset - middle) for middle in QUARTERS) <= JITTER + 1
+
+
 def test_questions_and_answers_agree():
     generated = list(items(400, seed=2))
     for item in generated:
@@ -52,12 +85,13 @@ def test_questions_and_answers_agree():
     assert 0.4 < hard / len(generated) < 0.6
 
 
-def test_the_target_is_drawn_where_its_box_says():
+def test_every_shape_is_drawn_where_its_box_says_in_its_colour():
     item = make_item(11, difficulty="hard")
     image = item.render()
-    left, top, right, bottom = item.box
-    centre = image.getpixel(((left + right) // 2, (top + bottom) // 2 + 2))
-    assert centre != image.getpixel((0, 0))
+    for thing in item.things:
+        left, top, right, bottom = thing.box
+        centre = image.getpixel(((left + right) // 2, (top + bottom) // 2 + 2))
+        assert centre == COLOURS[thing.colour]
     assert image.size == (SIZE, SIZE)
 
 
