@@ -37,8 +37,12 @@ def register(commands: Any) -> None:
         "colour questions directly from a 128 px view (where hard targets are a few "
         "pixels); the agent model screens (yes for small targets, no for large ones) and "
         "follows the DeepEyes protocol (answer, or zoom into the target's cell and answer "
-        "from the crop). The agent first learns where targets are on large ones, then "
-        "smaller (6 of its minutes), then the whole task. Each model trains for a fixed "
+        "from the crop). The two models train at once, in two processes of one thread "
+        "each. The small model first learns lone shapes, the agent first where lone "
+        "targets are (large, then smaller); then both learn the world, where the target "
+        "is one of two or three shapes. The log shows held-out progress every two "
+        "minutes; the small model starts over with another seed when picking the named "
+        "shape has not taken off after 10 minutes of the world. Each trains for a fixed "
         "number of minutes of wall time, so a busy or slower machine gets fewer steps: "
         "check the result with `speceyes bench synth --small DIR/small --large DIR/large`.",
     )
@@ -49,11 +53,18 @@ def register(commands: Any) -> None:
         help="folder for small/ and large/ (the shipped weights live in "
         "common/models/weights/synth)",
     )
-    train.add_argument("--items", type=int, default=1500, help="training items (1500)")
+    train.add_argument("--items", type=int, default=4000, help="training items (4000)")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--small-minutes", type=float, default=4.0, help="(4)")
     train.add_argument(
-        "--large-minutes", type=float, default=23.0, help="(23, of which 6 locate targets)"
+        "--small-minutes", type=float, default=40.0, help="(40, of which 1.5 on lone shapes)"
+    )
+    train.add_argument(
+        "--large-minutes", type=float, default=45.0, help="(45, of which 6 locate targets)"
+    )
+    train.add_argument(
+        "--only",
+        choices=("small", "large"),
+        help="train this model alone (on two threads), keeping the other in --out",
     )
     train.set_defaults(run=run_train_synth)
 
@@ -87,13 +98,16 @@ def run_train_synth(args: argparse.Namespace) -> int:
         seed=args.seed,
         small_minutes=args.small_minutes,
         large_minutes=args.large_minutes,
+        only=args.only,
         on_log=lambda line: print(line, flush=True),
     )
-    for role in ("small", "large"):
+    for role in (args.only,) if args.only else ("small", "large"):
         report = info[role]
+        held_out = "  ".join(f"{k} {v:.0%}" for k, v in (report["held_out"] or {}).items())
         print(
             f"{role:<6} {report['steps']} steps, loss {report['loss']:.4f}, "
-            f"token accuracy {report['token_accuracy']:.3f}"
+            f"token accuracy {report['token_accuracy']:.3f}, attempts {report['attempts']}; "
+            f"held-out: {held_out}"
         )
     print(f"trained in {(time.perf_counter() - started) / 60:.1f} min -> {args.out}")
     return 0

@@ -9,6 +9,7 @@ from common.backends.transformers_backend import load_processor
 from common.images import ResizeRule
 from common.synth.train import (
     Batcher,
+    Example,
     agent_examples,
     answer_text,
     build_pool,
@@ -18,6 +19,7 @@ from common.synth.train import (
     rule_of,
     set_view,
     small_example,
+    small_examples,
     train,
 )
 from common.synth.world import make_item
@@ -42,15 +44,16 @@ def test_a_hard_item_teaches_a_zoom_into_its_cell_then_the_answer():
     item = make_item(5, difficulty="hard")
     views = make_views(item, SMALL_RULE, AGENT_RULE)
     assert views.crop.size == (224, 224) and views.agent.size == (224, 224)
-    screen, zoom, answer = agent_examples(item, views, AGENT_RULE)
+    screen, name, zoom, answer = agent_examples(item, views, AGENT_RULE)
     assert screen.messages[-1].content == ["yes"]
+    assert name.messages[-1].content == [item.shape] and item.colour in str(name.messages[0])
     call = zoom.messages[-1].content[0]
     arguments = json.loads(call.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]
     assert arguments["bbox_2d"] == item.view_box()
     assert answer.messages[-2].content[0] == "<tool_response>"
     assert answer.messages[-1].content[0].endswith(f"<answer>{item.answer}</answer>")
     easy = make_item(5, difficulty="easy")
-    screen, direct = agent_examples(easy, make_views(easy, SMALL_RULE, AGENT_RULE), AGENT_RULE)
+    screen, *_, direct = agent_examples(easy, make_views(easy, SMALL_RULE, AGENT_RULE), AGENT_RULE)
     assert (
         screen.messages[-1].content == ["no"]
         and "<tool_call>" not in direct.messages[-1].content[0]
@@ -62,15 +65,24 @@ def test_a_short_training_run_steps_and_saves(tiny_paths, tmp_path: Path):
     copy_checkpoint(tiny_paths["small"], target)
     before = (target / "model.safetensors").read_bytes()
     pool = build_pool(8, 2, SMALL_RULE, AGENT_RULE)
+    held_out = [
+        Example(small_example(item, views.small).messages, item.kind)
+        for item, views in build_pool(6, 3, SMALL_RULE, AGENT_RULE)
+    ]
+    logged: list[str] = []
     report = train(
         target,
-        lambda item, views: [small_example(item, views)],
+        lambda item, views: [small_example(item, views.small)],
         pool,
         minutes=0.01,
         batch_size=4,
-        on_log=lambda _: None,
+        held_out=held_out,
+        on_log=logged.append,
     )
     assert report.steps >= 1 and report.loss > 0
+    assert report.held_out is not None and set(report.held_out) == {"choice", "yesno"}
+    assert all(0 <= share <= 1 for share in report.held_out.values())
+    assert logged[-1].startswith("  held-out at the end: choice ")
     assert (target / "model.safetensors").read_bytes() != before
 
 
@@ -80,12 +92,13 @@ def test_the_localisation_curriculum_draws_zoom_items_of_the_asked_sizes():
     for item in items:
         left, top, right, bottom = item.box
         assert 64 <= right - left <= 128 and right - left == bottom - top
+        assert item.others == ()  # a lone target: where it is, before which one
         cell_left, cell_top, cell_right, cell_bottom = item.cell
         assert (
             cell_left <= left and right <= cell_right and cell_top <= top and bottom <= cell_bottom
         )
         views = make_views(item, SMALL_RULE, AGENT_RULE)
-        zoom = agent_examples(item, views, AGENT_RULE)[1]
+        zoom = agent_examples(item, views, AGENT_RULE)[-2]
         assert zoom.kind == "zoom"  # what the curriculum trains on
 
 
@@ -97,18 +110,21 @@ def test_a_yes_no_trajectory_carries_the_asked_colour_to_the_answer():
     )
     asked = item.question.split()[3]
     assert item.asked == asked != item.colour
-    _, zoom, read = agent_examples(item, make_views(item, SMALL_RULE, AGENT_RULE), AGENT_RULE)
+    *_, zoom, read = agent_examples(item, make_views(item, SMALL_RULE, AGENT_RULE), AGENT_RULE)
     call = zoom.messages[-1].content[0]
-    assert call.startswith(f"<think>asked {asked}, too small, zoom in</think>")
+    assert call.startswith(
+        f"<think>asked {asked} {item.shape}, the {item.shape} is too small, zoom in</think>"
+    )
     arguments = json.loads(call.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]
     assert arguments["label"] == f"{asked} {item.shape}"
     assert read.messages[-1].content == [
-        f"<think>asked {asked}, I see {item.colour}</think> <answer>no</answer>"
+        f"<think>asked {asked} {item.shape}, the {item.shape} is {item.colour}</think> "
+        "<answer>no</answer>"
     ]
     assert answer_text(item) == read.messages[-1].content[0]
     choice = make_item(3, kind="choice")
     assert answer_text(choice) == (
-        f"<think>I see {choice.colour}</think> <answer>{choice.answer}</answer>"
+        f"<think>the {choice.shape} is {choice.colour}</think> <answer>{choice.answer}</answer>"
     )
 
 
@@ -121,3 +137,17 @@ def test_set_view_caps_what_the_checkpoint_shows_its_model(tiny_paths, tmp_path:
     processor = load_processor(str(target))
     pixels = processor.image_processor(images=[make_item(1).render()], return_tensors="pt")
     assert pixels["image_grid_thw"].tolist() == [[1, 8, 8]]  # 128 px / 16 px patches
+
+
+def test_the_small_models_aux_steps_name_the_shape_of_a_colour_and_the_asked_kind():
+    for seed in range(6):
+        item = make_item(seed)
+        answer, name, kind = small_examples(item, make_views(item, SMALL_RULE, AGENT_RULE))
+        assert answer.messages[-1].content == [item.answer]
+        assert name.messages[-1].content == kind.messages[-1].content == [item.shape]
+        assert f"Which shape is {item.colour}?" in name.messages[0].content[1]
+        prompt = kind.messages[0].content[1]  # the real prompt, then the aux question
+        assert (
+            prompt.startswith(answer.messages[0].content[1])
+            and prompt != answer.messages[0].content[1]
+        )
