@@ -29,7 +29,7 @@ def query(item) -> Query:
 
 
 def test_on_hard_items_the_agent_zooms_into_the_targets_cell_then_answers(synth_models):
-    hard = [make_item(seed, difficulty="hard") for seed in range(100, 106)]
+    hard = [make_item(seed, difficulty="hard") for seed in range(100, 110)]
     on_target = answered = right = 0
     for item in hard:
         trajectory = run_deepeyes(query(item), synth_models.large, AgentLimits(max_steps=3))
@@ -37,11 +37,12 @@ def test_on_hard_items_the_agent_zooms_into_the_targets_cell_then_answers(synth_
         on_target += box == list(item.cell)  # the crop, in original pixels, is the cell
         answered += trajectory.answer is not None and len(trajectory.steps) == 2
         right += is_correct(trajectory.answer, item.answer, item.options)
-    assert on_target >= 5 and answered >= 5 and right >= 5
+    # measured: 7 of 10 crops on the cell (a box by chance: 1 in 16), 10 answered, 6 right
+    assert on_target >= 6 and answered >= 9 and right >= 5
 
 
 def test_the_funnel_sends_easy_items_to_the_small_model_and_hard_ones_on(synth_models):
-    items = [make_item(seed, difficulty="easy") for seed in range(200, 206)]
+    items = [make_item(seed, difficulty="easy") for seed in range(200, 220)]
     items += [make_item(seed, difficulty="hard") for seed in range(300, 304)]
     outcomes = run_fast_stage(
         [query(item) for item in items],
@@ -49,9 +50,12 @@ def test_the_funnel_sends_easy_items_to_the_small_model_and_hard_ones_on(synth_m
         small=synth_models.small,
         settings=FunnelSettings(),
     ).outcomes
-    easy, hard = outcomes[:6], outcomes[6:]
+    easy, hard = outcomes[:20], outcomes[20:]
+    # every easy item reaches the small model; the gate (min, tau 0.98) keeps the sure ones
+    assert all(isinstance(o, Accepted) or o.reason == "low_confidence" for o in easy)
     accepted = [o for o in easy if isinstance(o, Accepted)]
-    assert len(accepted) >= 4
     right = {item.id: item.answer for item in items}
+    # measured: 9 of 20 accepted, all right (the bench: 46% of easy items)
+    assert len(accepted) >= 6
     assert sum(o.answer == right[o.job_id] for o in accepted) >= len(accepted) - 1
     assert all(isinstance(o, Deferred) and o.reason == "tools_needed" for o in hard)
