@@ -102,6 +102,8 @@ LEARNING_RATES = {"small": 5e-4, "large": 2e-3}
 # random checkpoint with another seed, while the budget leaves time for one more.
 TAKEOFF = (10.0, 0.6)  # (minutes of the world, share of held-out easy choice items)
 
+LAST_STAGE_MINUTES = 1.0  # the least the world stage gets when rendering ate the budget
+
 # Training logs held-out progress this often (and at the end of each stage).
 PROBE_SECONDS = 120.0
 HELD_OUT_SEED = 1000  # + the training seed: items apart from training's and the report's
@@ -509,7 +511,7 @@ def train_small(
         time_for_another = (
             deadline - time.monotonic()
         ) / 60 > SMALL_WARMUP_MINUTES + 2 * takeoff_minutes
-        late = seconds >= takeoff_minutes * 60 and shares["easy choice"] < takeoff_share
+        late = seconds >= takeoff_minutes * 60 and shares.get("easy choice", 1.0) < takeoff_share
         if late and time_for_another:
             log("  picking the named shape has not taken off: starting over")
         return late and time_for_another
@@ -530,7 +532,7 @@ def train_small(
             seed=attempt_seed + 100,
             on_log=log,
         )
-        remaining = max(1.0, (deadline - time.monotonic()) / 60)
+        remaining = max(LAST_STAGE_MINUTES, (deadline - time.monotonic()) / 60)
         log(f"the world for {remaining:.1f} min")
         reports["small"] = train(
             out / "small",
@@ -591,7 +593,7 @@ def train_agent(
         )
     pool = build_pool(items_count, seed, *rules)
     on_log(f"rendered {len(pool)} training items")
-    remaining = max(1.0, minutes - (time.monotonic() - started) / 60)
+    remaining = max(LAST_STAGE_MINUTES, minutes - (time.monotonic() - started) / 60)
     on_log(f"the whole task for {remaining:.1f} min")
     reports["large"] = train(
         out / "large",

@@ -151,3 +151,20 @@ def test_the_small_models_aux_steps_name_the_shape_of_a_colour_and_the_asked_kin
             prompt.startswith(answer.messages[0].content[1])
             and prompt != answer.messages[0].content[1]
         )
+
+
+def test_a_small_model_that_has_not_taken_off_starts_over(tiny_paths, tmp_path, monkeypatch):
+    from common.synth import train as training
+
+    for role in ("small", "large"):
+        copy_checkpoint(tiny_paths[role], tmp_path / role)
+    set_view(tmp_path / "small", 128)
+    monkeypatch.setattr(training, "SMALL_WARMUP_MINUTES", 0.005)
+    monkeypatch.setattr(training, "LAST_STAGE_MINUTES", 0.005)
+    monkeypatch.setattr(training, "PROBE_SECONDS", 0.0)  # a probe before every step
+    monkeypatch.setattr(training, "TAKEOFF", (0.0, 1.01))  # never good enough: give up
+    reports = training.train_small(tmp_path, 4, seed=0, minutes=0.4)
+    assert reports["small"].attempts >= 2  # started over at least once ...
+    assert not reports["small"].gave_up  # ... and the last attempt ran to the end
+    assert (tmp_path / "small" / "model.safetensors").exists()
+    assert not (tmp_path / "small-initial").exists()
