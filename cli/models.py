@@ -59,7 +59,7 @@ def register(commands: Any) -> None:
         "--small-minutes", type=float, default=40.0, help="(40, of which 1.5 on lone shapes)"
     )
     train.add_argument(
-        "--large-minutes", type=float, default=45.0, help="(45, of which 6 locate targets)"
+        "--large-minutes", type=float, default=32.0, help="(32, of which 6 locate targets)"
     )
     train.add_argument(
         "--only",

@@ -93,7 +93,7 @@ SMALL_WEIGHTS = {"answer": 1.0, "name": 0.5, "kind": 0.25}
 # answers sat at one per kind of question for 6-10 minutes in five runs of this world and
 # its variants; at 5e-4 the same recipe took off after 8 minutes (easy items 94% / 97%
 # after 16).
-LEARNING_RATES = {"small": 5e-4, "large": 2e-3}
+LEARNING_RATES = {"small": 5e-4, "large": 1e-3}
 
 # Picking the shape the question names is learned in a jump, and when it comes depends on
 # the seed: in one run the small model's held-out easy multiple-choice items went from
@@ -417,7 +417,7 @@ def train_synth(
     items_count: int = 4000,
     seed: int = 0,
     small_minutes: float = 40.0,
-    large_minutes: float = 45.0,
+    large_minutes: float = 32.0,
     only: str | None = None,
     on_log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
