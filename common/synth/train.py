@@ -28,7 +28,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,10 +168,10 @@ def kind_example(item: SynthItem, image: Image.Image) -> Example:
     return Example([Message("user", [image, prompt]), Message("assistant", [item.shape])], "kind")
 
 
-def small_example(item: SynthItem, image: Image.Image, kind: str = "answer") -> Example:
+def small_example(item: SynthItem, image: Image.Image) -> Example:
     """The question with the phase-II prompt, answered directly (the small model's job)."""
     prompt = speculate_text(item.question, item.options)
-    return Example([Message("user", [image, prompt]), Message("assistant", [item.answer])], kind)
+    return Example([Message("user", [image, prompt]), Message("assistant", [item.answer])])
 
 
 def agent_examples(item: SynthItem, views: Views, rule: ResizeRule) -> list[Example]:
@@ -247,13 +247,26 @@ class Batcher:
         return dict(inputs), positions, targets
 
 
+def target_logits(
+    model: Any, inputs: dict[str, torch.Tensor], positions: torch.Tensor
+) -> torch.Tensor:
+    """The logits that predict the target tokens, and only those."""
+    hidden = model.model(**inputs).last_hidden_state  # [B, T, H]
+    return model.lm_head(hidden[positions[0], positions[1] - 1])  # t-1 predicts token t
+
+
+def by_kind(examples: Sequence[Example]) -> dict[str, list[Example]]:
+    groups: dict[str, list[Example]] = {}
+    for example in examples:
+        groups.setdefault(example.kind, []).append(example)
+    return groups
+
+
 def target_loss(
     model: Any, inputs: dict[str, torch.Tensor], positions: torch.Tensor, targets: torch.Tensor
 ) -> tuple[torch.Tensor, float]:
     """Cross-entropy of the target tokens; logits only where they are predicted."""
-    hidden = model.model(**inputs).last_hidden_state  # [B, T, H]
-    predicting = hidden[positions[0], positions[1] - 1]  # position t-1 predicts token t
-    logits = model.lm_head(predicting)
+    logits = target_logits(model, inputs, positions)
     loss = torch.nn.functional.cross_entropy(logits, targets)
     accuracy = (logits.argmax(-1) == targets).float().mean().item()
     return loss, accuracy
@@ -265,10 +278,7 @@ def batch_loss(
     """The loss of a mixed batch, run as one sub-batch per kind of example: padding every
     example to the longest (a read after a zoom is ~600 tokens, a screen ~100) made
     the agent's steps ~1.5x slower. Each sub-batch weighs by its target tokens."""
-    by_kind: dict[str, list[Example]] = {}
-    for example in batch:
-        by_kind.setdefault(example.kind, []).append(example)
-    parts = [batcher(group) for group in by_kind.values()]
+    parts = [batcher(group) for group in by_kind(batch).values()]
     total = sum(len(targets) for _, _, targets in parts)
     loss, right = torch.zeros(()), 0.0
     for inputs, positions, targets in parts:
@@ -282,17 +292,13 @@ def batch_loss(
 def probe(model: Any, batcher: Batcher, examples: Sequence[Example]) -> dict[str, float]:
     """Per kind, the share of ``examples`` whose whole target the model gets right
     (teacher forced, each token the argmax): held-out progress while training."""
-    by_kind: dict[str, list[Example]] = {}
-    for example in examples:
-        by_kind.setdefault(example.kind, []).append(example)
     shares = {}
-    for kind, group in sorted(by_kind.items()):
+    for kind, group in sorted(by_kind(examples).items()):
         right = 0
         for start in range(0, len(group), 16):
             chunk = group[start : start + 16]
             inputs, positions, targets = batcher(chunk)
-            hidden = model.model(**inputs).last_hidden_state
-            wrong = model.lm_head(hidden[positions[0], positions[1] - 1]).argmax(-1) != targets
+            wrong = target_logits(model, inputs, positions).argmax(-1) != targets
             right += len(chunk) - len(set(positions[0][wrong].tolist()))
         shares[kind] = right / len(group)
     return shares
@@ -497,7 +503,7 @@ def train_small(
     lone = [make_item(rng.getrandbits(48), difficulty="easy", others=0) for _ in range(600)]
     lone_pool = [(item, make_views(item, *rules)) for item in lone]
     held_out = [
-        Example(small_example(item, views.small).messages, f"{item.difficulty} {item.kind}")
+        replace(small_example(item, views.small), kind=f"{item.difficulty} {item.kind}")
         for item, views in build_pool(128, seed + HELD_OUT_SEED, *rules)
     ]
     started = time.monotonic()

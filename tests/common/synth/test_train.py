@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from common.backends.transformers_backend import load_processor
 from common.images import ResizeRule
 from common.synth.train import (
     Batcher,
-    Example,
     agent_examples,
     answer_text,
     build_pool,
@@ -66,7 +66,7 @@ def test_a_short_training_run_steps_and_saves(tiny_paths, tmp_path: Path):
     before = (target / "model.safetensors").read_bytes()
     pool = build_pool(8, 2, SMALL_RULE, AGENT_RULE)
     held_out = [
-        Example(small_example(item, views.small).messages, item.kind)
+        replace(small_example(item, views.small), kind=item.kind)
         for item, views in build_pool(6, 3, SMALL_RULE, AGENT_RULE)
     ]
     logged: list[str] = []
