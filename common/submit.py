@@ -1,9 +1,10 @@
 """Submitting work: corpus rows -> jobs in a batch, idempotently.
 
 A job's idempotency key is built from the image's bytes (its content hash), the question,
-the options and the configuration that decides answers (models, agent, gate, funnel
-mode). The same request under the same configuration is the same job: submitting it
-again, or re-running the same command, finds the job instead of making a second one.
+the options and the configuration that decides answers (models and, for local
+checkpoints, a fingerprint of their weights; agent, gate, funnel mode). The same request
+under the same configuration is the same job: submitting it again, or re-running the same
+command, finds the job instead of making a second one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from common.config import Settings
 from common.corpus import SourceRow
 from common.errors import ImageError
 from common.images import content_hash, read_image_bytes
+from common.models.registry import weights_fingerprint
 from common.store import jobs as store
 
 
@@ -34,6 +36,10 @@ def run_config(settings: Settings) -> dict[str, Any]:
     return {
         "small_model": settings.small_model,
         "large_model": settings.large_model,
+        "weights": [
+            weights_fingerprint(settings.small_model, "small"),
+            weights_fingerprint(settings.large_model, "large"),
+        ],
         "agent": settings.agent,
         "backend": settings.backend,
         "gate": {

@@ -244,3 +244,19 @@ def test_a_model_that_cannot_be_found_is_one_line(tmp_path: Path, capsys, monkey
         "speceyes: configuration error: cannot load model 'no-such-org/model'"
         in err.splitlines()[-1]
     )
+
+
+def test_new_weights_in_the_same_checkpoint_folder_make_new_jobs(tmp_path: Path, capsys):
+    write_images(tmp_path / "c", 2)
+    checkpoint = tmp_path / "small-model"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    (checkpoint / "model.safetensors").write_bytes(b"old weights")
+    db = tmp_path / "s.db"
+    args = [str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--small", str(checkpoint)]
+    assert annotate(*args, "--db", f"sqlite:///{db}") == 0
+    assert annotate(*args, "--db", f"sqlite:///{db}") == 0
+    assert len(db_rows(db, "select id from jobs")) == 2  # same weights: the same jobs
+    (checkpoint / "model.safetensors").write_bytes(b"new weights")  # re-trained in place
+    assert annotate(*args, "--db", f"sqlite:///{db}") == 0
+    assert len(db_rows(db, "select id from jobs")) == 4  # not the old weights' answers
