@@ -96,6 +96,13 @@ def register(commands: Any) -> None:
     synth.add_argument("--seed", type=int, default=99, help="held-out seed (99)")
     synth.add_argument("--plot", type=Path, default=Path("synth-report.png"))
     synth.add_argument("--json", type=Path, help="also write the figures as JSON")
+    synth.add_argument(
+        "--threshold",
+        type=float,
+        metavar="TAU",
+        help="the funnel run's gate threshold (min gate; default 0.98, or "
+        "SPECEYES_GATE_THRESHOLD); the gate table shows 0.97 and 0.98 whatever it is",
+    )
     add_model_flags(synth)
     synth.set_defaults(run=run_synth, small="synth", large="synth")
 

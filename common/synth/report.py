@@ -236,7 +236,7 @@ def run_report(
         base_settings = settings.model_copy(update={"baseline": True})
         baseline = embedded_run(models, manifest, base_settings, f"sqlite:///{scratch}/base.db")
     mark_agent(outcomes, baseline)
-    return summarise(outcomes, funnel, baseline, fast_s, plot_path)
+    return summarise(outcomes, funnel, baseline, fast_s, plot_path, settings.gate_threshold)
 
 
 def summarise(
@@ -245,7 +245,9 @@ def summarise(
     baseline: RunFigures,
     fast_s: float,
     plot_path: Path,
+    funnel_tau: float,
 ) -> dict[str, Any]:
+    """The report's figures; ``funnel_tau``: the funnel run's gate threshold."""
     easy = [o for o in outcomes if o.item.difficulty == "easy"]
     hard = [o for o in outcomes if o.item.difficulty == "hard"]
     gate_table = []
@@ -295,6 +297,7 @@ def summarise(
             "zoom_on_target_hard": share([bool(o.zoom_on_target) for o in hard]),
         },
         "funnel": {
+            "tau": funnel_tau,
             "accuracy": funnel.accuracy,
             "jobs_per_s": funnel.jobs_per_s,
             "beta": funnel.beta,
@@ -311,6 +314,7 @@ def summarise(
 
 def format_report(report: dict[str, Any]) -> str:
     small, agent, funnel = report["small_only_accuracy"], report["agent_only"], report["funnel"]
+    funnel_label = f"funnel (tau {funnel['tau']:g})"
     separability = report["separability_mean"]
     lines = [
         f"items                {report['items']}",
@@ -324,7 +328,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"choice {agent['choice']:.1%}, yes/no {agent['yesno']:.1%}), "
         f"zoom on target {agent['zoom_on_target_hard']:.1%} of hard, "
         f"{agent['jobs_per_s']:.2f} jobs/s",
-        f"funnel (tau 0.98)    {funnel['accuracy']:.1%}, {funnel['jobs_per_s']:.2f} jobs/s = "
+        f"{funnel_label:<21}{funnel['accuracy']:.1%}, "
+        f"{funnel['jobs_per_s']:.2f} jobs/s = "
         f"{funnel['speedup']:.2f}x agent-only; beta {funnel['beta'] or 0:.2f}, "
         f"alpha {funnel['alpha'] or 0:.2f}, small model answered {funnel['small_share']:.1%}",
         "",
