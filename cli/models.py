@@ -37,13 +37,16 @@ def register(commands: Any) -> None:
         "colour questions directly from a 128 px view (where hard targets are a few "
         "pixels); the agent model screens (yes for small targets, no for large ones) and "
         "follows the DeepEyes protocol (answer, or zoom into the target's cell and answer "
-        "from the crop). The two models train at once, in two processes of one thread "
-        "each. The small model first learns lone shapes, the agent first where lone "
-        "targets are (large, then smaller); then both learn the world, where the target "
-        "is one of two or three shapes. The log shows held-out progress every two "
-        "minutes; the small model starts over with another seed when picking the named "
-        "shape has not taken off after 10 minutes of the world. Each trains for a fixed "
-        "number of minutes of wall time, so a busy or slower machine gets fewer steps: "
+        "from the crop). The small model trains first, then the agent, each on every core "
+        "(at once, the agent ran half its steps). The small model first learns lone "
+        "shapes, the agent first where lone targets are (large, then smaller); then both "
+        "learn the world, where the target is one of two or three shapes. On hard items "
+        "the small model is taught to be unsure (an even share of the possible answers): "
+        "it cannot see them. The log shows held-out progress every two minutes; the small "
+        "model starts over with another seed when picking the named shape has not taken "
+        "off after 10 minutes of the world, while its budget leaves time for it. Each "
+        "trains for a fixed number of minutes of wall time, so a busy or slower machine "
+        "gets fewer steps: "
         "check the result with `speceyes bench synth --small DIR/small --large DIR/large`.",
     )
     train.add_argument(
@@ -56,15 +59,21 @@ def register(commands: Any) -> None:
     train.add_argument("--items", type=int, default=4000, help="training items (4000)")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument(
-        "--small-minutes", type=float, default=40.0, help="(40, of which 1.5 on lone shapes)"
+        "--small-minutes",
+        type=float,
+        default=26.0,
+        help="the small model's budget, rendering included (26, of which 1.5 on lone shapes)",
     )
     train.add_argument(
-        "--large-minutes", type=float, default=32.0, help="(32, of which 6 locate targets)"
+        "--large-minutes",
+        type=float,
+        default=32.0,
+        help="the agent's budget, trained after the small model (32, of which 6 locate targets)",
     )
     train.add_argument(
         "--only",
         choices=("small", "large"),
-        help="train this model alone (on two threads), keeping the other in --out",
+        help="train this model alone, keeping the other in --out",
     )
     train.set_defaults(run=run_train_synth)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+
+import torch
 
 from common.backends.transformers_backend import load_processor
 from common.images import ResizeRule
@@ -20,6 +23,7 @@ from common.synth.train import (
     set_view,
     small_example,
     small_examples,
+    target_loss,
     train,
 )
 from common.synth.world import make_item
@@ -33,11 +37,48 @@ def test_the_targets_are_exactly_the_last_assistant_turn(tiny_paths):
     examples = [
         example for item, views in pool for example in agent_examples(item, views, AGENT_RULE)
     ]
-    _, positions, targets = batcher(examples)
+    batch = batcher(examples)
     decode = batcher.processor.tokenizer.decode
     for row, example in enumerate(examples):
         wanted = "".join(str(part) for part in example.messages[-1].content) + "<|im_end|>"
-        assert decode(targets[positions[0] == row]) == wanted
+        assert decode(batch.targets[batch.positions[0] == row]) == wanted
+    assert batch.unsure == []
+
+
+def test_an_unsure_answer_teaches_an_even_share_of_the_possible_answers(tiny_paths):
+    batcher = Batcher(load_processor(str(tiny_paths["small"])))
+    encode = batcher.processor.tokenizer.encode
+    item = make_item(7, difficulty="hard", kind="choice")
+    views = make_views(item, SMALL_RULE, AGENT_RULE)
+    sure, unsure = small_example(item, views.small), small_example(item, views.small, unsure=True)
+    batch = batcher([sure, unsure])
+    (index, ids), *others = batch.unsure
+    assert others == [] and batch.positions[0][index] == 1  # the unsure example's ...
+    assert index == 0 or batch.positions[0][index - 1] == 0  # ... first target token
+    assert ids == sorted({encode(colour)[0] for colour in item.options})
+    assert batch.targets[index] in ids
+    vocabulary = len(batcher.processor.tokenizer)
+
+    class Fixed:  # a "model" whose logits at every target position are given
+        def __init__(self, logits: torch.Tensor) -> None:
+            self.logits = logits
+            self.model = lambda **_: SimpleNamespace(last_hidden_state=torch.zeros(2, 9999, 1))
+
+        def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+            return self.logits
+
+    def loss_of(first_token_logits: torch.Tensor) -> float:
+        logits = torch.nn.functional.one_hot(batch.targets, vocabulary).float() * 50
+        logits[index] = first_token_logits
+        return target_loss(Fixed(logits), batch)[0].item()
+
+    sure_of_it = torch.zeros(vocabulary)
+    sure_of_it[batch.targets[index]] = 50.0
+    even = torch.full((vocabulary,), -50.0)
+    even[ids] = 0.0
+    leaning = even.clone()
+    leaning[batch.targets[index]] = 0.5  # still unsure, a little less so
+    assert loss_of(even) < loss_of(leaning) < loss_of(sure_of_it)
 
 
 def test_a_hard_item_teaches_a_zoom_into_its_cell_then_the_answer():
@@ -141,9 +182,9 @@ def test_set_view_caps_what_the_checkpoint_shows_its_model(tiny_paths, tmp_path:
 
 def test_the_small_models_aux_steps_name_the_shape_of_a_colour_and_the_asked_kind():
     for seed in range(6):
-        item = make_item(seed)
+        item = make_item(seed, difficulty="easy")
         answer, name, kind = small_examples(item, make_views(item, SMALL_RULE, AGENT_RULE))
-        assert answer.messages[-1].content == [item.answer]
+        assert answer.messages[-1].content == [item.answer] and answer.unsure == ()
         assert name.messages[-1].content == kind.messages[-1].content == [item.shape]
         assert f"Which shape is {item.colour}?" in name.messages[0].content[1]
         prompt = kind.messages[0].content[1]  # the real prompt, then the aux question
@@ -151,6 +192,18 @@ def test_the_small_models_aux_steps_name_the_shape_of_a_colour_and_the_asked_kin
             prompt.startswith(answer.messages[0].content[1])
             and prompt != answer.messages[0].content[1]
         )
+
+
+def test_on_a_hard_item_the_small_model_is_taught_to_be_unsure_and_names_a_large_shape():
+    for seed in range(6):
+        item = make_item(seed, difficulty="hard")
+        answer, name, kind = small_examples(item, make_views(item, SMALL_RULE, AGENT_RULE))
+        assert answer.messages[-1].content == [item.answer]  # teacher forcing goes on ...
+        assert answer.unsure == tuple(item.options or ("yes", "no"))  # ... unsure of it
+        seen = item.others[0]  # the target is too small to see at the small model's view
+        assert name.messages[-1].content == [seen.shape]
+        assert f"Which shape is {seen.colour}?" in name.messages[0].content[1]
+        assert kind.messages[-1].content == [item.shape]  # the question still asks for it
 
 
 def test_a_small_model_that_has_not_taken_off_starts_over(tiny_paths, tmp_path, monkeypatch):
