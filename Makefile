@@ -25,7 +25,7 @@ setup: $(STAMP)
 
 demo: setup
 	$(VENV)/bin/speceyes annotate samples/manifest.jsonl --small synth --large synth \
-		--db sqlite:///demo.db --out demo-results.jsonl
+		--threshold 0.9 --db sqlite:///demo.db --out demo-results.jsonl
 
 test: setup
 	$(PY) -m pytest

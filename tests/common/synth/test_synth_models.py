@@ -11,10 +11,15 @@ import pytest
 from common.agents.deepeyes import AgentLimits, run_deepeyes
 from common.backends import load_models
 from common.backends.base import Query
-from common.config import Settings
+from common.config import GateSettings, Settings
 from common.funnel import Accepted, Deferred, FunnelSettings, run_fast_stage
 from common.scoring import is_correct
 from common.synth.world import make_item
+
+# The gate threshold these models are served with (make demo): the small model's answers
+# are over a handful of words, so a sure answer's separability sits lower than a 2B
+# model's over its whole vocabulary (README, "Measured").
+SYNTH_TAU = 0.9
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +53,14 @@ def test_the_funnel_sends_easy_items_to_the_small_model_and_hard_ones_on(synth_m
         [query(item) for item in items],
         large=synth_models.large,
         small=synth_models.small,
-        settings=FunnelSettings(),
+        settings=FunnelSettings(gate=GateSettings(threshold=SYNTH_TAU)),
     ).outcomes
     easy, hard = outcomes[:20], outcomes[20:]
-    # every easy item reaches the small model; the gate (min, tau 0.98) keeps the sure ones
+    # every easy item reaches the small model; the gate keeps the sure ones
     assert all(isinstance(o, Accepted) or o.reason == "low_confidence" for o in easy)
     accepted = [o for o in easy if isinstance(o, Accepted)]
     right = {item.id: item.answer for item in items}
-    # measured: 9 of 20 accepted, all right (the bench: 46% of easy items)
-    assert len(accepted) >= 6
+    # measured: 20 of 20 accepted, all right (the bench: every easy item)
+    assert len(accepted) >= 16
     assert sum(o.answer == right[o.job_id] for o in accepted) >= len(accepted) - 1
     assert all(isinstance(o, Deferred) and o.reason == "tools_needed" for o in hard)
