@@ -21,6 +21,7 @@ Only the positions that predict target tokens go through the output layer (cheap
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -272,7 +273,7 @@ class Batcher:
         cols = [col for n in target_lengths for col in range(end - n, end)]
         positions = torch.tensor([rows, cols])
         targets = inputs["input_ids"][positions[0], positions[1]]
-        firsts = [sum(target_lengths[:row]) for row in range(len(examples))]
+        firsts = [0, *itertools.accumulate(target_lengths)][: len(examples)]
         unsure = [
             (first, sorted({encode(answer)[0] for answer in example.unsure}))
             for first, example in zip(firsts, examples, strict=True)
@@ -299,10 +300,12 @@ def by_kind(examples: Sequence[Example]) -> dict[str, list[Example]]:
 def target_loss(model: Any, batch: Batch) -> tuple[torch.Tensor, float]:
     """Cross-entropy of the target tokens; logits only where they are predicted."""
     logits = target_logits(model, batch.inputs, batch.positions)
-    wanted = torch.nn.functional.one_hot(batch.targets, logits.shape[-1]).float()
-    for index, ids in batch.unsure:
-        wanted[index] = 0.0
-        wanted[index, ids] = 1.0 / len(ids)
+    wanted: torch.Tensor = batch.targets  # token ids, or a distribution per token
+    if batch.unsure:  # only then a [tokens, vocabulary] matrix
+        wanted = torch.nn.functional.one_hot(batch.targets, logits.shape[-1]).float()
+        for index, ids in batch.unsure:
+            wanted[index] = 0.0
+            wanted[index, ids] = 1.0 / len(ids)
     loss = torch.nn.functional.cross_entropy(logits, wanted)
     accuracy = (logits.argmax(-1) == batch.targets).float().mean().item()
     return loss, accuracy
