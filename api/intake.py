@@ -1,10 +1,12 @@
 """Turning what a request carries into a job the workers can run, within the limits.
 
-An image arrives as bytes (a multipart upload or base64) or as a server-side path. Bytes
-are checked (size, then decoded: format, pixels) and kept in ``upload_dir`` under their
-content hash, so workers on other machines read them from a shared folder. A path is
-accepted only inside one of ``image_roots`` after resolving symlinks, and checked the
-same way. A bad image is refused here (422) and no job is created.
+A job arrives as multipart (an ``image`` file and form fields) or JSON (``JobSpec``); a
+batch as JSON (``BatchRequest``) or a JSONL body of jobs. An image arrives as bytes (a
+multipart upload or base64) or as a server-side path. Bytes are checked (size, then
+decoded: format, pixels) and kept in ``upload_dir`` under their content hash, so workers
+on other machines read them from a shared folder. A path is accepted only inside one of
+``image_roots`` after resolving symlinks, and checked the same way. A bad image is
+refused here (422) and no job is created.
 """
 
 from __future__ import annotations
@@ -12,26 +14,25 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import json
 import os
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from PIL import Image
+from pydantic import BaseModel, ValidationError
 
+from api.errors import ApiError, summary
+from api.schemas import BatchRequest, JobSpec
 from common.config import Settings
 from common.errors import ImageError
 from common.images import content_hash, decode_image, read_image_bytes
-
-
-class ApiError(Exception):
-    """An error answer: HTTP status, a stable code, and what to do about it."""
-
-    def __init__(self, status: int, error: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.error = error
-        self.detail = detail
+from common.store.submission import NewItem
 
 
 @dataclass(frozen=True)
@@ -132,3 +133,99 @@ def _decode(data: bytes, settings: Settings) -> Image.Image:
             limit = "max_image_pixels" if "pixels" in str(exc) else "max_image_bytes"
             raise ApiError(413, limit, f"{exc} (the {limit} setting)") from None
         raise ApiError(422, "image_invalid", str(exc)) from None
+
+
+# -- reading requests --------------------------------------------------------------------
+JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
+Model = TypeVar("Model", bound=BaseModel)
+
+
+async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, StoredImage]:
+    """A job request (multipart or JSON), its question checked and its image stored."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await request.form(max_part_size=settings.max_upload_bytes + 1)
+        upload = form.get("image")
+        if upload is None or isinstance(upload, str):
+            raise ApiError(422, "image_missing", "multipart field 'image' (a file) is required")
+        data = await upload.read(settings.max_upload_bytes + 1)
+        options = form.get("options")
+        try:
+            option_list = json.loads(str(options)) if options else None
+        except json.JSONDecodeError:
+            raise ApiError(422, "invalid_request", "options must be a JSON list") from None
+        fields = ("question", "idempotency_key", "batch_id", "id")
+        spec = validated(JobSpec, {"options": option_list, **{f: form.get(f) for f in fields}})
+        check_question(spec.question, spec.options, settings)
+        stored = await run_in_threadpool(image_from_bytes, data, settings)
+        return spec, stored
+    spec = validated(JobSpec, await _json(request))
+    return spec, await run_in_threadpool(store_image, spec, settings)
+
+
+async def read_batch(request: Request, settings: Settings) -> BatchRequest:
+    """A batch request: JSON ``{name, jobs}`` or JSONL jobs (``?name=``), within limits."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if content_type in JSONL_TYPES:
+        body = (await request.body()).decode("utf-8", errors="replace")
+        jobs = []
+        for number, line in enumerate(body.splitlines(), 1):
+            if line.strip():
+                try:
+                    jobs.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ApiError(422, "invalid_jsonl", f"line {number}: {exc.msg}") from None
+        batch = validated(BatchRequest, {"name": request.query_params.get("name"), "jobs": jobs})
+    else:
+        batch = validated(BatchRequest, await _json(request))
+    if len(batch.jobs) > settings.max_batch_jobs:
+        raise ApiError(
+            413,
+            "max_batch_jobs",
+            f"{len(batch.jobs)} jobs; the limit (max_batch_jobs) is {settings.max_batch_jobs}",
+        )
+    return batch
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(422, "invalid_json", f"the body is not JSON: {exc}") from None
+
+
+def validated(model: type[Model], data: Any) -> Model:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", summary(exc.errors())) from None
+
+
+def store_image(spec: JobSpec, settings: Settings) -> StoredImage:
+    """A JSON job's image (base64 or a server-side path), checked and kept."""
+    check_question(spec.question, spec.options, settings)
+    if spec.image_url is not None:
+        raise ApiError(
+            422, "url_fetching_disabled", "this server fetches no URLs; upload the image"
+        )
+    if (spec.image_base64 is None) == (spec.image_path is None):
+        raise ApiError(422, "image_missing", "give exactly one of image_base64 or image_path")
+    if spec.image_base64 is not None:
+        return image_from_base64(spec.image_base64, settings)
+    return image_from_path(spec.image_path or "", settings)
+
+
+def new_item(spec: JobSpec, image: StoredImage, position: int, item_id: str) -> NewItem:
+    """The store's view of one requested job."""
+    return NewItem(
+        position, item_id, spec.question, spec.options, image.path, image.digest,
+        expected=spec.answer,
+    )  # fmt: skip
+
+
+def parse_id(value: str, field: str) -> str:
+    """An id given in a body (32 hex digits, or a UUID in any form) as the store keeps it."""
+    try:
+        return uuid.UUID(value).hex
+    except ValueError:
+        raise ApiError(422, "invalid_request", f"{field}: not an id ({value!r})") from None

@@ -6,7 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from common.store.jobs import BatchCounts
+from common.contracts import JobStatus
+from common.store.reads import BatchCounts
 from common.store.tables import Batch, Job
 
 
@@ -74,7 +75,7 @@ class JobView(BaseModel):
 
     @classmethod
     def of(cls, job: Job) -> JobView:
-        failed = job.status == "failed"
+        failed = job.status == JobStatus.FAILED
         return cls(
             id=job.id,
             status=job.status,

@@ -14,14 +14,14 @@ from cli.options import (
     add_store_flags,
     settings_from_args,
 )
+from common.contracts import AnsweredBy, JobStatus
 from common.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
-    from common.config import Settings
-    from common.runner import RunResult
-    from common.store.jobs import BatchCounts
+    from common.dispatch import Dispatcher, RunResult
+    from common.store.reads import BatchCounts
 
 DESCRIPTION = """\
 Annotate a corpus: every image + question goes through the SpecEyes funnel (screen,
@@ -78,6 +78,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cli.compose import make_dispatcher
     from common.corpus import read_source
     from common.export import check_format
     from common.store.db import open_store
@@ -95,16 +96,25 @@ def run(args: argparse.Namespace) -> int:
         if row.error is not None:
             print(f"speceyes: skipping {row.error[1]}", file=sys.stderr)
     sessions = open_store(settings.database_url)
+    dispatcher = make_dispatcher(settings, sessions)
+    dispatcher.check()  # a broker that does not answer fails now, before the hashing
     source = str(args.source.resolve())
     with _bar(len(rows), "hashing", args.no_progress) as bar:
         submitted = submit_corpus(
             sessions, rows, source=source, name=args.name or args.source.name,
-            settings=settings, on_item=lambda: bar.update(1),
+            settings=settings, dispatcher=dispatcher, on_item=lambda: bar.update(1),
         )  # fmt: skip
     verb = "created" if submitted.batch_created else "resumed"
     print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
-    work = _work_distributed if settings.broker_url else _work
-    result = work(sessions, submitted.batch_id, settings, args.no_progress)
+    if settings.broker_url:
+        print(
+            f"sent {submitted.sent_fast} jobs to the fast queue and {submitted.sent_slow} to "
+            "the slow queue"
+        )
+    try:
+        result = _wait(dispatcher, sessions, submitted.batch_id, args.no_progress)
+    finally:
+        dispatcher.close()
     _print_summary(result)
     _print_accuracy(sessions, submitted.batch_id)
     if args.out is not None:
@@ -118,40 +128,14 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.counts.failures else 0
 
 
-def _work(
-    sessions: sessionmaker[Session], batch_id: str, settings: Settings, no_progress: bool
+def _wait(
+    dispatcher: Dispatcher, sessions: sessionmaker[Session], batch_id: str, no_progress: bool
 ) -> RunResult:
-    from common.backends import load_models
-    from common.runner import EmbeddedRunner, RunResult
-    from common.store.jobs import batch_counts
+    """Until the batch is finished: worked here (embedded) or followed (workers)."""
+    from common.store.reads import batch_counts
 
     with sessions() as session:
         counts = batch_counts(session, batch_id)
-    if counts.finished == counts.jobs:
-        return RunResult(counts)
-    models = load_models(settings)
-    runner = EmbeddedRunner(sessions, models, settings)
-    with _bar(counts.jobs, "annotating", no_progress, initial=counts.finished) as bar:
-
-        def progress(now: BatchCounts) -> None:
-            bar.update(now.finished - bar.n)
-            bar.set_postfix_str(_postfix(now), refresh=False)
-
-        return runner.run(batch_id, on_progress=progress)
-
-
-def _work_distributed(
-    sessions: sessionmaker[Session], batch_id: str, settings: Settings, no_progress: bool
-) -> RunResult:
-    from common.broker import Broker
-    from common.distributed import DistributedRunner
-
-    broker = Broker(settings)
-    broker.ping()
-    runner = DistributedRunner(sessions, broker)
-    fast, slow = runner.enqueue(batch_id)
-    print(f"sent {fast} jobs to the fast queue and {slow} to the slow queue")
-    counts = runner.counts(batch_id)
     with _bar(counts.jobs, "annotating", no_progress, initial=counts.finished) as bar:
 
         def progress(now: BatchCounts) -> None:
@@ -164,15 +148,13 @@ def _work_distributed(
                 "(speceyes worker fast / speceyes worker slow, same --db and --broker)"
             )
 
-        result = runner.follow(batch_id, on_progress=progress, on_stall=stalled)
-    broker.close()
-    return result
+        return dispatcher.wait(sessions, batch_id, on_progress=progress, on_stall=stalled)
 
 
 def _postfix(now: BatchCounts) -> str:
     return (
-        f"small {now.by_answerer['small']} | agent {now.by_answerer['large']} | "
-        f"deferred {now.by_status['deferred']} | failed {now.by_status['failed']}"
+        f"small {now.by_answerer[AnsweredBy.SMALL]} | agent {now.by_answerer[AnsweredBy.LARGE]} "
+        f"| deferred {now.by_status[JobStatus.DEFERRED]} | failed {now.by_status[JobStatus.FAILED]}"
     )
 
 
@@ -187,8 +169,8 @@ def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
 
 def _print_summary(result: RunResult) -> None:
     counts = result.counts
-    done, failed = counts.by_status["done"], counts.by_status["failed"]
-    small, large = counts.by_answerer["small"], counts.by_answerer["large"]
+    done, failed = counts.by_status[JobStatus.DONE], counts.by_status[JobStatus.FAILED]
+    small, large = counts.by_answerer[AnsweredBy.SMALL], counts.by_answerer[AnsweredBy.LARGE]
     share = f"{small / counts.jobs:.1%}" if counts.jobs else "-"
     print(f"jobs         {counts.jobs} ({counts.items} rows)")
     print(f"done         {done}: small model {small} ({share} of jobs), agent {large}")
@@ -206,7 +188,7 @@ def _print_summary(result: RunResult) -> None:
 
 
 def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
-    from common.store.jobs import batch_accuracy
+    from common.store.reads import batch_accuracy
 
     with sessions() as session:
         scored, correct = batch_accuracy(session, batch_id)

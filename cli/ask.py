@@ -29,36 +29,31 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.agents.deepeyes import AgentLimits
     from common.backends import load_models
-    from common.funnel import (
-        Accepted,
-        Deferred,
-        Failed,
-        FunnelSettings,
-        prepare_query,
-        run_agent_stage,
-        run_fast_stage,
-    )
+    from common.contracts import Accepted, AnsweredBy, Deferred, Failed, JobStatus
+    from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 
     settings = settings_from_args(args)
     job_id = uuid.uuid4().hex
     query = prepare_query(job_id, args.image, args.question, args.options, settings.image_limits)
     if isinstance(query, Failed):
-        _report({"status": "failed", "error_code": query.code, "error": query.message}, args.json)
+        _report(
+            {"status": JobStatus.FAILED, "error_code": query.code, "error": query.message},
+            args.json,
+        )
         return 1
     models = load_models(settings)
     (outcome,) = run_fast_stage(
         [query],
         large=models.large,
         small=models.small,
-        settings=FunnelSettings.from_settings(settings),
+        settings=settings.funnel,
     ).outcomes
     report: dict[str, Any] = {"gate": f"{settings.gate_mode}, K={settings.gate_top_k}, "
                               f"tau={settings.gate_threshold}"}  # fmt: skip
     if isinstance(outcome, Accepted):
-        report |= {"status": "done", "answered_by": "small", "answer": outcome.answer,
-                   "confidence": outcome.confidence,
+        report |= {"status": JobStatus.DONE, "answered_by": AnsweredBy.SMALL,
+                   "answer": outcome.answer, "confidence": outcome.confidence,
                    "screen": outcome.screen.raw_text if outcome.screen else None}  # fmt: skip
         _report(report, args.json)
         return 0
@@ -66,16 +61,16 @@ def run(args: argparse.Namespace) -> int:
     report |= {"deferred": outcome.reason, "small_answer": outcome.small_answer,
                "confidence": outcome.confidence,
                "screen": outcome.screen.raw_text if outcome.screen else None}  # fmt: skip
-    agent = run_agent_stage(query, models.large, AgentLimits.from_settings(settings))
-    report |= {"answered_by": "large", "steps": [
+    agent = run_agent_stage(query, models.large, settings.agent_limits)
+    report |= {"answered_by": AnsweredBy.LARGE, "steps": [
         {"text": step.text, "box": step.box_original, "observation": step.observation}
         for step in agent.trajectory.steps
     ]}  # fmt: skip
     if agent.answer is None:
-        report |= {"status": "failed", "error_code": agent.error_code, "error": agent.error}
+        report |= {"status": JobStatus.FAILED, "error_code": agent.error_code, "error": agent.error}
         _report(report, args.json)
         return 1
-    report |= {"status": "done", "answer": agent.answer}
+    report |= {"status": JobStatus.DONE, "answer": agent.answer}
     _report(report, args.json)
     return 0
 

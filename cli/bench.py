@@ -109,8 +109,8 @@ def register(commands: Any) -> None:
 
 def run_fast(args: argparse.Namespace) -> int:
     from common.backends import load_models
-    from common.bench import synthetic_queries
     from common.funnel import gate_stage, screen_stage, speculate_stage
+    from lab.bench import synthetic_queries
 
     settings = settings_from_args(args)
     sizes = [int(size) for size in args.batch_sizes.split(",")]
@@ -157,8 +157,8 @@ def run_embedded(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from common.bench import bench_embedded, write_corpus
     from common.config import ScriptedSettings, Settings
+    from lab.bench import bench_embedded, write_corpus
 
     scripted = ScriptedSettings(
         tool_free=args.tool_free,
@@ -202,7 +202,7 @@ def run_embedded(args: argparse.Namespace) -> int:
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
-    from common.pipeline_bench import PipelinePlan, bench_pipeline
+    from lab.pipeline_bench import PipelinePlan, bench_pipeline
 
     settings = settings_from_args(args, fast_batch_size=args.batch_size)
     jobs = args.jobs or (200 if args.simulate else 10_000)
@@ -250,7 +250,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 def run_synth(args: argparse.Namespace) -> int:
     from common.backends import load_models
-    from common.synth.report import format_report, run_report, save
+    from lab.synth.report import format_report, run_report, save
 
     settings = settings_from_args(args)
     models = load_models(settings)

@@ -26,7 +26,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from common.export import batch_rows, check_format, write_rows
     from common.store.db import open_store
-    from common.store.jobs import find_batch
+    from common.store.reads import find_batch
 
     check_format(args.out)
     sessions = open_store(settings_from_args(args).database_url)

@@ -32,7 +32,7 @@ def register(commands: Any) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     from common.store.db import open_store
-    from common.store.jobs import get_job
+    from common.store.reads import get_job
 
     sessions = open_store(settings_from_args(args).database_url)
     with sessions() as session:

@@ -98,7 +98,7 @@ def run_build_tiny(args: argparse.Namespace) -> int:
 
 
 def run_train_synth(args: argparse.Namespace) -> int:
-    from common.synth.train import train_synth
+    from lab.synth.train import train_synth
 
     started = time.perf_counter()
     info = train_synth(

@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
+    from cli.compose import make_dispatcher
+    from common.store.db import open_store
 
     overrides = {
         name: value
@@ -54,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **overrides)
     mode = f"broker {settings.broker_url}" if settings.broker_url else "embedded runner"
     print(f"serving on http://{settings.api_host}:{settings.api_port} ({mode}); docs at /docs")
-    app = create_app(settings, embedded=not settings.broker_url)
+    sessions = open_store(settings.database_url)
+    app = create_app(settings, sessions=sessions, dispatcher=make_dispatcher(settings, sessions))
     uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+    sessions.kw["bind"].dispose()
     return 0

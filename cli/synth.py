@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from common.synth.world import items, write_manifest, write_pope, write_vstar
+    from lab.synth.world import items, write_manifest, write_pope, write_vstar
 
     formats = {name.strip() for name in args.formats.split(",") if name.strip()}
     unknown = formats - {"manifest", "vstar", "pope"}

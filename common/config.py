@@ -8,8 +8,9 @@ Values come from keyword arguments, then ``SPECEYES_*`` environment variables, t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,24 +19,6 @@ GateMode = Literal["min", "mean", "bottom20", "logprob"]
 AgentKind = Literal["deepeyes"]
 BackendKind = Literal["transformers", "scripted"]
 Screener = Literal["large", "small", "none"]
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    """What phase III needs; stored with every gated job."""
-
-    mode: GateMode = "min"
-    top_k: int = 64
-    threshold: float = 0.98
-
-
-@dataclass(frozen=True)
-class ImageLimits:
-    """Limits checked before an image is decoded (decompression bombs) and after."""
-
-    max_bytes: int = 50 * 1024 * 1024
-    max_pixels: int = 100_000_000
-    max_aspect_ratio: float = 200.0  # Qwen's smart resize refuses anything wider
 
 
 class ScriptedSettings(BaseModel):
@@ -196,3 +179,68 @@ class Settings(BaseSettings):
     @property
     def image_limits(self) -> ImageLimits:
         return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
+
+    @property
+    def agent_limits(self) -> AgentLimits:
+        return AgentLimits(
+            max_steps=self.agent_max_steps,
+            max_new_tokens=self.agent_max_new_tokens,
+            min_box_side=self.min_box_side,
+            max_box_aspect=self.max_box_aspect,
+        )
+
+    @property
+    def funnel(self) -> FunnelSettings:
+        return FunnelSettings(
+            gate=self.gate,
+            screener=self.screener,
+            baseline=self.baseline,
+            screen_max_new_tokens=self.screen_max_new_tokens,
+            speculate_max_new_tokens=self.speculate_max_new_tokens,
+        )
+
+
+# -- what each part needs, built from Settings -------------------------------------------
+# Small frozen views for the code that runs a stage (and for tests that build one by
+# hand). Their defaults are read from Settings' fields, so each is written once, above.
+def _default(name: str) -> Any:
+    return Settings.model_fields[name].default
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """What phase III needs; stored with every gated job."""
+
+    mode: GateMode = _default("gate_mode")  # noqa: RUF009 -- a str, read once
+    top_k: int = _default("gate_top_k")
+    threshold: float = _default("gate_threshold")
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """Limits checked before an image is decoded (decompression bombs) and after."""
+
+    max_bytes: int = _default("max_image_bytes")
+    max_pixels: int = _default("max_image_pixels")
+    max_aspect_ratio: float = 200.0  # Qwen's smart resize refuses anything wider
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """What one trajectory may spend, and which zoom boxes it refuses."""
+
+    max_steps: int = _default("agent_max_steps")
+    max_new_tokens: int = _default("agent_max_new_tokens")
+    min_box_side: int = _default("min_box_side")
+    max_box_aspect: float = _default("max_box_aspect")
+
+
+@dataclass(frozen=True)
+class FunnelSettings:
+    """What the fast stage (phases I-III) needs."""
+
+    gate: GateSettings = dataclass_field(default_factory=GateSettings)
+    screener: Screener = _default("screener")  # noqa: RUF009 -- a str, read once
+    baseline: bool = _default("baseline")
+    screen_max_new_tokens: int = _default("screen_max_new_tokens")
+    speculate_max_new_tokens: int = _default("speculate_max_new_tokens")

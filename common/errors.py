@@ -7,6 +7,8 @@ decides from the branch alone whether to fail the job or to retry it::
     SpecEyesError
     ├── PermanentError            the job itself is wrong: fail it, never retry
     │   ├── InvalidInput          a question, options or manifest row is malformed
+    │   │   ├── NotFound          no such job or batch
+    │   │   └── IdempotencyConflict  a client's key names a job with other content
     │   ├── ImageError            the image is missing, corrupt, too big or not an image
     │   └── AgentError            the agent loop ended without an answer (step limit, ...)
     ├── RetryableError            the world is wrong for now: retry the job later
@@ -44,6 +46,14 @@ class PermanentError(SpecEyesError):
 
 class InvalidInput(PermanentError):
     code = "invalid_input"
+
+
+class NotFound(InvalidInput):
+    code = "not_found"
+
+
+class IdempotencyConflict(InvalidInput):
+    code = "idempotency_conflict"
 
 
 class ImageError(PermanentError):

@@ -10,9 +10,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from common.contracts import JobStatus
 from common.errors import InvalidInput
 from common.scoring import is_correct
-from common.store.jobs import batch_results
+from common.store.reads import batch_results
 from common.store.tables import BatchItem, Job
 
 FORMATS = (".jsonl", ".parquet")
@@ -36,7 +37,7 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "defer_reason": job.defer_reason,
         "agent_steps": len(job.trajectory["steps"]) if job.trajectory else None,
         "error_code": job.error_code,
-        "error": job.error_message if job.status == "failed" else None,
+        "error": job.error_message if job.status == JobStatus.FAILED else None,
         "expected": item.expected,
         "correct": None
         if item.expected is None

@@ -22,11 +22,22 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from common.agents.deepeyes import AgentLimits, Trajectory, run_deepeyes
-from common.backends.base import Query, ScreenResult, Speculation, VisionLanguageModel
-from common.config import GateSettings, ImageLimits, Screener, Settings
+from common.agents.deepeyes import Trajectory, run_deepeyes
+from common.backends.base import Speculation, VisionLanguageModel
+from common.config import AgentLimits, FunnelSettings, GateSettings, ImageLimits
+from common.contracts import (
+    Accepted,
+    AgentOutcome,
+    DeferReason,
+    Deferred,
+    Failed,
+    FailureCode,
+    FastOutcome,
+    Query,
+    ScreenResult,
+)
 from common.errors import ImageError, ModelError, RetryableError
 from common.images import load_image
 
@@ -38,78 +49,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-DeferReason = Literal[
-    "tools_needed", "low_confidence", "small_model_error", "screen_error", "baseline"
-]
-
-
-@dataclass(frozen=True)
-class FunnelSettings:
-    """What the fast stage needs to know; built from ``Settings``."""
-
-    gate: GateSettings = field(default_factory=GateSettings)
-    screener: Screener = "large"
-    baseline: bool = False
-    screen_max_new_tokens: int = 10
-    speculate_max_new_tokens: int = 20
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> FunnelSettings:
-        return cls(
-            gate=settings.gate,
-            screener=settings.screener,
-            baseline=settings.baseline,
-            screen_max_new_tokens=settings.screen_max_new_tokens,
-            speculate_max_new_tokens=settings.speculate_max_new_tokens,
-        )
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """The small model's answer passed the gate: final."""
-
-    job_id: str
-    answer: str
-    confidence: float
-    token_scores: list[float]
-    screen: ScreenResult | None
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """The job goes on to the agent (phase IV)."""
-
-    job_id: str
-    reason: DeferReason
-    screen: ScreenResult | None = None
-    small_answer: str | None = None
-    confidence: float | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Failed:
-    job_id: str
-    code: str
-    message: str
-
-
-FastOutcome = Accepted | Deferred | Failed
-
 
 @dataclass
 class FastBatchResult:
     outcomes: list[FastOutcome]  # one per query, in order
     seconds: dict[str, float] = field(default_factory=dict)  # per phase, for the batch
-
-
-@dataclass(frozen=True)
-class AgentOutcome:
-    job_id: str
-    answer: str | None
-    trajectory: Trajectory
-    error_code: str | None = None
-    error: str | None = None
 
 
 def prepare_query(
@@ -130,7 +74,9 @@ def prepare_query(
     except ImageError as exc:
         return Failed(job_id, exc.code, f"{image_path}: {exc}")
     if expected_hash is not None and digest != expected_hash:
-        return Failed(job_id, "image_changed", f"{image_path} changed since it was submitted")
+        return Failed(
+            job_id, FailureCode.IMAGE_CHANGED, f"{image_path} changed since it was submitted"
+        )
     return Query(job_id, image, question, tuple(options) if options else None)
 
 
@@ -185,7 +131,7 @@ def run_fast_stage(
 ) -> FastBatchResult:
     """Phases I-III over one micro-batch; one outcome per query, in order."""
     if settings.baseline:
-        return FastBatchResult([Deferred(q.job_id, "baseline") for q in queries])
+        return FastBatchResult([Deferred(q.job_id, DeferReason.BASELINE) for q in queries])
     result = FastBatchResult([])
     outcomes: dict[str, FastOutcome] = {}
     screens: dict[str, ScreenResult] = {}
@@ -195,11 +141,13 @@ def run_fast_stage(
         results = screen_stage(queries, screener, max_new_tokens=settings.screen_max_new_tokens)
         for query, screen in zip(queries, results, strict=True):
             if isinstance(screen, ModelError):
-                outcomes[query.job_id] = Deferred(query.job_id, "screen_error", detail=str(screen))
+                outcomes[query.job_id] = Deferred(
+                    query.job_id, DeferReason.SCREEN_ERROR, detail=str(screen)
+                )
                 continue
             screens[query.job_id] = screen
             if screen.needs_tools:
-                outcomes[query.job_id] = Deferred(query.job_id, "tools_needed", screen)
+                outcomes[query.job_id] = Deferred(query.job_id, DeferReason.TOOLS_NEEDED, screen)
         result.seconds["screen"] = time.perf_counter() - started
 
     tool_free = [q for q in queries if q.job_id not in outcomes]
@@ -216,7 +164,7 @@ def run_fast_stage(
         if isinstance(speculation, ModelError):
             outcomes[query.job_id] = Deferred(
                 query.job_id,
-                "small_model_error",
+                DeferReason.SMALL_MODEL_ERROR,
                 screens.get(query.job_id),
                 detail=str(speculation),
             )
@@ -234,7 +182,11 @@ def run_fast_stage(
             )
             if verdict.accepted
             else Deferred(
-                query.job_id, "low_confidence", screened, speculation.answer, verdict.confidence
+                query.job_id,
+                DeferReason.LOW_CONFIDENCE,
+                screened,
+                speculation.answer,
+                verdict.confidence,
             )
         )
     result.outcomes = [outcomes[q.job_id] for q in queries]
@@ -252,7 +204,11 @@ def run_agent_stage(
     except Exception as exc:
         log.warning("agent failed on job %s: %s", query.job_id, exc, exc_info=True)
         return AgentOutcome(
-            query.job_id, None, Trajectory(), "model_error", f"{type(exc).__name__}: {exc}"
+            query.job_id,
+            None,
+            Trajectory(),
+            FailureCode.MODEL_ERROR,
+            f"{type(exc).__name__}: {exc}",
         )
     return AgentOutcome(
         query.job_id, trajectory.answer, trajectory, trajectory.error_code, trajectory.error

@@ -67,6 +67,12 @@ class GateResult:
     confidence: float
     accepted: bool
     token_scores: list[float]  # s_t per answer token (log max-prob in logprob mode)
+    score: float  # S, the aggregate before the squash (mean log max-prob in logprob mode)
+
+
+def accepts(confidence: float, threshold: float) -> bool:
+    """The gate's decision for an answer with at least one token: confidence > tau."""
+    return confidence > threshold
 
 
 def token_separability(top: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -120,20 +126,21 @@ def confidence_batch(
     token_mask: torch.Tensor,
     log_normalizer: torch.Tensor,
     mode: GateMode,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Confidence per answer and score per token.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Confidence per answer, its aggregate score S, and the score per token.
 
     Shapes: ``top``/``valid`` [B, T, K] (sorted descending), ``token_mask`` [B, T],
-    ``log_normalizer`` [B, T]. Returns (confidence [B], token_scores [B, T]).
+    ``log_normalizer`` [B, T]. Returns (confidence [B], S [B], token_scores [B, T]).
     """
     import torch
 
     if mode == "logprob":
         per_token = torch.where(valid[..., 0], top[..., 0] - log_normalizer, float("-inf"))
         mean_logprob = aggregate(per_token, token_mask, mode)
-        return mean_logprob.exp(), per_token
+        return mean_logprob.exp(), mean_logprob, per_token
     per_token = token_separability(top, valid)
-    return torch.sigmoid(SQUASH * aggregate(per_token, token_mask, mode)), per_token
+    score = aggregate(per_token, token_mask, mode)
+    return torch.sigmoid(SQUASH * score), score, per_token
 
 
 def _valid_values(values: torch.Tensor) -> torch.Tensor:
@@ -173,12 +180,15 @@ def score_answers(answers: Sequence[TokenScores], gate: GateSettings) -> list[Ga
             answer.log_normalizer, dtype=torch.float64
         )
         token_mask[row, : answer.num_tokens] = True
-    conf, per_token = confidence_batch(top, _valid_values(top), token_mask, log_norm, gate.mode)
+    conf, score, per_token = confidence_batch(
+        top, _valid_values(top), token_mask, log_norm, gate.mode
+    )
     return [
         GateResult(
             confidence=float(conf[row]),
-            accepted=bool(conf[row] > gate.threshold) and answer.num_tokens > 0,
+            accepted=answer.num_tokens > 0 and accepts(float(conf[row]), gate.threshold),
             token_scores=per_token[row, : answer.num_tokens].tolist(),
+            score=float(score[row]),
         )
         for row, answer in enumerate(answers)
     ]

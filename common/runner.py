@@ -1,12 +1,13 @@
 """The embedded runner: the whole funnel in one process, over the job store.
 
-Two kinds of thread work the same database side by side:
+It is the in-process ``Dispatcher``: two kinds of thread work the store side by side,
+and sending a job only wakes them.
 
-- the **fast stage** (one thread) claims queued jobs in micro-batches, runs phases I-III
-  (``run_fast_stage``) and records each batch in one transaction: accepted answers are
-  final the moment their batch is gated; deferred jobs become ``deferred``;
+- the **fast stage** (one thread) claims queued jobs in micro-batches and hands them to
+  ``FastWork``: accepted answers are final the moment their batch is recorded, deferred
+  jobs wake the agent threads;
 - the **agent stage** (``agent_workers`` threads) claims deferred jobs one at a time and
-  runs phase IV (``run_agent_stage``), so a slow trajectory never holds up the fast stage.
+  hands each to ``AgentWork``, so a slow trajectory never holds up the fast stage.
 
 The database is the queue: a job is claimed by moving it to ``running`` and finished by a
 conditional write, so a restarted run (after Ctrl-C or a crash) releases ``running`` jobs
@@ -18,75 +19,119 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from functools import cached_property
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from common.agents.deepeyes import AgentLimits
 from common.backends import Models
-from common.backends.base import Query
 from common.config import Settings
-from common.funnel import (
-    Deferred,
-    Failed,
-    FastOutcome,
-    FunnelSettings,
-    run_agent_stage,
-    run_fast_stage,
-)
-from common.store import jobs as store
-from common.store.jobs import BatchCounts, Ticket
-from common.store.tables import DEFERRED, QUEUED
+from common.contracts import JobStatus, Stage, Ticket
+from common.dispatch import Dispatcher, Progress, RunResult, Stalled
+from common.errors import BackendUnavailable
+from common.store import claims, reads
+from common.store.reads import BatchCounts
+from common.work import AgentWork, FastWork
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[BatchCounts], None]
 
+class EmbeddedRunner(Dispatcher):
+    """Runs the funnel with a fast thread and agent threads: one batch (``run``) or every
+    job of the store as it arrives (``start``, a server without a broker).
 
-@dataclass
-class RunResult:
-    counts: BatchCounts
-    interrupted: bool = False
-    released: int = 0  # in-flight jobs put back on an interrupt
-    finished_now: int = 0  # jobs this run took to done / failed
-    seconds: float = 0.0
+    ``models`` may be a callable that loads them: they are loaded on first use, so a run
+    with nothing left to do loads none.
+    """
 
-
-class EmbeddedRunner:
-    """Runs one batch through the funnel with a fast thread and agent threads."""
-
-    def __init__(self, sessions: sessionmaker[Session], models: Models, settings: Settings) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        models: Models | Callable[[], Models],
+        settings: Settings,
+    ) -> None:
         self.sessions = sessions
-        self.models = models
+        self._models = models
         self.settings = settings
-        self.funnel = FunnelSettings.from_settings(settings)
-        self.limits = AgentLimits.from_settings(settings)
         self._stop = threading.Event()
         self._wake = threading.Event()  # new work was submitted (serving)
         self._serving = False
         self._fast_done = threading.Event()
         self._deferred_ready = threading.Condition()
+        self._hold_until = {Stage.FAST: 0.0, Stage.AGENT: 0.0}  # retries wait (monotonic s)
         self._errors: list[BaseException] = []
         # Held while claiming and while an interrupt puts running jobs back, so no claim
         # can slip in after the release (it would leave a job ``running`` on exit).
         self._claiming = threading.Lock()
 
+    @cached_property
+    def models(self) -> Models:
+        return self._models if isinstance(self._models, Models) else self._models()
+
+    @cached_property
+    def fast(self) -> FastWork:
+        return FastWork(self.sessions, self.models, self.settings, self)
+
+    @cached_property
+    def agent(self) -> AgentWork:
+        return AgentWork(self.sessions, self.models, self.settings, self)
+
+    # -- the Dispatcher ---------------------------------------------------------------
+    def send_fast(
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+    ) -> int:
+        """The jobs are in the store already: wake the fast stage (after ``delay_s``)."""
+        self._hold(Stage.FAST, delay_s)
+        self._wake.set()
+        return len(list(job_ids))
+
+    def send_slow(
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+    ) -> int:
+        self._hold(Stage.AGENT, delay_s)
+        with self._deferred_ready:
+            self._deferred_ready.notify_all()
+        return len(list(job_ids))
+
+    def wait(
+        self,
+        sessions: sessionmaker[Session],
+        batch_id: str,
+        *,
+        on_progress: Progress | None = None,
+        on_stall: Stalled | None = None,
+    ) -> RunResult:
+        """Work the batch here until it is finished (this runner's own store)."""
+        counts = self.counts(batch_id)
+        if counts.finished == counts.jobs:
+            return RunResult(counts)
+        return self.run(batch_id, on_progress=on_progress)
+
+    component = "runner"
+
+    def start(self) -> None:
+        self.serve()
+
+    def check(self) -> None:
+        """Raise ``BackendUnavailable`` if a stage thread stopped on an error."""
+        if self._errors:
+            raise BackendUnavailable(f"a stage stopped on an error: {self._errors[0]!r}")
+
+    def close(self) -> None:
+        self.stop()
+
+    # -- running ----------------------------------------------------------------------
     def run(
         self, batch_id: str, *, on_progress: Progress | None = None, poll_s: float = 0.5
     ) -> RunResult:
         """Work the batch until every job is done or failed, or until interrupted."""
         started = time.perf_counter()
         with self.sessions.begin() as session:
-            released = store.release_running(session, batch_id)
-            finished_before = store.batch_counts(session, batch_id).finished
+            released = claims.release_running(session, batch_id)
+            finished_before = reads.batch_counts(session, batch_id).finished
         if released:
             log.info("released %d jobs left running by an earlier run", released)
-        threads = [self._thread("fast-stage", self._fast_loop, batch_id)]
-        threads += [
-            self._thread(f"agent-{i}", self._agent_loop, batch_id)
-            for i in range(self.settings.agent_workers)
-        ]
+        threads = self._start_threads(batch_id)
         try:
             while any(thread.is_alive() for thread in threads):
                 if on_progress is not None:
@@ -105,19 +150,14 @@ class EmbeddedRunner:
         return result
 
     def serve(self) -> list[threading.Thread]:
-        """Work every job of the store, as it arrives, until ``stop()`` (``speceyes serve``
-        without a broker). Returns the started threads."""
+        """Work every job of the store, as it arrives, until ``stop()``. Returns the
+        started threads."""
         with self.sessions.begin() as session:
-            released = store.release_running(session)
+            released = claims.release_running(session)
         if released:
             log.info("released %d jobs left running by an earlier run", released)
         self._serving = True
-        threads = [self._thread("fast-stage", self._fast_loop, None)]
-        threads += [
-            self._thread(f"agent-{i}", self._agent_loop, None)
-            for i in range(self.settings.agent_workers)
-        ]
-        return threads
+        return self._start_threads(None)
 
     def notify(self) -> None:
         """New jobs are queued: stop waiting for them."""
@@ -131,9 +171,18 @@ class EmbeddedRunner:
 
     def counts(self, batch_id: str) -> BatchCounts:
         with self.sessions() as session:
-            return store.batch_counts(session, batch_id)
+            return reads.batch_counts(session, batch_id)
 
     # -- internals ------------------------------------------------------------------
+    def _start_threads(self, batch_id: str | None) -> list[threading.Thread]:
+        self.models  # noqa: B018 -- load before the threads start, not in each of them
+        threads = [self._thread("fast-stage", self._fast_loop, batch_id)]
+        threads += [
+            self._thread(f"agent-{i}", self._agent_loop, batch_id)
+            for i in range(self.settings.agent_workers)
+        ]
+        return threads
+
     def _thread(
         self, name: str, loop: Callable[[str | None], None], batch_id: str | None
     ) -> threading.Thread:
@@ -150,72 +199,55 @@ class EmbeddedRunner:
         return thread
 
     def _interrupt(self, batch_id: str, threads: list[threading.Thread]) -> RunResult:
-        """Stop claiming, put in-flight jobs back, leave finished ones as they are."""
+        """Stop claiming, put in-flight jobs back, leave finished ones as they are. An
+        interrupt is not the jobs' doing: their attempts are given back."""
         self.stop()
         with self._claiming, self.sessions.begin() as session:
-            released = store.release_running(session, batch_id)
+            released = claims.release_running(session, batch_id, count_attempt=False)
         for thread in threads:
             thread.join(timeout=0.1)
         return RunResult(self.counts(batch_id), interrupted=True, released=released)
 
+    def _hold(self, stage: Stage, delay_s: float | None) -> None:
+        if delay_s:
+            self._hold_until[stage] = max(self._hold_until[stage], time.monotonic() + delay_s)
+
+    def _claim(self, stage: Stage, limit: int, batch_id: str | None) -> list[Ticket]:
+        """Claim up to ``limit`` waiting jobs; none once stopped. Retries sent back with a
+        delay hold the stage's claims until it has passed."""
+        self._stop.wait(max(0.0, self._hold_until[stage] - time.monotonic()))
+        with self._claiming:
+            if self._stop.is_set():
+                return []
+            with self.sessions.begin() as session:
+                return claims.claim(session, stage, limit, batch_id)
+
     def _fast_loop(self, batch_id: str | None) -> None:
         try:
             while not self._stop.is_set():
-                tickets = self._claim(QUEUED, self.settings.fast_batch_size, batch_id)
+                tickets = self._claim(Stage.FAST, self.settings.fast_batch_size, batch_id)
                 if not tickets and self._serving:
                     self._wake.wait(timeout=1.0)  # until notify(), or look again anyway
                     self._wake.clear()
                     continue
                 if not tickets:
                     return
-                outcomes = self._fast_batch(tickets)
-                with self.sessions.begin() as session:
-                    store.record_fast(session, outcomes, self.funnel.gate)
-                if any(isinstance(outcome, Deferred) for outcome in outcomes):
-                    with self._deferred_ready:
-                        self._deferred_ready.notify_all()
+                self.fast.run(tickets)
         finally:
             self._fast_done.set()
             with self._deferred_ready:
                 self._deferred_ready.notify_all()
 
-    def _claim(self, status: str, limit: int, batch_id: str | None) -> list[Ticket]:
-        """Claim up to ``limit`` waiting jobs; none once stopped."""
-        with self._claiming:
-            if self._stop.is_set():
-                return []
-            with self.sessions.begin() as session:
-                return store.claim(session, status, limit, batch_id)
-
-    def _fast_batch(self, tickets: list[Ticket]) -> list[FastOutcome]:
-        loaded = [ticket.load(self.settings.image_limits) for ticket in tickets]
-        queries = [query for query in loaded if isinstance(query, Query)]
-        failed: list[FastOutcome] = [query for query in loaded if isinstance(query, Failed)]
-        result = run_fast_stage(
-            queries, large=self.models.large, small=self.models.small, settings=self.funnel
-        )
-        return failed + result.outcomes
-
     def _agent_loop(self, batch_id: str | None) -> None:
         while not self._stop.is_set():
-            tickets = self._claim(DEFERRED, 1, batch_id)
+            tickets = self._claim(Stage.AGENT, 1, batch_id)
             if tickets:
-                self._agent_job(tickets[0])
+                self.agent.run(tickets[0])
                 continue
             if self._fast_done.is_set() and batch_id is not None:
                 with self.sessions.begin() as session:  # one last look: fast may just have ended
-                    if not store.count_status(session, DEFERRED, batch_id):
+                    if not reads.count_status(session, JobStatus.DEFERRED, batch_id):
                         return
                 continue
             with self._deferred_ready:
                 self._deferred_ready.wait(timeout=1.0)
-
-    def _agent_job(self, ticket: Ticket) -> None:
-        query = ticket.load(self.settings.image_limits)
-        outcome = (
-            query
-            if isinstance(query, Failed)
-            else run_agent_stage(query, self.models.large, self.limits)
-        )
-        with self.sessions.begin() as session:
-            store.record_agent(session, outcome)

@@ -1,4 +1,4 @@
-"""Submitting work: corpus rows -> jobs in a batch, idempotently.
+"""Submitting a corpus: its rows -> jobs in a batch, idempotently, then dispatched.
 
 A job's idempotency key is built from the image's bytes (its content hash), the question,
 the options and the configuration that decides answers (models and, for local
@@ -17,10 +17,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from common.config import Settings
 from common.corpus import SourceRow
+from common.dispatch import Dispatcher, StoreOnly, send_waiting
 from common.errors import ImageError
 from common.images import content_hash, read_image_bytes
 from common.models.registry import weights_fingerprint
-from common.store import jobs as store
+from common.store.submission import NewItem, get_or_create_batch, idempotency_key, submit_items
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Submitted:
     batch_created: bool
     jobs_created: int
     items_added: int
+    sent_fast: int = 0  # jobs sent to the fast stage (waiting ones, new or left over)
+    sent_slow: int = 0  # jobs sent to the agent (deferred, left over)
 
 
 def run_config(settings: Settings) -> dict[str, Any]:
@@ -58,9 +61,9 @@ def run_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-def to_item(row: SourceRow, settings: Settings) -> store.NewItem:
+def to_item(row: SourceRow, settings: Settings) -> NewItem:
     """A source row with its image hashed; an unreadable image makes a failed item."""
-    item = store.NewItem(
+    item = NewItem(
         row.position, row.item_id, row.question, row.options, row.image_path, expected=row.expected
     )
     if row.error is not None or row.image_path is None:
@@ -79,21 +82,27 @@ def submit_corpus(
     source: str,
     name: str,
     settings: Settings,
+    dispatcher: Dispatcher | None = None,
     on_item: Callable[[], None] | None = None,
 ) -> Submitted:
-    """Create (or find) the batch for this source and configuration and add its rows."""
+    """Create (or find) the batch for this source and configuration and add its rows;
+    once that has committed, send every job of the batch that waits for a stage to the
+    ``dispatcher`` (a resumed batch's leftovers too). Without one, jobs wait in the store.
+    """
     config = run_config(settings)
-    config_key = store.idempotency_key(config)
+    config_key = idempotency_key(config)
     question_key = [(row.question, row.options) for row in rows[:1]]
-    batch_key = store.idempotency_key(source, question_key, config_key)
+    batch_key = idempotency_key(source, question_key, config_key)
     items = []
     for row in rows:
         items.append(to_item(row, settings))
         if on_item is not None:
             on_item()
-    with sessions.begin() as session:
-        batch, created = store.get_or_create_batch(
-            session, key=batch_key, name=name, source=source, config=config
+    with (dispatcher or StoreOnly()).transaction(sessions) as outbox:
+        batch, created = get_or_create_batch(
+            outbox.session, key=batch_key, name=name, source=source, config=config
         )
-        jobs_created, items_added = store.submit_items(session, batch, items, config_key)
-        return Submitted(batch.id, created, jobs_created, items_added)
+        jobs_created, items_added = submit_items(outbox.session, batch, items, config_key)
+        send_waiting(outbox, batch.id)
+    return Submitted(batch.id, created, jobs_created, items_added, len(outbox.fast),
+                     len(outbox.slow))  # fmt: skip

@@ -1,10 +1,10 @@
-"""The workers' Celery app: the fast (batched) and slow tasks, thin over ``common.delivery``.
+"""The workers' Celery app: the fast (batched) and slow tasks, thin over ``common.work``.
 
 - ``speceyes.fast`` is a celery-batches task: messages (one job id each) are buffered
   until ``fast_batch_size`` of them arrived or ``fast_max_wait_s`` passed, then the ids go
-  to ``FastStage.process`` as one batch. Deferred jobs are sent to the slow queue after
-  their batch is committed.
-- ``speceyes.slow`` runs one trajectory per message (``AgentStage.process``).
+  to ``FastWork.run_ids`` as one batch. Deferred jobs are sent to the slow queue after
+  their batch is committed (by the work unit, through the dispatcher).
+- ``speceyes.slow`` runs one trajectory per message (``AgentWork.run_id``).
 
 Both acknowledge late: a worker that dies mid-batch leaves its messages to come back after
 the visibility timeout, and the conditional writes make the second delivery harmless.
@@ -23,11 +23,11 @@ from celery.signals import worker_ready
 from celery_batches import Batches, SimpleRequest
 
 from common.backends import Models, load_models
-from common.broker import FAST_TASK, SLOW_TASK, Broker, celery_app
 from common.config import Settings
-from common.delivery import AgentStage, FastStage
 from common.store.db import open_store
+from common.work import AgentWork, FastWork
 from workers import metrics
+from workers.dispatch import FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +46,18 @@ class Runtime:
         return load_models(self.settings)
 
     @cached_property
-    def broker(self) -> Broker:
-        return Broker(self.settings, self.app)
+    def dispatcher(self) -> CeleryDispatcher:
+        return CeleryDispatcher(self.settings, self.app)
 
     @cached_property
-    def fast(self) -> FastStage:
-        return FastStage(open_store(self.settings.database_url), self.models, self.settings)
+    def fast(self) -> FastWork:
+        sessions = open_store(self.settings.database_url)
+        return FastWork(sessions, self.models, self.settings, self.dispatcher)
 
     @cached_property
-    def slow(self) -> AgentStage:
-        return AgentStage(open_store(self.settings.database_url), self.models, self.settings)
+    def slow(self) -> AgentWork:
+        sessions = open_store(self.settings.database_url)
+        return AgentWork(sessions, self.models, self.settings, self.dispatcher)
 
 
 def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
@@ -76,37 +78,34 @@ def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
         takeover = {str(r.args[0]) for r in requests if (r.kwargs or {}).get("takeover")}
         try:
             with lock:
-                delivery = runtime.fast.process([i for i in job_ids if i not in takeover])
+                delivery = runtime.fast.run_ids([i for i in job_ids if i not in takeover])
                 if takeover:
-                    delivery.merge(runtime.fast.process(sorted(takeover), takeover=True))
+                    delivery.merge(runtime.fast.run_ids(sorted(takeover), takeover=True))
         except Exception:
             # The store failed outside any one job's work (the database went away). The
             # messages are acknowledged anyway (celery-batches), so send the ids again,
             # marked: some of them may be claimed by this worker and stuck as running.
             log.exception("fast batch of %d failed; sending it again", len(job_ids))
-            runtime.broker.send_fast(job_ids, countdown=settings.retry_delay_s, takeover=True)
+            runtime.dispatcher.send_fast(job_ids, delay_s=settings.retry_delay_s, takeover=True)
             return
-        runtime.broker.send_slow(delivery.to_slow)
-        runtime.broker.send_fast(delivery.retry, countdown=settings.retry_delay_s)
         metrics.record_fast(len(job_ids), delivery)
 
     @app.task(name=SLOW_TASK, acks_late=True)
     def slow(job_id: str, takeover: bool = False) -> None:
         try:
-            delivery = runtime.slow.process(job_id, takeover=takeover)
+            delivery = runtime.slow.run_id(job_id, takeover=takeover)
         except Exception:
             log.exception("job %s: the agent stage failed outside the job; sending it again",
                           job_id)  # fmt: skip
-            runtime.broker.send_slow([job_id], countdown=settings.retry_delay_s, takeover=True)
+            runtime.dispatcher.send_slow([job_id], delay_s=settings.retry_delay_s, takeover=True)
             return
-        runtime.broker.send_slow(delivery.retry, countdown=settings.retry_delay_s)
         metrics.record_agent(delivery)
 
     @worker_ready.connect(weak=False)
     def start(**_: Any) -> None:
         runtime.models  # noqa: B018 -- load now, not on the first message
         if metrics_port:
-            metrics.serve(metrics_port, runtime.broker)
+            metrics.serve(metrics_port, runtime.dispatcher)
             log.info("metrics on :%d/metrics", metrics_port)
 
     app.speceyes_runtime = runtime

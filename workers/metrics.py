@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from common.broker import Broker
-from common.delivery import Delivery
-from common.funnel import Accepted, Deferred, Failed
+from common.contracts import Accepted, Deferred, Failed
+from common.work import Delivery
+from workers.dispatch import CeleryDispatcher
 
 JOBS = Counter(
     "speceyes_jobs_total",
@@ -76,7 +76,7 @@ def _record_common(stage: str, delivery: Delivery, count_failed: bool = True) ->
 class QueueDepth(Collector):
     """``speceyes_queue_depth{queue}``: messages waiting, read when scraped."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: CeleryDispatcher) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Any]:
@@ -92,6 +92,6 @@ class QueueDepth(Collector):
         yield family
 
 
-def serve(port: int, broker: Broker) -> None:
+def serve(port: int, broker: CeleryDispatcher) -> None:
     REGISTRY.register(QueueDepth(broker))
     start_http_server(port)

@@ -27,8 +27,9 @@ from typing import Any
 
 from PIL import Image
 
-from common.backends.base import Conversation, Query, VisionLanguageModel
-from common.config import Settings
+from common.backends.base import Conversation, VisionLanguageModel
+from common.config import AgentLimits
+from common.contracts import Query
 from common.images import ResizeRule
 from common.prompts import format_question
 
@@ -103,23 +104,6 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class AgentLimits:
-    max_steps: int = 6
-    max_new_tokens: int = 512
-    min_box_side: int = 30
-    max_box_aspect: float = 100.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AgentLimits:
-        return cls(
-            max_steps=settings.agent_max_steps,
-            max_new_tokens=settings.agent_max_new_tokens,
-            min_box_side=settings.min_box_side,
-            max_box_aspect=settings.max_box_aspect,
-        )
 
 
 class ToolError(Exception):

@@ -20,28 +20,13 @@ from typing import Literal, Protocol
 
 from PIL import Image
 
+from common.contracts import Query, ScreenResult
 from common.gate import TokenScores
 from common.images import ResizeRule
 
 Role = Literal["system", "user", "assistant"]
 Part = str | Image.Image
 FinishReason = Literal["stop", "eos", "length"]
-
-
-@dataclass(frozen=True)
-class Query:
-    """One job as the funnel sees it: a decoded original image and the question."""
-
-    job_id: str
-    image: Image.Image
-    question: str
-    options: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class ScreenResult:
-    needs_tools: bool
-    raw_text: str
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from common.backends.base import Conversation, Generation, Query, ScreenResult, Speculation
+from common.backends.base import Conversation, Generation, Speculation
 from common.config import ScriptedSettings
+from common.contracts import Query, ScreenResult
 from common.errors import ModelError
 from common.gate import SQUASH, TokenScores
 from common.images import ResizeRule

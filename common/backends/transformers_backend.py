@@ -28,10 +28,9 @@ from common.backends.base import (
     FinishReason,
     Generation,
     Message,
-    Query,
-    ScreenResult,
     Speculation,
 )
+from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError
 from common.gate import TokenScores
 from common.images import ResizeRule

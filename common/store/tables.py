@@ -8,10 +8,9 @@
 - ``batch_items``: a batch's rows in order (a manifest line, a file of a folder), each
   pointing at its job. Two rows asking the same thing share one job.
 
-Statuses: ``queued`` (waits for the fast stage) -> ``running`` -> ``done`` / ``failed``,
-or -> ``deferred`` (waits for the agent) -> ``running`` -> ``done`` / ``failed``.
-``stage`` says which stage a running job belongs to, so an interrupted one goes back to
-``queued`` or ``deferred``.
+Statuses, stages, reasons and who answered are the enums of ``common.contracts`` (where
+a job's life is drawn); the columns hold their string values. ``stage`` says which stage
+a running job belongs to, so an interrupted one goes back to ``queued`` or ``deferred``.
 """
 
 from __future__ import annotations
@@ -22,9 +21,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-QUEUED, DEFERRED, RUNNING, DONE, FAILED = "queued", "deferred", "running", "done", "failed"
-STATUSES = (QUEUED, DEFERRED, RUNNING, DONE, FAILED)
-FAST, AGENT = "fast", "agent"
+from common.contracts import Stage
 
 
 def utcnow() -> datetime:
@@ -56,7 +53,7 @@ class Job(Base):
     question: Mapped[str] = mapped_column(Text)
     options: Mapped[list[str] | None] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16), index=True)
-    stage: Mapped[str] = mapped_column(String(8), default=FAST)
+    stage: Mapped[str] = mapped_column(String(8), default=Stage.FAST)
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims in the current stage
 
     # phase I

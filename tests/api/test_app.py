@@ -23,11 +23,14 @@ from api.client import (
     Timeout,
     Unauthorized,
 )
+from cli.compose import make_dispatcher
 from common.backends.scripted import JobScript
 from common.config import Settings
+from common.dispatch import StoreOnly
 from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
 from common.store.tables import Job
+from workers.dispatch import CeleryDispatcher
 
 
 def png(size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:
@@ -49,12 +52,19 @@ class Api:
         self.sessions = open_store(database_url)
         with self.sessions.begin() as session:
             self.key = create_key(session, "tests")[1]
-        self.enqueued: list[str] = []
-        app = create_app(self.settings, sessions=self.sessions, enqueue=self.enqueued.extend)
+        # what the API sent on: a broker when the test names one, else a recording stand-in
+        self.dispatcher = (
+            CeleryDispatcher(self.settings) if self.settings.broker_url else StoreOnly()
+        )
+        app = create_app(self.settings, sessions=self.sessions, dispatcher=self.dispatcher)
         self.http = TestClient(app)
         self.http.__enter__()
         self.http.headers["Authorization"] = f"Bearer {self.key}"
         self.client = SpecEyesClient(http=self.http)
+
+    @property
+    def enqueued(self) -> list[str]:
+        return self.dispatcher.sent_fast
 
     def jobs(self) -> int:
         with self.sessions() as session:
@@ -238,7 +248,9 @@ def test_embedded_serving_runs_a_batch_and_streams_its_results(tmp_path, postgre
         database_url=postgres_url, backend="scripted", upload_dir=tmp_path / "uploads",
         fast_batch_size=4, api_require_keys=False,
     )  # fmt: skip
-    with TestClient(create_app(settings, embedded=True)) as http:
+    sessions = open_store(settings.database_url)
+    app = create_app(settings, sessions=sessions, dispatcher=make_dispatcher(settings, sessions))
+    with TestClient(app) as http:
         client = SpecEyesClient(http=http)
         jobs = [{"image": png(colour=(i, 50, 50)), "question": "Q?", "id": f"row{i}",
                  "answer": "A"} for i in range(6)]  # fmt: skip
@@ -255,6 +267,8 @@ def test_embedded_serving_runs_a_batch_and_streams_its_results(tmp_path, postgre
         assert all(row["correct"] for row in rows)
         trace = client.trace(batch["job_ids"][0])
         assert trace["trajectory"] is None  # answered by the small model: no trajectory
+        assert http.get("/readyz").json() == {"ready": True, "database": "ok", "runner": "ok"}
+    sessions.kw["bind"].dispose()
 
 
 def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypatch):
@@ -273,7 +287,7 @@ def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypa
     images = [png(colour=(i * 20, 90, 90)) for i in range(6)]
     workers = []
     try:
-        with TestClient(create_app(settings)) as http:
+        with TestClient(create_app(settings, dispatcher=CeleryDispatcher(settings))) as http:
             client = SpecEyesClient(http=http, api_key=key)
             jobs = [{"image": data, "question": "Q?", "id": f"r{i}"}
                     for i, data in enumerate(images)]  # fmt: skip

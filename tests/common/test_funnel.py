@@ -7,20 +7,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from common.backends.base import Query
 from common.backends.scripted import JobScript, ScriptedModel, mixture
-from common.config import GateSettings
+from common.config import FunnelSettings, GateSettings
+from common.contracts import Accepted, Deferred, Failed, Query
 from common.errors import BackendUnavailable, ModelError
-from common.funnel import (
-    Accepted,
-    Deferred,
-    Failed,
-    FunnelSettings,
-    per_job,
-    prepare_query,
-    run_agent_stage,
-    run_fast_stage,
-)
+from common.funnel import per_job, prepare_query, run_agent_stage, run_fast_stage
 
 SCRIPTS = {
     "tools": JobScript(needs_tools=True),

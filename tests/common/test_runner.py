@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import select
@@ -108,15 +109,17 @@ def test_an_interrupt_during_a_claim_leaves_nothing_claimed(tmp_path: Path, sess
     model = scripted_for(sessions, batch_id)
     runner = EmbeddedRunner(sessions, Models(model, model), settings)
     claiming, go = threading.Event(), threading.Event()
-    real_claim = runner_module.store.claim
+    real_claim = runner_module.claims.claim
 
     def slow_claim(*args, **kwargs):
         claiming.set()
         go.wait(timeout=30)
         return real_claim(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module.store, "claim", slow_claim)
-    monkeypatch.setattr(runner, "_fast_batch", lambda tickets: [])  # exits before recording
+    monkeypatch.setattr(runner_module.claims, "claim", slow_claim)
+    monkeypatch.setattr(
+        runner, "fast", SimpleNamespace(run=lambda tickets: None)
+    )  # records nothing
     fast = runner._thread("fast-stage", runner._fast_loop, batch_id)
     assert claiming.wait(timeout=30)
     interrupt = threading.Thread(target=runner._interrupt, args=(batch_id, [fast]))
@@ -156,3 +159,30 @@ def test_the_tiny_checkpoints_run_end_to_end(tmp_path: Path, sessions, tiny_larg
             assert job.status == "done" or job.error_code == "step_limit"
             if job.answered_by == "large" or job.error_code == "step_limit":
                 assert len(job.trajectory["steps"]) == 1
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_poison_job_fails_alone_after_its_attempts(tmp_path: Path, sessions):
+    """The embedded runner shares the work unit of the workers: a job whose record fails
+    (PostgreSQL refuses a NUL in text) is split out of its batch, retried, then failed."""
+    settings = Settings(backend="scripted", fast_batch_size=4, retry_delay_s=0.05)
+    folder = tmp_path / "corpus"
+    write_images(folder, 4)
+    rows = read_source(folder, "What is it?")
+    batch_id = submit_corpus(
+        sessions, rows, source=str(folder), name="t", settings=settings
+    ).batch_id
+    with sessions() as session:
+        items = dict(session.execute(select(BatchItem.item_id, BatchItem.job_id)).all())
+    scripts = {job_id: JobScript(answer="fine") for job_id in items.values()}
+    scripts[items["img002.png"]] = JobScript(answer="bad\x00answer")
+    model = ScriptedModel(scripts)
+
+    result = EmbeddedRunner(sessions, Models(model, model), settings).run(batch_id, poll_s=0.05)
+
+    assert result.counts.by_answerer == {"small": 3} and result.counts.failures == {
+        "internal_error": 1
+    }
+    with sessions() as session:
+        poison = session.get(Job, items["img002.png"])
+    assert poison.attempts == settings.max_attempts and "NUL" in (poison.error_message or "")

@@ -14,27 +14,28 @@ import pytest
 from sqlalchemy import select
 
 from common.backends.scripted import JobScript
-from common.broker import Broker
 from common.config import Settings
+from common.contracts import JobStatus, Stage
 from common.corpus import read_source
-from common.distributed import DistributedRunner
+from common.dispatch import follow_store, send_waiting
 from common.store.db import open_store
-from common.store.tables import AGENT, FAST, RUNNING, BatchItem, Job
+from common.store.tables import BatchItem, Job
 from common.submit import submit_corpus
 from tests.common.test_runner import ROUTES
 from tests.conftest import write_images
 from tests.helpers import WorkerProcess, wait_until
+from workers.dispatch import CeleryDispatcher
 
 
 class Deployment:
-    """One isolated deployment: settings, store, broker, and the workers started."""
+    """One isolated deployment: settings, store, dispatcher, and the workers started."""
 
     def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
         self.env = env
         self.tmp_path = tmp_path
         self.settings = Settings()  # from the SPECEYES_* environment the fixture set
         self.sessions = open_store(self.settings.database_url)
-        self.broker = Broker(self.settings)
+        self.dispatcher = CeleryDispatcher(self.settings)
         self.workers: list[WorkerProcess] = []
 
     def submit(self, folder: Path, question: str = "What is it?") -> str:
@@ -65,10 +66,17 @@ class Deployment:
             worker.wait_ready()
         return worker
 
+    def send(self, batch_id: str) -> None:
+        """Send the batch's waiting jobs to the workers (as ``annotate`` does)."""
+        with self.dispatcher.transaction(self.sessions) as outbox:
+            send_waiting(outbox, batch_id)
+
+    def follow(self, batch_id: str, deadline_s: float = 60.0):
+        return follow_store(self.sessions, batch_id, poll_s=0.1, deadline_s=deadline_s)
+
     def run(self, batch_id: str, deadline_s: float = 60.0):
-        runner = DistributedRunner(self.sessions, self.broker)
-        runner.enqueue(batch_id)
-        result = runner.follow(batch_id, poll_s=0.1, deadline_s=deadline_s)
+        self.send(batch_id)
+        result = self.follow(batch_id, deadline_s)
         assert result.counts.finished == result.counts.jobs, (result.counts, self.logs())
         return result
 
@@ -82,7 +90,7 @@ class Deployment:
     def close(self) -> None:
         for worker in self.workers:
             worker.stop()
-        self.broker.close()
+        self.dispatcher.close()
         self.sessions.kw["bind"].dispose()
 
 
@@ -151,7 +159,11 @@ def test_a_poison_job_fails_alone_and_its_batch_is_recorded(tmp_path, deployment
 
 def _wait_running(setup: Deployment, stage: str) -> list[str]:
     def running() -> list[str]:
-        return [j.id for j in setup.jobs().values() if j.status == RUNNING and j.stage == stage]
+        return [
+            j.id
+            for j in setup.jobs().values()
+            if j.status == JobStatus.RUNNING and j.stage == stage
+        ]
 
     return wait_until(running, deadline_s=30, what=f"a job running in stage {stage}")
 
@@ -172,16 +184,15 @@ def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deplo
     batch_id = setup.submit(folder)
     setup.start("fast")
     setup.start("slow")
-    runner = DistributedRunner(setup.sessions, setup.broker)
-    runner.enqueue(batch_id)
+    setup.send(batch_id)
 
     victim = setup.workers[0 if pool == "fast" else 1]
-    in_flight = _wait_running(setup, FAST if pool == "fast" else AGENT)
+    in_flight = _wait_running(setup, Stage.FAST if pool == "fast" else Stage.AGENT)
     victim.kill()
     setup.start(pool)
 
     deadline = setup.settings.visibility_timeout_s + 60
-    result = runner.follow(batch_id, poll_s=0.1, deadline_s=deadline)
+    result = setup.follow(batch_id, deadline)
     assert result.counts.finished == result.counts.jobs == 8, setup.logs()
     jobs = setup.jobs()
     assert all(job.status == "done" for job in jobs.values())
@@ -203,8 +214,7 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
     scripts = {f"img{i:03d}.png": JobScript(answer=f"S{i}") for i in range(4)}
     scripts["img002.png"] = JobScript(crash=frozenset({"screen"}))
     jobs = setup.script(batch_id, scripts)
-    runner = DistributedRunner(setup.sessions, setup.broker)
-    runner.enqueue(batch_id)
+    setup.send(batch_id)
 
     for _ in range(2):  # dies with the whole batch, then with the poison alone
         worker = setup.start("fast", wait=False)  # it may die before we see it ready
@@ -213,7 +223,7 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
         assert worker.process.returncode == 70
     setup.start("fast")
 
-    result = runner.follow(batch_id, poll_s=0.1, deadline_s=60)
+    result = setup.follow(batch_id, 60)
     assert result.counts.finished == 4, setup.logs()
     states = setup.jobs()
     poison = states.pop(jobs["img002.png"])

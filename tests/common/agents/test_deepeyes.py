@@ -11,12 +11,13 @@ from PIL import Image, ImageDraw
 from common.agents.deepeyes import (
     INSTRUCTION_SUFFIX,
     SYSTEM_PROMPT,
-    AgentLimits,
     parse_answer,
     run_deepeyes,
 )
-from common.backends.base import Conversation, Generation, Query
+from common.backends.base import Conversation, Generation
 from common.backends.scripted import JobScript, ScriptedModel
+from common.config import AgentLimits
+from common.contracts import Query
 from common.images import ResizeRule
 
 # The tiny Qwen2.5-VL's processor: a 448x336 original is seen at 252x168.

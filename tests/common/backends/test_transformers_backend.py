@@ -13,9 +13,11 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from common.agents.deepeyes import STOP_STRINGS, AgentLimits, run_deepeyes
-from common.backends.base import Conversation, Query
+from common.agents.deepeyes import STOP_STRINGS, run_deepeyes
+from common.backends.base import Conversation
 from common.backends.transformers_backend import TransformersModel
+from common.config import AgentLimits
+from common.contracts import Query
 from common.errors import ConfigurationError
 from tests.helpers import ForceText
 

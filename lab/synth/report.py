@@ -25,12 +25,12 @@ from typing import Any
 from sqlalchemy import select
 
 from common.backends import Models
-from common.backends.base import Query
 from common.config import GateMode, GateSettings, Settings
+from common.contracts import Query
 from common.funnel import screen_stage, speculate_stage
-from common.gate import score_answers
+from common.gate import accepts, score_answers
 from common.scoring import is_correct
-from common.synth.world import SynthItem, items, write_manifest
+from lab.synth.world import SynthItem, items, write_manifest
 
 MODES: tuple[GateMode, ...] = ("min", "mean", "bottom20", "logprob")
 TAUS = (0.97, 0.98)
@@ -58,8 +58,6 @@ def direct_passes(
     models: Models, held_out: list[SynthItem], settings: Settings
 ) -> tuple[list[ItemOutcome], float]:
     """Screen and speculate every item; returns outcomes and fast-stage seconds per job."""
-    import math
-
     outcomes, seconds = [], 0.0
     for start in range(0, len(held_out), settings.fast_batch_size):
         batch = held_out[start : start + settings.fast_batch_size]
@@ -82,9 +80,10 @@ def direct_passes(
                 outcome.small_correct = is_correct(answer.answer, item.answer, item.options)
                 for mode in MODES:
                     gate = GateSettings(mode=mode, top_k=settings.gate_top_k)
-                    outcome.confidence[mode] = score_answers([answer.scores], gate)[0].confidence
-                conf = min(max(outcome.confidence["min"], 1e-12), 1 - 1e-12)
-                outcome.separability = math.log(conf / (1 - conf)) / 0.6
+                    (result,) = score_answers([answer.scores], gate)
+                    outcome.confidence[mode] = result.confidence
+                    if mode == "min":
+                        outcome.separability = result.score
             outcomes.append(outcome)
     return outcomes, seconds / max(1, len(held_out))
 
@@ -107,7 +106,7 @@ def embedded_run(
     from common.corpus import read_source
     from common.runner import EmbeddedRunner
     from common.store.db import open_store
-    from common.store.jobs import batch_accuracy
+    from common.store.reads import batch_accuracy
     from common.store.tables import BatchItem, Job
     from common.submit import submit_corpus
 
@@ -133,7 +132,7 @@ def embedded_run(
         accuracy=correct / scored if scored else 0.0,
         beta=counts.beta,
         alpha=counts.alpha,
-        small_share=counts.by_answerer["small"] / counts.jobs if counts.jobs else 0.0,
+        small_share=counts.small_share,
         answers=answers,
     )
 
@@ -146,6 +145,12 @@ def mark_agent(outcomes: list[ItemOutcome], baseline: RunFigures) -> None:
             steps = (trajectory or {}).get("steps") or []
             first_box = steps[0].get("box_original") if steps else None
             outcome.zoom_on_target = first_box == list(outcome.item.cell)
+
+
+def _accepted(outcome: ItemOutcome, mode: GateMode, tau: float) -> bool:
+    """Would the gate (``mode``, ``tau``) accept this item's small answer? None: no."""
+    confidence = outcome.confidence.get(mode)
+    return confidence is not None and accepts(confidence, tau)
 
 
 def share(values: Sequence[bool]) -> float:
@@ -166,7 +171,7 @@ def sweep(
     """Funnel accuracy and speedup per tau (min gate), from per-item outcomes and costs."""
     rows = []
     for tau in taus:
-        accepted = [o.screen_tool_free and o.confidence.get("min", 0.0) > tau for o in outcomes]
+        accepted = [o.screen_tool_free and _accepted(o, "min", tau) for o in outcomes]
         correct = [
             o.small_correct if a else o.agent_correct
             for o, a in zip(outcomes, accepted, strict=True)
@@ -253,8 +258,8 @@ def summarise(
     gate_table = []
     for mode in MODES:
         for tau in TAUS:
-            accepted = [o for o in outcomes if o.confidence.get(mode, 0.0) > tau]
-            rejected = [o for o in outcomes if o.confidence.get(mode, 0.0) <= tau]
+            accepted = [o for o in outcomes if _accepted(o, mode, tau)]
+            rejected = [o for o in outcomes if not _accepted(o, mode, tau)]
             gate_table.append(
                 {
                     "mode": mode,

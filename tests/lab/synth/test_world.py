@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from common.corpus import read_source
-from common.synth.world import (
+from lab.synth.world import (
     CELL,
     COLOURS,
     EASY_SIZES,

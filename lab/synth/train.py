@@ -41,14 +41,14 @@ from common.agents.deepeyes import (
     INSTRUCTION_SUFFIX,
     SYSTEM_PROMPT,
     TOOL_NAME,
-    AgentLimits,
     map_box,
 )
 from common.backends.base import Message
 from common.backends.transformers_backend import load_processor, template_messages
+from common.config import AgentLimits
 from common.images import ResizeRule
 from common.prompts import format_question, screen_text, speculate_text
-from common.synth.world import SIZE, SMALL_VIEW, SynthItem, items, make_item
+from lab.synth.world import SIZE, SMALL_VIEW, SynthItem, items, make_item
 
 
 @dataclass(frozen=True)

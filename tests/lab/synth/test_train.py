@@ -11,7 +11,7 @@ import torch
 
 from common.backends.transformers_backend import load_processor
 from common.images import ResizeRule
-from common.synth.train import (
+from lab.synth.train import (
     Batcher,
     agent_examples,
     answer_text,
@@ -26,7 +26,7 @@ from common.synth.train import (
     target_loss,
     train,
 )
-from common.synth.world import make_item
+from lab.synth.world import make_item
 
 SMALL_RULE, AGENT_RULE = ResizeRule(32, 4096, 65536), ResizeRule(28, 3136, 50176)
 
@@ -207,7 +207,7 @@ def test_on_a_hard_item_the_small_model_is_taught_to_be_unsure_and_names_a_large
 
 
 def test_a_small_model_that_has_not_taken_off_starts_over(tiny_paths, tmp_path, monkeypatch):
-    from common.synth import train as training
+    from lab.synth import train as training
 
     for role in ("small", "large"):
         copy_checkpoint(tiny_paths[role], tmp_path / role)

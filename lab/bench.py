@@ -8,8 +8,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from common.backends.base import Query
 from common.config import Settings
+from common.contracts import Query
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
            "yellow": (230, 200, 40)}  # fmt: skip
@@ -77,5 +77,5 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
         seconds=result.seconds,
         beta=counts.beta,
         alpha=counts.alpha,
-        small_share=counts.by_answerer["small"] / counts.jobs if counts.jobs else 0.0,
+        small_share=counts.small_share,
     )

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from common.agents.deepeyes import AgentLimits, run_deepeyes
+from common.agents.deepeyes import run_deepeyes
 from common.backends import load_models
-from common.backends.base import Query
-from common.config import GateSettings, Settings
-from common.funnel import Accepted, Deferred, FunnelSettings, run_fast_stage
+from common.config import AgentLimits, FunnelSettings, GateSettings, Settings
+from common.contracts import Accepted, Deferred, Query
+from common.funnel import run_fast_stage
 from common.scoring import is_correct
-from common.synth.world import make_item
+from lab.synth.world import make_item
 
 # The gate threshold these models are served with (make demo): the small model's answers
 # are over a handful of words, so a sure answer's separability sits lower than a 2B

@@ -1,4 +1,4 @@
-"""What a worker does with redelivered, duplicated and poisonous messages (in-process)."""
+"""The unit of work: redelivered, duplicated and poisonous jobs (in-process, no broker)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from sqlalchemy import select, update
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel
 from common.config import Settings
-from common.delivery import AgentStage, FastStage
-from common.store import jobs as store
-from common.store.tables import AGENT, FAST, RUNNING, BatchItem, Job, utcnow
+from common.contracts import JobStatus, Stage
+from common.dispatch import StoreOnly
+from common.store import submission
+from common.store.tables import BatchItem, Job, utcnow
+from common.work import AgentWork, FastWork
 from tests.conftest import write_images
 
 
@@ -21,19 +23,19 @@ def submit(sessions, tmp_path, count: int) -> list[str]:
 
     hashes = [content_hash(path.read_bytes()) for path in paths]
     items = [
-        store.NewItem(i, f"item{i}", "What is it?", image_path=str(path), image_hash=digest)
+        submission.NewItem(i, f"item{i}", "What is it?", image_path=str(path), image_hash=digest)
         for i, (path, digest) in enumerate(zip(paths, hashes, strict=True))
     ]
     with sessions.begin() as session:
-        batch, _ = store.get_or_create_batch(session, key="b", name="b", source="s", config={})
-        store.submit_items(session, batch, items, "cfg")
+        batch, _ = submission.get_or_create_batch(session, key="b", name="b", source="s", config={})
+        submission.submit_items(session, batch, items, "cfg")
         return list(session.scalars(select(BatchItem.job_id).order_by(BatchItem.position)))
 
 
-def stage(sessions, scripts: dict[str, JobScript], **settings) -> tuple[FastStage, ScriptedModel]:
+def stage(sessions, scripts: dict[str, JobScript], **settings) -> tuple[FastWork, ScriptedModel]:
     model = ScriptedModel(scripts)
     config = Settings(backend="scripted", visibility_timeout_s=60, **settings)
-    return FastStage(sessions, Models(model, model), config), model
+    return FastWork(sessions, Models(model, model), config, StoreOnly()), model
 
 
 def jobs(sessions) -> dict[str, Job]:
@@ -44,11 +46,12 @@ def jobs(sessions) -> dict[str, Job]:
 def test_a_second_delivery_changes_nothing_and_passes_deferred_jobs_on(sessions, tmp_path):
     ids = submit(sessions, tmp_path, 4)
     fast, _ = stage(sessions, {ids[0]: JobScript(needs_tools=True)})
-    first = fast.process(ids)
+    first = fast.run_ids(ids)
     assert first.to_slow == [ids[0]] and len(first.outcomes) == 4
+    assert fast.dispatcher.sent_slow == [ids[0]]  # sent on, after its batch committed
     before = jobs(sessions)
 
-    again = fast.process(ids)  # the same message delivered again
+    again = fast.run_ids(ids)  # the same message delivered again
 
     assert again.outcomes == [] and again.skipped == 3  # finished; the 4th is passed on
     assert again.to_slow == [ids[0]]  # it may not have reached the slow queue the first time
@@ -58,14 +61,14 @@ def test_a_second_delivery_changes_nothing_and_passes_deferred_jobs_on(sessions,
     ]
 
 
-def _running_since(sessions, job_id: str, seconds_ago: float, stage_: str = FAST) -> None:
+def _running_since(sessions, job_id: str, seconds_ago: float, stage_: Stage = Stage.FAST) -> None:
     started = utcnow() - timedelta(seconds=seconds_ago)
-    column = "fast_started_at" if stage_ == FAST else "agent_started_at"
+    column = "fast_started_at" if stage_ == Stage.FAST else "agent_started_at"
     with sessions.begin() as session:
         session.execute(
             update(Job)
             .where(Job.id == job_id)
-            .values(status=RUNNING, stage=stage_, attempts=1, **{column: started})
+            .values(status=JobStatus.RUNNING, stage=stage_, attempts=1, **{column: started})
         )
 
 
@@ -75,13 +78,13 @@ def test_running_jobs_are_taken_over_only_when_stale_or_handed_back(sessions, tm
     _running_since(sessions, ids[0], 5)  # a live worker holds it
     _running_since(sessions, ids[1], 45)  # its worker died: older than half the timeout
 
-    delivery = fast.process(ids)
+    delivery = fast.run_ids(ids)
 
     states = jobs(sessions)
-    assert states[ids[0]].status == RUNNING and delivery.skipped == 1
+    assert states[ids[0]].status == JobStatus.RUNNING and delivery.skipped == 1
     assert states[ids[1]].status == "done" and states[ids[1]].attempts == 2
     assert states[ids[2]].status == "done" and states[ids[2]].attempts == 1
-    fast.process([ids[0]], takeover=True)  # its own worker sent it back
+    fast.run_ids([ids[0]], takeover=True)  # its own worker sent it back
     assert jobs(sessions)[ids[0]].status == "done"
 
 
@@ -89,14 +92,14 @@ def test_a_job_that_keeps_killing_its_worker_runs_alone_then_fails(sessions, tmp
     ids = submit(sessions, tmp_path, 4)
     fast, model = stage(sessions, {}, max_attempts=2)
     _running_since(sessions, ids[0], 45)  # delivered before: attempts 1 -> 2 on this claim
-    fast.process(ids)
+    fast.run_ids(ids)
     # the suspect went in a batch of its own, after the three fresh jobs
     assert [size for phase, size in model.batch_sizes if phase == "screen"] == [3, 1]
 
     _running_since(sessions, ids[1], 45)
     with sessions.begin() as session:  # as if its worker died on its 2nd attempt too
         session.execute(update(Job).where(Job.id == ids[1]).values(attempts=2))
-    fast.process([ids[1]])
+    fast.run_ids([ids[1]])
     job = jobs(sessions)[ids[1]]
     assert (job.status, job.error_code) == ("failed", "attempts_exhausted")
     assert "gave up after 2 attempts" in (job.error_message or "")
@@ -106,15 +109,15 @@ def test_an_agent_job_is_run_once_however_often_its_message_comes(sessions, tmp_
     ids = submit(sessions, tmp_path, 1)
     model = ScriptedModel({ids[0]: JobScript(needs_tools=True, agent_answer="B")})
     config = Settings(backend="scripted", visibility_timeout_s=60)
-    FastStage(sessions, Models(model, model), config).process(ids)
-    agent = AgentStage(sessions, Models(model, model), config)
+    FastWork(sessions, Models(model, model), config, StoreOnly()).run_ids(ids)
+    agent = AgentWork(sessions, Models(model, model), config, StoreOnly())
 
-    first, second = agent.process(ids[0]), agent.process(ids[0])
+    first, second = agent.run_id(ids[0]), agent.run_id(ids[0])
 
     assert "agent" in first.seconds and second.skipped == 1
     assert model.calls["generate"] == 1
     job = jobs(sessions)[ids[0]]
-    assert (job.status, job.final_answer, job.stage) == ("done", "B", AGENT)
+    assert (job.status, job.final_answer, job.stage) == ("done", "B", Stage.AGENT)
 
 
 def test_a_model_server_outage_sends_the_batch_back_without_using_attempts(sessions, tmp_path):
@@ -126,10 +129,12 @@ def test_a_model_server_outage_sends_the_batch_back_without_using_attempts(sessi
 
     ids = submit(sessions, tmp_path, 3)
     model = Down({})
-    fast = FastStage(sessions, Models(model, model), Settings(backend="scripted"))
+    dispatcher = StoreOnly()
+    fast = FastWork(sessions, Models(model, model), Settings(backend="scripted"), dispatcher)
 
-    delivery = fast.process(ids)
+    delivery = fast.run_ids(ids)
 
     assert sorted(delivery.retry) == sorted(ids) and delivery.outcomes == []
+    assert sorted(dispatcher.sent_fast) == sorted(ids)  # sent again, after the release
     states = jobs(sessions)
     assert {(job.status, job.attempts) for job in states.values()} == {("queued", 0)}

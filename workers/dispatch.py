@@ -1,12 +1,13 @@
-"""The Celery broker, as the senders see it: put job ids on the fast or slow queue.
+"""The Celery dispatcher: job ids onto the fast or slow queue, by task name.
 
 Messages carry job ids only; the job row in the store holds everything else. Tasks are
-sent by name, so whoever enqueues (``speceyes annotate``, the API, a fast worker passing
-jobs on) never imports the worker code or a model.
+sent by name, so whoever enqueues (``speceyes annotate``, the API, a worker passing jobs
+on) never imports the task code (``workers.app``) or a model; this module imports
+celery only inside its functions.
 
-The same ``celery_app`` configuration serves the workers (``workers/app.py`` registers
-the tasks on it): JSON messages, late acknowledgement, the visibility timeout and key
-prefix of ``Settings``, and no result backend (results live in the job store).
+The same ``celery_app`` configuration serves the workers (``workers.app`` registers the
+tasks on it): JSON messages, late acknowledgement, the visibility timeout and key prefix
+of ``Settings``, and no result backend (results live in the job store).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common.config import Settings
+from common.dispatch import Dispatcher
 from common.errors import BackendUnavailable, ConfigurationError
 
 FAST_TASK = "speceyes.fast"
@@ -62,24 +64,39 @@ def transport_options(settings: Settings) -> dict[str, Any]:
     }
 
 
-class Broker:
-    """Sends job ids to the queues. Reuses one connection for a whole send."""
+class CeleryDispatcher(Dispatcher):
+    """Sends job ids to the queues of ``settings``; reuses one connection per send.
+    Waiting for a batch follows the store, where the workers record results (Ctrl-C stops
+    the following only: the jobs go on in the workers)."""
+
+    component = "broker"
 
     def __init__(self, settings: Settings, app: Any | None = None) -> None:
         self.settings = settings
         self.app = app if app is not None else celery_app(settings)
 
     def send_fast(
-        self, job_ids: Iterable[str], countdown: float | None = None, takeover: bool = False
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
     ) -> int:
         """One message per job id. ``takeover`` is for a worker sending back jobs it holds
         (the next worker may claim them although they look running)."""
-        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, countdown, takeover)
+        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, delay_s, takeover)
 
     def send_slow(
-        self, job_ids: Iterable[str], countdown: float | None = None, takeover: bool = False
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
     ) -> int:
-        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, countdown, takeover)
+        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, delay_s, takeover)
+
+    def check(self) -> None:
+        """Raise ``BackendUnavailable`` unless the broker answers."""
+        try:
+            with self.app.connection_for_write() as connection:
+                connection.ensure_connection(max_retries=1, timeout=2)
+        except Exception as exc:
+            raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
+
+    def close(self) -> None:
+        self.app.close()
 
     def _send(
         self,
@@ -130,17 +147,6 @@ class Broker:
             return int(client.delete(*keys)) if keys else 0
         finally:
             client.close()
-
-    def ping(self) -> None:
-        """Raise ``BackendUnavailable`` unless the broker answers."""
-        try:
-            with self.app.connection_for_write() as connection:
-                connection.ensure_connection(max_retries=1, timeout=2)
-        except Exception as exc:
-            raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
-
-    def close(self) -> None:
-        self.app.close()
 
     def _where(self) -> str:
         url = self.settings.broker_url or ""

@@ -27,13 +27,14 @@ from PIL import Image
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
-from common.broker import Broker
 from common.config import Settings
-from common.distributed import DistributedRunner
+from common.dispatch import Dispatcher, follow_store
 from common.errors import ConfigurationError
-from common.store import jobs as store
+from common.images import content_hash
+from common.store import reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
+from workers.dispatch import CeleryDispatcher
 
 Log = Callable[[str], None]
 
@@ -90,19 +91,22 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
             }
         )
         sessions = open_store(database_url)
-        broker = Broker(mine)
+        dispatcher = CeleryDispatcher(mine)
         try:
             with workers(plan, env, Path(scratch), log):
                 log(f"submitting {plan.jobs} jobs in chunks of {plan.chunk}")
-                batch_id = submit_synthetic(sessions, broker, plan.jobs, plan.chunk, Path(scratch))
-                runner = DistributedRunner(sessions, broker)
-                result = runner.follow(batch_id, poll_s=0.25, stall_s=60, on_stall=_stalled)
+                batch_id = submit_synthetic(
+                    sessions, dispatcher, plan.jobs, plan.chunk, Path(scratch)
+                )
+                result = follow_store(
+                    sessions, batch_id, poll_s=0.25, stall_s=60, on_stall=_stalled
+                )
                 if result.counts.finished < result.counts.jobs:
                     raise KeyboardInterrupt
             return figures(sessions, batch_id)
         finally:
-            broker.delete_keys()
-            broker.close()
+            dispatcher.delete_keys()
+            dispatcher.close()
             sessions.kw["bind"].dispose()
 
 
@@ -110,40 +114,40 @@ def _stalled(seconds: float) -> None:
     print(f"nothing finished for {seconds:.0f} s; see the worker logs", file=sys.stderr)
 
 
-def submit_synthetic(sessions: Any, broker: Broker, count: int, chunk: int, folder: Path) -> str:
-    """``count`` jobs on one small image (distinct questions make distinct jobs)."""
+def submit_synthetic(
+    sessions: Any, dispatcher: Dispatcher, count: int, chunk: int, folder: Path
+) -> str:
+    """``count`` jobs on one small image (distinct questions make distinct jobs), submitted
+    in chunks: each chunk committed, then sent."""
     image = folder / "bench.png"
     Image.new("RGB", (64, 48), (200, 40, 40)).save(image)
-    from common.images import content_hash
-
     digest = content_hash(image.read_bytes())
     with sessions.begin() as session:
-        batch, _ = store.get_or_create_batch(
+        batch, _ = submission.get_or_create_batch(
             session, key=uuid.uuid4().hex, name="bench-pipeline", source=str(folder), config={}
         )
-        batch_id = batch.id
+    batch_id = batch.id
     for start in range(0, count, chunk):
-        questions = [(i, f"Question {i}: what colour is it?") for i in range(start, start + chunk)]
+        questions = {i: f"Question {i}: what colour is it?" for i in range(start, count)[:chunk]}
         items = [
-            store.NewItem(i, f"job-{i}", question, image_path=str(image), image_hash=digest)
-            for i, question in questions
-            if i < count
+            submission.NewItem(i, f"job-{i}", question, image_path=str(image), image_hash=digest)
+            for i, question in questions.items()
         ]
-        with sessions.begin() as session:
-            batch = session.get(store.Batch, batch_id)
-            store.submit_items(session, batch, items, config_key="bench")
-            ids = session.scalars(
-                select(BatchItem.job_id).where(
-                    BatchItem.batch_id == batch_id, BatchItem.position >= start
+        with dispatcher.transaction(sessions) as outbox:
+            submission.submit_items(outbox.session, batch, items, config_key="bench")
+            outbox.to_fast(
+                outbox.session.scalars(
+                    select(BatchItem.job_id).where(
+                        BatchItem.batch_id == batch_id, BatchItem.position >= start
+                    )
                 )
-            ).all()
-        broker.send_fast(ids)
+            )
     return batch_id
 
 
 def figures(sessions: Any, batch_id: str) -> PipelineFigures:
     with sessions() as session:
-        counts = store.batch_counts(session, batch_id)
+        counts = reads.batch_counts(session, batch_id)
         rows = session.execute(
             select(Job.created_at, Job.finished_at)
             .join(BatchItem, BatchItem.job_id == Job.id)
@@ -160,7 +164,7 @@ def figures(sessions: Any, batch_id: str) -> PipelineFigures:
         p99_s=quantiles[98],
         beta=counts.beta,
         alpha=counts.alpha,
-        small_share=counts.by_answerer["small"] / counts.jobs if counts.jobs else 0.0,
+        small_share=counts.small_share,
     )
 
 

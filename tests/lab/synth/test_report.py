@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.synth.report import ItemOutcome, RunFigures, auc, format_report, summarise, sweep
-from common.synth.world import make_item
+from lab.synth.report import ItemOutcome, RunFigures, auc, format_report, summarise, sweep
+from lab.synth.world import make_item
 
 
 def outcome(seed: int, difficulty: str, small_right: bool, confidence: float) -> ItemOutcome:

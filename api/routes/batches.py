@@ -1,0 +1,80 @@
+"""``/v1/batches``: submit many jobs at once, follow the batch, stream its results."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
+
+from api.deps import DispatcherDep, SessionsDep, SettingsDep
+from api.intake import new_item, read_batch, store_image
+from api.metrics import SUBMITTED
+from api.schemas import BatchSubmitted, BatchView
+from common.errors import NotFound
+from common.export import result_row
+from common.store import reads, submission
+from common.store.tables import Batch
+
+router = APIRouter(prefix="/batches", tags=["batches"])
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=BatchSubmitted,
+    summary="Submit many jobs: JSON {name, jobs: [...]} or a JSONL body of jobs",
+)
+async def submit_batch(
+    request: Request, settings: SettingsDep, sessions: SessionsDep, dispatcher: DispatcherDep
+) -> BatchSubmitted:
+    batch = await read_batch(request, settings)
+    stored = await run_in_threadpool(lambda: [store_image(job, settings) for job in batch.jobs])
+    items = [
+        new_item(spec, image, position, spec.id or str(position))
+        for position, (spec, image) in enumerate(zip(batch.jobs, stored, strict=True))
+    ]
+    client_key = request.headers.get("idempotency-key")
+
+    def create() -> submission.SubmittedBatch:
+        with dispatcher.transaction(sessions) as outbox:
+            submitted = submission.submit_batch(
+                outbox.session, items, name=batch.name or "api", client_key=client_key
+            )
+            outbox.to_fast(submitted.queued)
+        return submitted
+
+    submitted = await run_in_threadpool(create)
+    SUBMITTED.labels("batches").inc(len(submitted.queued))
+    return BatchSubmitted(id=submitted.id, job_ids=submitted.job_ids, created=submitted.created)
+
+
+@router.get("/{batch_id}", response_model=BatchView, summary="Counts, beta, alpha")
+def get_batch(batch_id: uuid.UUID, sessions: SessionsDep) -> BatchView:
+    with sessions() as session:
+        batch = _batch_or_404(session, batch_id)
+        return BatchView.of(batch, reads.batch_counts(session, batch.id))
+
+
+@router.get("/{batch_id}/results", summary="A batch's results, streamed as JSONL")
+def get_results(batch_id: uuid.UUID, sessions: SessionsDep) -> StreamingResponse:
+    with sessions() as session:
+        found = _batch_or_404(session, batch_id).id
+
+    def rows() -> Iterator[bytes]:
+        with sessions() as session:
+            for item, job in reads.batch_results(session, found):
+                yield (json.dumps(result_row(item, job), default=str) + "\n").encode()
+
+    return StreamingResponse(rows(), media_type="application/x-ndjson")
+
+
+def _batch_or_404(session: Session, batch_id: uuid.UUID) -> Batch:
+    batch = reads.get_batch(session, batch_id.hex)
+    if batch is None:
+        raise NotFound(f"no batch {batch_id.hex}", code="batch_not_found")
+    return batch

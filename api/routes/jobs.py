@@ -1,0 +1,87 @@
+"""``/v1/jobs``: submit one job, read it back, read its agent trajectory."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
+
+from api.deps import DispatcherDep, SessionsDep, SettingsDep
+from api.intake import new_item, parse_id, read_job
+from api.metrics import SUBMITTED
+from api.schemas import JobSpec, JobSubmitted, JobView
+from common.errors import NotFound
+from common.store import reads, submission
+from common.store.tables import Job
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+UPLOAD_FORM = {  # the multipart body, for the OpenAPI docs (FastAPI reads the form by hand)
+    "type": "object",
+    "required": ["image", "question"],
+    "properties": {
+        "image": {"type": "string", "format": "binary"},
+        "question": {"type": "string"},
+        "options": {"type": "string", "description": "JSON list of options"},
+        **{name: {"type": "string"} for name in ("idempotency_key", "batch_id", "id")},
+    },
+}
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=JobSubmitted,
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {"schema": UPLOAD_FORM},
+                "application/json": {"schema": JobSpec.model_json_schema()},
+            }
+        }
+    },
+    summary="Submit one job (multipart upload, or JSON with base64 or a server path)",
+)
+async def submit_job(
+    request: Request, settings: SettingsDep, sessions: SessionsDep, dispatcher: DispatcherDep
+) -> JobSubmitted:
+    spec, stored = await read_job(request, settings)
+    batch_id = parse_id(spec.batch_id, "batch_id") if spec.batch_id else None
+    item = new_item(spec, stored, 0, spec.id or "")
+
+    def create() -> submission.SubmittedJob:
+        with dispatcher.transaction(sessions) as outbox:
+            job = submission.submit_job(
+                outbox.session, item, client_key=spec.idempotency_key, batch_id=batch_id
+            )
+            if job.created:
+                outbox.to_fast([job.id])
+        return job
+
+    job = await run_in_threadpool(create)
+    if job.created:
+        SUBMITTED.labels("jobs").inc()
+    return JobSubmitted(id=job.id, status=job.status, created=job.created)
+
+
+@router.get("/{job_id}", response_model=JobView, summary="A job: status, answer, timings")
+def get_job(job_id: uuid.UUID, sessions: SessionsDep) -> JobView:
+    with sessions() as session:
+        return JobView.of(_job_or_404(session, job_id))
+
+
+@router.get("/{job_id}/trace", summary="A job's agent trajectory (null if none)")
+def get_trace(job_id: uuid.UUID, sessions: SessionsDep) -> dict[str, Any]:
+    with sessions() as session:
+        job = _job_or_404(session, job_id)
+        return {"id": job.id, "status": job.status, "trajectory": job.trajectory}
+
+
+def _job_or_404(session: Session, job_id: uuid.UUID) -> Job:
+    job = reads.get_job(session, job_id.hex)
+    if job is None:
+        raise NotFound(f"no job {job_id.hex}", code="job_not_found")
+    return job

@@ -1,0 +1,23 @@
+"""The composition root's one choice: how committed jobs reach their stage.
+
+With a broker configured, the Celery dispatcher (workers anywhere run the stages); without
+one, the embedded runner (this process runs them, models loaded on first use).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.config import Settings
+from common.dispatch import Dispatcher
+
+
+def make_dispatcher(settings: Settings, sessions: sessionmaker[Session]) -> Dispatcher:
+    if settings.broker_url:
+        from workers.dispatch import CeleryDispatcher
+
+        return CeleryDispatcher(settings)
+    from common.backends import load_models
+    from common.runner import EmbeddedRunner
+
+    return EmbeddedRunner(sessions, lambda: load_models(settings), settings)

@@ -1,0 +1,139 @@
+"""The shapes every part of SpecEyes speaks in: statuses, stages, reasons, queries, outcomes.
+
+A job's life, as the ``status`` and ``stage`` columns of its row record it::
+
+    QUEUED ──claim──▶ RUNNING (stage FAST) ──▶ DONE      accepted by the gate
+                                           ├─▶ DEFERRED  tools needed, unsure, ... (reason)
+                                           └─▶ FAILED    bad image, attempts used up, ...
+    DEFERRED ──claim──▶ RUNNING (stage AGENT) ──▶ DONE / FAILED
+
+The enums are ``StrEnum``s: a member equals the string stored in the database and sent in
+JSON (``JobStatus.DONE == "done"``), so rows read back as plain strings compare with them.
+
+``Query`` is one job as the funnel sees it (pixels decoded); ``Ticket`` is one claimed job
+as the store hands it out (no pixels). The outcomes are what a stage decides for a job;
+the store records them (``common.store.claims``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from PIL import Image
+
+if TYPE_CHECKING:
+    from common.agents.deepeyes import Trajectory
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"  # waits for the fast stage
+    DEFERRED = "deferred"  # waits for the agent
+    RUNNING = "running"  # claimed by a stage (``Stage`` says which)
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Stage(StrEnum):
+    FAST = "fast"  # phases I-III, in micro-batches
+    AGENT = "agent"  # phase IV, one trajectory
+
+
+class AnsweredBy(StrEnum):
+    SMALL = "small"  # M_S, accepted by the gate
+    LARGE = "large"  # M_L, at the end of its tool loop
+
+
+class DeferReason(StrEnum):
+    """Why a job left the fast stage for the agent."""
+
+    TOOLS_NEEDED = "tools_needed"  # the screen said tools would help
+    LOW_CONFIDENCE = "low_confidence"  # the gate did not accept the small answer
+    SMALL_MODEL_ERROR = "small_model_error"  # speculation failed for this job
+    SCREEN_ERROR = "screen_error"  # screening failed for this job
+    BASELINE = "baseline"  # no speculation at all (speedup baselines)
+
+
+class FailureCode(StrEnum):
+    """Failure codes the pipeline sets itself (errors carry their own ``code`` too)."""
+
+    IMAGE_MISSING = "image_missing"
+    IMAGE_CHANGED = "image_changed"
+    MODEL_ERROR = "model_error"
+    INTERNAL_ERROR = "internal_error"  # failed on every attempt with an unexpected error
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"  # its worker died on every attempt
+
+
+WAITING_FOR = {Stage.FAST: JobStatus.QUEUED, Stage.AGENT: JobStatus.DEFERRED}
+"""The status a job has while it waits for a stage."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """One job as the funnel sees it: a decoded original image and the question."""
+
+    job_id: str
+    image: Image.Image
+    question: str
+    options: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A claimed job as a stage receives it: small, no pixels."""
+
+    job_id: str
+    image_path: str | None
+    image_hash: str | None
+    question: str
+    options: list[str] | None
+    attempts: int = 1  # claims in this stage, this one included
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    needs_tools: bool
+    raw_text: str
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The small model's answer passed the gate: final."""
+
+    job_id: str
+    answer: str
+    confidence: float
+    token_scores: list[float]
+    screen: ScreenResult | None
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The job goes on to the agent (phase IV)."""
+
+    job_id: str
+    reason: DeferReason
+    screen: ScreenResult | None = None
+    small_answer: str | None = None
+    confidence: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Failed:
+    job_id: str
+    code: str
+    message: str
+
+
+FastOutcome = Accepted | Deferred | Failed
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    job_id: str
+    answer: str | None
+    trajectory: Trajectory
+    error_code: str | None = None
+    error: str | None = None

@@ -1,0 +1,198 @@
+"""How a committed job reaches its stage: one interface, two ways of delivering.
+
+- in-process (``common.runner.EmbeddedRunner``): the stages run as threads of this
+  process and claim waiting jobs from the store; sending only wakes them;
+- Celery (``workers.dispatch.CeleryDispatcher``): job ids go to the fast or slow queue
+  by task name, for ``speceyes worker`` processes anywhere.
+
+The command line (the composition root) picks one; the API, ``annotate`` and the stages
+themselves only see ``Dispatcher``.
+
+Work is sent only after the transaction that wrote it commits, or a worker could be
+handed a job it cannot see yet (or one that was rolled back). ``Dispatcher.transaction``
+makes that the structure rather than a habit::
+
+    with dispatcher.transaction(sessions) as tx:
+        job = submit_job(tx.session, ...)
+        tx.to_fast([job.id])
+    # committed here, then sent
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.contracts import JobStatus
+from common.store import reads
+from common.store.reads import BatchCounts
+
+Progress = Callable[[BatchCounts], None]
+Stalled = Callable[[float], None]
+
+
+@dataclass
+class RunResult:
+    """How waiting for a batch ended."""
+
+    counts: BatchCounts
+    interrupted: bool = False
+    released: int = 0  # in-flight jobs put back on an interrupt (in-process only)
+    finished_now: int = 0  # jobs that reached done / failed while we waited
+    seconds: float = 0.0
+
+
+@dataclass
+class Outbox:
+    """Job ids to send once the transaction they were written in commits."""
+
+    session: Session
+    fast: list[str] = field(default_factory=list)
+    slow: list[str] = field(default_factory=list)
+
+    def to_fast(self, job_ids: Iterable[str]) -> None:
+        self.fast.extend(job_ids)
+
+    def to_slow(self, job_ids: Iterable[str]) -> None:
+        self.slow.extend(job_ids)
+
+
+class Dispatcher(ABC):
+    """Delivers committed jobs to the fast (phases I-III) and slow (agent) stages."""
+
+    component: str | None = None  # what ``check`` checks, named in readiness probes
+
+    @abstractmethod
+    def send_fast(
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+    ) -> int:
+        """Deliver jobs waiting for the fast stage; returns how many were sent.
+
+        ``delay_s`` holds them back (a retry); ``takeover`` marks jobs the sender holds as
+        running and hands back, so the next stage may claim them at once.
+        """
+
+    @abstractmethod
+    def send_slow(
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+    ) -> int:
+        """Deliver jobs waiting for the agent; as ``send_fast``."""
+
+    def wait(
+        self,
+        sessions: sessionmaker[Session],
+        batch_id: str,
+        *,
+        on_progress: Progress | None = None,
+        on_stall: Stalled | None = None,
+    ) -> RunResult:
+        """Return once every job of the batch is finished, or on Ctrl-C. By default the
+        work happens elsewhere, so this follows the store (``follow_store``)."""
+        return follow_store(sessions, batch_id, on_progress=on_progress, on_stall=on_stall)
+
+    def start(self) -> None:  # noqa: B027 -- most dispatchers have nothing to start
+        """Begin delivering jobs as they are sent (a server's lifetime)."""
+
+    def check(self) -> None:  # noqa: B027 -- an in-process dispatcher is always there
+        """Raise ``BackendUnavailable`` unless jobs can be delivered now."""
+
+    def close(self) -> None:  # noqa: B027
+        """Stop delivering; release connections and threads."""
+
+    @contextmanager
+    def transaction(self, sessions: sessionmaker[Session]) -> Iterator[Outbox]:
+        """A transaction whose outbox is sent after it commits (and never if it fails)."""
+        with sessions.begin() as session:
+            outbox = Outbox(session)
+            yield outbox
+        if outbox.fast:
+            self.send_fast(outbox.fast)
+        if outbox.slow:
+            self.send_slow(outbox.slow)
+
+
+class StoreOnly(Dispatcher):
+    """Sends nothing: jobs wait in the store for whoever works it (a server with no
+    runner). It remembers what it was asked to send, which tests read."""
+
+    def __init__(self) -> None:
+        self.sent_fast: list[str] = []
+        self.sent_slow: list[str] = []
+
+    def send_fast(
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+    ) -> int:
+        ids = list(job_ids)
+        self.sent_fast += ids
+        return len(ids)
+
+    def send_slow(
+        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+    ) -> int:
+        ids = list(job_ids)
+        self.sent_slow += ids
+        return len(ids)
+
+
+def send_waiting(outbox: Outbox, batch_id: str) -> None:
+    """Put every job of the batch that waits for a stage in the outbox (a resumed batch:
+    sending again what may be queued already is harmless, as a stage handed a job that no
+    longer waits for it does nothing)."""
+    outbox.to_fast(reads.job_ids(outbox.session, batch_id, JobStatus.QUEUED))
+    outbox.to_slow(reads.job_ids(outbox.session, batch_id, JobStatus.DEFERRED))
+
+
+def follow_store(
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    *,
+    on_progress: Progress | None = None,
+    on_stall: Stalled | None = None,
+    poll_s: float = 0.5,
+    stall_s: float = 30.0,
+    deadline_s: float | None = None,
+) -> RunResult:
+    """Watch the store until the batch is finished (or Ctrl-C, or ``deadline_s``).
+
+    For work done elsewhere (workers): the rows are the progress. ``on_stall(seconds)`` is
+    called once each time nothing has finished for ``stall_s`` (no worker running, most
+    likely). Interrupting stops the watching only.
+    """
+    started = time.perf_counter()
+    counts = _counts(sessions, batch_id)
+    finished_before, last_change, last_finished, warned = (
+        counts.finished, started, counts.finished, False,
+    )  # fmt: skip
+    try:
+        while counts.finished < counts.jobs:
+            if on_progress is not None:
+                on_progress(counts)
+            now = time.perf_counter()
+            if deadline_s is not None and now - started > deadline_s:
+                break
+            if counts.finished != last_finished:
+                last_change, last_finished, warned = now, counts.finished, False
+            elif not warned and now - last_change > stall_s and on_stall is not None:
+                on_stall(now - last_change)
+                warned = True
+            time.sleep(poll_s)  # polling the store: its rows are the progress
+            counts = _counts(sessions, batch_id)
+    except KeyboardInterrupt:
+        result = RunResult(_counts(sessions, batch_id), interrupted=True)
+    else:
+        result = RunResult(counts)
+        if on_progress is not None:
+            on_progress(counts)
+    result.finished_now = result.counts.finished - finished_before
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _counts(sessions: sessionmaker[Session], batch_id: str) -> BatchCounts:
+    with sessions() as session:
+        return reads.batch_counts(session, batch_id)

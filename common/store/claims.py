@@ -1,0 +1,269 @@
+"""Claims and records: the job state machine, every write of it idempotent.
+
+A worker may be handed the same job twice (a redelivered message, a restarted run), so
+each state change is a conditional UPDATE that names the state it expects: a claim needs
+the job waiting for the stage (or held by a dead worker); recording a fast-stage outcome
+needs ``running`` in stage ``fast``; recording an agent outcome needs ``running`` in stage
+``agent``. A second recording of the same job finds the state already changed and
+touches nothing, so a job has exactly one result. The statuses are drawn in
+``common.contracts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, bindparam, or_, select, update
+from sqlalchemy.orm import Session
+
+from common.config import GateSettings
+from common.contracts import (
+    WAITING_FOR,
+    Accepted,
+    AgentOutcome,
+    AnsweredBy,
+    Failed,
+    FastOutcome,
+    JobStatus,
+    ScreenResult,
+    Stage,
+    Ticket,
+)
+from common.store.reads import batch_jobs
+from common.store.tables import Job, utcnow
+
+
+def _update() -> Any:
+    """An UPDATE of jobs that leaves loaded objects alone (no ORM bookkeeping per row):
+    every write here names the row state it expects, and readers load afresh."""
+    return update(Job).execution_options(synchronize_session=False)
+
+
+def release_running(
+    session: Session, batch_id: str | None = None, *, count_attempt: bool = True
+) -> int:
+    """Put running jobs back to wait for their stage (a restart after a crash, or Ctrl-C).
+
+    ``count_attempt=False`` gives the claim's attempt back: an interrupt is not the job's
+    doing. A crash may be (a job that kills its process), so a restart counts it.
+    """
+    released = 0
+    for stage, waiting in WAITING_FOR.items():
+        statement = _update().where(Job.status == JobStatus.RUNNING, Job.stage == stage)
+        if batch_id is not None:
+            statement = statement.where(Job.id.in_(batch_jobs(batch_id)))
+        values: dict[str, Any] = {"status": waiting}
+        if not count_attempt:
+            values["attempts"] = Job.attempts - 1
+        released += session.execute(statement.values(**values)).rowcount  # type: ignore[attr-defined]
+    return released
+
+
+def claim(session: Session, stage: Stage, limit: int, batch_id: str | None = None) -> list[Ticket]:
+    """Move up to ``limit`` jobs waiting for ``stage`` to running, oldest first."""
+    waiting = WAITING_FOR[stage]
+    query = (
+        select(Job.id).where(Job.status == waiting).order_by(Job.created_at, Job.id).limit(limit)
+    )
+    if batch_id is not None:
+        query = query.where(Job.id.in_(batch_jobs(batch_id)))
+    ids = list(session.scalars(query.with_for_update(skip_locked=True)))
+    if not ids:
+        return []
+    statement = (
+        _update()
+        .where(Job.id.in_(ids), Job.status == waiting)
+        .values(
+            status=JobStatus.RUNNING,
+            stage=stage,
+            attempts=Job.attempts + 1,
+            **{_started(stage).key: utcnow()},
+        )
+        .returning(*_TICKET_COLUMNS, Job.created_at)
+    )
+    return _tickets(session.execute(statement).all())
+
+
+def claim_ids(
+    session: Session,
+    job_ids: Sequence[str],
+    stage: Stage,
+    *,
+    stale_after_s: float | None,
+    takeover: bool = False,
+) -> list[Ticket]:
+    """Claim the named jobs for ``stage`` (a message carried their ids).
+
+    A job is claimed when it waits for the stage (``queued`` for fast, ``deferred`` for
+    agent), or when it has been ``running`` in the stage for over ``stale_after_s`` (the
+    worker that held it died and its message came back; ``None``: never), or at once with
+    ``takeover``
+    (the message was sent again by the worker that held the job and could not finish or
+    release it). Jobs that are finished, waiting for the other stage, or running elsewhere
+    right now are left alone. Each claim counts one attempt; the tickets carry the count.
+    """
+    started = _started(stage)
+    now = utcnow()
+    claimable: Any = Job.status == WAITING_FOR[stage]
+    if takeover or stale_after_s is not None:
+        stale = now - timedelta(seconds=0 if takeover else stale_after_s or 0)
+        held = and_(Job.status == JobStatus.RUNNING, Job.stage == stage, started <= stale)
+        claimable = or_(claimable, held)
+    # One UPDATE ... RETURNING: a row another transaction is claiming right now is waited
+    # for, then re-checked, so two deliveries of one job never both claim it.
+    statement = (
+        _update()
+        .where(Job.id.in_(list(job_ids)), claimable)
+        .values(
+            status=JobStatus.RUNNING, stage=stage, attempts=Job.attempts + 1, **{started.key: now}
+        )
+        .returning(*_TICKET_COLUMNS, Job.created_at)
+    )
+    return _tickets(session.execute(statement).all())
+
+
+_TICKET_COLUMNS = (Job.id, Job.image_path, Job.image_hash, Job.question, Job.options, Job.attempts)
+
+
+def _tickets(rows: Sequence[Any]) -> list[Ticket]:
+    """Claimed rows (``_TICKET_COLUMNS`` + created_at) as tickets, oldest first."""
+    ordered = sorted(rows, key=lambda row: (row.created_at, row.id))
+    return [Ticket(*row[: len(_TICKET_COLUMNS)]) for row in ordered]
+
+
+def _started(stage: Stage) -> Any:
+    """The column that records when a job was last claimed for ``stage``."""
+    return Job.fast_started_at if stage == Stage.FAST else Job.agent_started_at
+
+
+def statuses(session: Session, job_ids: Sequence[str]) -> dict[str, str]:
+    """Job id -> status, for the ids that exist."""
+    query = select(Job.id, Job.status).where(Job.id.in_(list(job_ids)))
+    return {job_id: status for job_id, status in session.execute(query)}
+
+
+def release_ids(
+    session: Session, job_ids: Sequence[str], stage: Stage, *, count_attempt: bool = True
+) -> int:
+    """Put claimed jobs back to wait for ``stage`` again (a retry, not a result).
+
+    ``count_attempt=False`` gives the claim's attempt back: the job did nothing wrong
+    (a model server was down), so the outage does not use up its attempts.
+    """
+    values: dict[str, Any] = {"status": WAITING_FOR[stage]}
+    if not count_attempt:
+        values["attempts"] = Job.attempts - 1
+    statement = _update().where(Job.id.in_(list(job_ids)), Job.status == JobStatus.RUNNING)
+    result = session.execute(statement.where(Job.stage == stage).values(**values))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def fail_running(session: Session, job_id: str, stage: Stage, code: str, message: str) -> bool:
+    """Fail a job this worker holds (over its attempt limit, or an error of its own)."""
+    statement = _running(job_id, stage).values(
+        status=JobStatus.FAILED, error_code=code, error_message=message, finished_at=utcnow()
+    )
+    return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
+
+
+def _running(job_id: str, stage: Stage) -> Any:
+    return _update().where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.stage == stage)
+
+
+def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSettings) -> int:
+    """Record a fast-stage batch's outcomes; returns how many rows changed.
+
+    Outcomes that write the same columns go in one executemany (one round trip per kind
+    of outcome on PostgreSQL, not one per job).
+    """
+    now = utcnow()
+    gate_used = {"mode": gate.mode, "top_k": gate.top_k, "threshold": gate.threshold}
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for outcome in outcomes:
+        values = _fast_values(outcome, gate_used, now)
+        groups.setdefault(tuple(sorted(values)), []).append({"job_id": outcome.job_id, **values})
+    table = cast(Table, Job.__table__)
+    changed = 0
+    for columns, rows in groups.items():
+        statement = (
+            update(table)
+            .where(table.c.id == bindparam("job_id"))
+            .where(table.c.status == JobStatus.RUNNING, table.c.stage == Stage.FAST)
+            .values({column: bindparam(column) for column in columns})
+        )
+        result = session.connection().execute(statement, rows)
+        changed += max(0, result.rowcount)
+    return changed
+
+
+def _fast_values(outcome: FastOutcome, gate_used: dict[str, Any], now: Any) -> dict[str, Any]:
+    if isinstance(outcome, Failed):
+        return {
+            "status": JobStatus.FAILED,
+            "error_code": outcome.code,
+            "error_message": outcome.message,
+            "finished_at": now,
+        }
+    common = {"gated_at": now, **_screen_values(outcome.screen)}
+    if isinstance(outcome, Accepted):
+        return {
+            "status": JobStatus.DONE,
+            "answered_by": AnsweredBy.SMALL,
+            "final_answer": outcome.answer,
+            "small_answer": outcome.answer,
+            "confidence": outcome.confidence,
+            "token_scores": outcome.token_scores,
+            "gate": gate_used,
+            "finished_at": now,
+            **common,
+        }
+    return {
+        "status": JobStatus.DEFERRED,
+        "stage": Stage.AGENT,
+        "attempts": 0,  # attempts count per stage
+        "defer_reason": outcome.reason,
+        "small_answer": outcome.small_answer,
+        "confidence": outcome.confidence,
+        "gate": gate_used if outcome.confidence is not None else None,
+        "error_message": outcome.detail or None,
+        **common,
+    }
+
+
+def _screen_values(screen: ScreenResult | None) -> dict[str, Any]:
+    if screen is None:
+        return {}
+    return {"screen_needs_tools": screen.needs_tools, "screen_text": screen.raw_text}
+
+
+def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
+    """Record a trajectory's end (or a job that failed before it began)."""
+    now = utcnow()
+    values: dict[str, Any]
+    if isinstance(outcome, Failed):
+        values = {
+            "status": JobStatus.FAILED,
+            "error_code": outcome.code,
+            "error_message": outcome.message,
+        }
+    elif outcome.answer is not None:
+        values = {
+            "status": JobStatus.DONE,
+            "answered_by": AnsweredBy.LARGE,
+            "final_answer": outcome.answer,
+            "trajectory": outcome.trajectory.to_dict(),
+            "error_message": None,
+        }
+    else:
+        values = {
+            "status": JobStatus.FAILED,
+            "error_code": outcome.error_code,
+            "error_message": outcome.error,
+            "trajectory": outcome.trajectory.to_dict(),
+        }
+    result = session.execute(
+        _running(outcome.job_id, Stage.AGENT).values(finished_at=now, **values)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]

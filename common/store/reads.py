@@ -1,0 +1,142 @@
+"""Read models of the job store: progress counts, results in order, single jobs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from common.contracts import AnsweredBy, JobStatus
+from common.store.tables import Batch, BatchItem, Job
+
+
+@dataclass
+class BatchCounts:
+    items: int = 0
+    jobs: int = 0
+    by_status: Counter[str] = field(default_factory=Counter)
+    by_answerer: Counter[str] = field(default_factory=Counter)
+    by_defer_reason: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)  # error code -> jobs
+    screened: int = 0
+    screened_tool_free: int = 0
+    speculated: int = 0
+    accepted: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.by_status[JobStatus.DONE] + self.by_status[JobStatus.FAILED]
+
+    @property
+    def beta(self) -> float | None:
+        """Share of screened jobs the screen called tool-free."""
+        return self.screened_tool_free / self.screened if self.screened else None
+
+    @property
+    def alpha(self) -> float | None:
+        """Share of speculated jobs the gate accepted."""
+        return self.accepted / self.speculated if self.speculated else None
+
+    @property
+    def small_share(self) -> float:
+        """Share of jobs the small model answered."""
+        return self.by_answerer[AnsweredBy.SMALL] / self.jobs if self.jobs else 0.0
+
+
+def batch_jobs(batch_id: str) -> Any:
+    """A subquery of the batch's job ids."""
+    return select(BatchItem.job_id).where(BatchItem.batch_id == batch_id)
+
+
+def job_ids(session: Session, batch_id: str, status: str) -> list[str]:
+    """The batch's jobs in ``status``, oldest first."""
+    query = select(Job.id).where(Job.status == status, Job.id.in_(batch_jobs(batch_id)))
+    return list(session.scalars(query.order_by(Job.created_at, Job.id)))
+
+
+def count_status(session: Session, status: str, batch_id: str) -> int:
+    query = select(func.count()).select_from(Job).where(Job.status == status)
+    return session.scalar(query.where(Job.id.in_(batch_jobs(batch_id)))) or 0
+
+
+def batch_counts(session: Session, batch_id: str) -> BatchCounts:
+    """Counts over a batch's distinct jobs, for progress bars and summaries."""
+    counts = BatchCounts()
+    counts.items = (
+        session.scalar(
+            select(func.count()).select_from(BatchItem).where(BatchItem.batch_id == batch_id)
+        )
+        or 0
+    )
+    jobs = select(Job).where(Job.id.in_(batch_jobs(batch_id))).subquery()
+    columns = (
+        jobs.c.status,
+        jobs.c.answered_by,
+        jobs.c.defer_reason,
+        jobs.c.error_code,
+        jobs.c.screen_needs_tools,
+        jobs.c.small_answer.is_not(None),
+    )
+    rows = session.execute(select(*columns, func.count()).group_by(*columns))
+    for status, answerer, reason, code, needs_tools, speculated, n in rows:
+        counts.jobs += n
+        counts.by_status[status] += n
+        if answerer:
+            counts.by_answerer[answerer] += n
+        if reason:
+            counts.by_defer_reason[reason] += n
+        if status == JobStatus.FAILED:
+            counts.failures[code or "unknown"] += n
+        if needs_tools is not None:
+            counts.screened += n
+            counts.screened_tool_free += 0 if needs_tools else n
+        if speculated:
+            counts.speculated += n
+            counts.accepted += n if answerer == AnsweredBy.SMALL else 0
+    return counts
+
+
+def get_job(session: Session, job_id: str) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def get_batch(session: Session, batch_id: str) -> Batch | None:
+    return session.get(Batch, batch_id)
+
+
+def find_batch(session: Session, id_or_name: str) -> Batch | None:
+    """A batch by id, else the newest batch of that name."""
+    batch = session.get(Batch, id_or_name)
+    if batch is not None:
+        return batch
+    query = select(Batch).where(Batch.name == id_or_name).order_by(Batch.created_at.desc())
+    return session.scalars(query.limit(1)).first()
+
+
+def batch_results(session: Session, batch_id: str) -> Iterator[tuple[BatchItem, Job]]:
+    """A batch's rows in order, each with its job."""
+    query = (
+        select(BatchItem, Job)
+        .join(Job, Job.id == BatchItem.job_id)
+        .where(BatchItem.batch_id == batch_id)
+        .order_by(BatchItem.position)
+    )
+    for item, job in session.execute(query.execution_options(yield_per=500)):  # noqa: UP028
+        yield item, job
+
+
+def batch_accuracy(session: Session, batch_id: str) -> tuple[int, int]:
+    """(rows with a known answer that are finished, of those answered right)."""
+    from common.scoring import is_correct
+
+    scored = correct = 0
+    for item, job in batch_results(session, batch_id):
+        if item.expected is None or job.status not in (JobStatus.DONE, JobStatus.FAILED):
+            continue
+        scored += 1
+        correct += is_correct(job.final_answer, item.expected, job.options)
+    return scored, correct

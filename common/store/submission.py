@@ -1,0 +1,203 @@
+"""Submitting work: new jobs and batches, idempotently. Used by ``annotate``, the API and
+the benchmarks alike.
+
+Every job has an idempotency key, unique in the table: the same request under the same
+configuration is the same job, so submitting it again finds the job instead of making a
+second one. A batch has a key too (an ``annotate`` run's source and configuration, or an
+API client's ``Idempotency-Key``). Nothing here commits: the caller's transaction does,
+and only then is the work sent on (``common.dispatch``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from common.contracts import JobStatus, Stage
+from common.errors import IdempotencyConflict, NotFound
+from common.store.tables import Batch, BatchItem, Job, utcnow
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """One row of a batch to submit. ``error`` makes it a job that is failed at once."""
+
+    position: int
+    item_id: str
+    question: str
+    options: list[str] | None = None
+    image_path: str | None = None
+    image_hash: str | None = None
+    error: tuple[str, str] | None = None  # (code, message)
+    expected: str | None = None  # the known right answer, for accuracy
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    id: str
+    status: str
+    created: bool  # False: the idempotency key named an existing job
+
+
+@dataclass(frozen=True)
+class SubmittedBatch:
+    id: str
+    job_ids: list[str]  # in row order
+    created: bool  # False: the key named an existing batch
+    queued: list[str]  # jobs this submission created that wait for the fast stage
+
+
+def idempotency_key(*parts: Any) -> str:
+    """A stable key from JSON-able parts (content hash, question, options, settings)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def get_or_create_batch(
+    session: Session, *, key: str, name: str, source: str, config: dict[str, Any]
+) -> tuple[Batch, bool]:
+    """The batch with ``key``, created if new. Returns (batch, created)."""
+    batch = session.scalar(select(Batch).where(Batch.key == key))
+    if batch is not None:
+        return batch, False
+    batch = Batch(id=new_id(), key=key, name=name, source=source, config=config)
+    session.add(batch)
+    session.flush()
+    return batch, True
+
+
+def submit_items(
+    session: Session, batch: Batch, items: Sequence[NewItem], config_key: str
+) -> tuple[int, int]:
+    """Add ``items`` to ``batch``; each gets the job its key names, created if new.
+
+    Items whose ``item_id`` the batch already holds are skipped, so submitting the same
+    corpus again adds nothing and a grown corpus adds only its new rows (at the end).
+    A broken item (``error``) becomes a failed job. Returns (jobs created, items added).
+    """
+    known = set(session.scalars(select(BatchItem.item_id).where(BatchItem.batch_id == batch.id)))
+    first_position = next_position(session, batch.id)
+    fresh = [item for item in items if item.item_id not in known]
+    keys = [_item_key(batch, item, config_key) for item in fresh]
+    existing = _jobs_by_key(session, set(keys))
+    created = 0
+    for item, key in zip(fresh, keys, strict=True):
+        if key not in existing:
+            existing[key] = add_job(session, item, key)
+            created += 1
+    session.flush()  # jobs first: items point at them (no ORM relationship orders this)
+    for position, (item, key) in enumerate(zip(fresh, keys, strict=True), first_position):
+        item_row = BatchItem(
+            batch_id=batch.id, position=position, item_id=item.item_id, expected=item.expected
+        )
+        item_row.job_id = existing[key]
+        session.add(item_row)
+    session.flush()
+    return created, len(fresh)
+
+
+def submit_job(
+    session: Session, item: NewItem, *, client_key: str | None, batch_id: str | None
+) -> SubmittedJob:
+    """One job from a client (or the one its ``client_key`` already names).
+
+    The same key with another image, question or options is an ``IdempotencyConflict``.
+    With ``batch_id`` the new job is appended to that batch (``NotFound`` if none).
+    """
+    key = idempotency_key("client", client_key) if client_key else new_id()
+    existing = session.scalar(select(Job).where(Job.idempotency_key == key))
+    if existing is not None:
+        if (existing.image_hash, existing.question, existing.options) != (
+            item.image_hash, item.question, item.options,
+        ):  # fmt: skip
+            raise IdempotencyConflict(
+                "this idempotency key names a job with another image or question"
+            )
+        return SubmittedJob(existing.id, existing.status, created=False)
+    if batch_id is not None and session.get(Batch, batch_id) is None:
+        raise NotFound(f"no batch {batch_id}", code="batch_not_found")
+    job_id = add_job(session, item, key)
+    if batch_id is not None:
+        session.flush()
+        session.add(
+            BatchItem(
+                batch_id=batch_id,
+                position=next_position(session, batch_id),
+                item_id=item.item_id or job_id,
+                job_id=job_id,
+                expected=item.expected,
+            )
+        )
+    return SubmittedJob(job_id, JobStatus.QUEUED, created=True)
+
+
+def submit_batch(
+    session: Session, items: Sequence[NewItem], *, name: str, client_key: str | None
+) -> SubmittedBatch:
+    """A client's batch of jobs (or the one its ``client_key`` already names)."""
+    batch_key = idempotency_key("client-batch", client_key) if client_key else new_id()
+    batch, created = get_or_create_batch(session, key=batch_key, name=name, source="api", config={})
+    if created:
+        submit_items(session, batch, items, config_key="api")
+    rows = session.execute(
+        select(BatchItem.job_id, Job.status)
+        .join(Job, Job.id == BatchItem.job_id)
+        .where(BatchItem.batch_id == batch.id)
+        .order_by(BatchItem.position)
+    ).all()
+    queued = [job_id for job_id, status in rows if status == JobStatus.QUEUED] if created else []
+    return SubmittedBatch(batch.id, [job_id for job_id, _ in rows], created, queued)
+
+
+def next_position(session: Session, batch_id: str) -> int:
+    """The position a row appended to the batch gets."""
+    last = session.scalar(
+        select(func.max(BatchItem.position)).where(BatchItem.batch_id == batch_id)
+    )
+    return 0 if last is None else last + 1
+
+
+def _jobs_by_key(session: Session, keys: set[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    ordered = sorted(keys)
+    for start in range(0, len(ordered), 500):
+        query = select(Job.idempotency_key, Job.id).where(
+            Job.idempotency_key.in_(ordered[start : start + 500])
+        )
+        found.update(dict(session.execute(query).all()))
+    return found
+
+
+def _item_key(batch: Batch, item: NewItem, config_key: str) -> str:
+    if item.error is not None or item.image_hash is None:
+        return idempotency_key("broken", batch.key, item.item_id, item.error)
+    return idempotency_key(item.image_hash, item.question, item.options, config_key)
+
+
+def add_job(session: Session, item: NewItem, key: str) -> str:
+    job = Job(
+        id=new_id(),
+        idempotency_key=key,
+        image_path=item.image_path,
+        image_hash=item.image_hash,
+        question=item.question,
+        options=item.options,
+        status=JobStatus.QUEUED,
+        stage=Stage.FAST,
+        attempts=0,
+    )
+    if item.error is not None:
+        job.status, (job.error_code, job.error_message) = JobStatus.FAILED, item.error
+        job.finished_at = utcnow()
+    session.add(job)
+    return job.id

@@ -1,0 +1,284 @@
+"""The unit of work every runner shares: tickets -> queries -> stage -> outcomes -> record.
+
+``FastWork`` runs phases I-III over claimed jobs and ``AgentWork`` runs phase IV over one;
+each records what happened with the conditional writes of ``common.store.claims`` and,
+once that has committed, sends the jobs that go on (deferred ones to the agent, retries
+back) through the ``Dispatcher``. The embedded runner claims waiting jobs from the store
+and calls ``run``; a Celery task is handed job ids and calls ``run_ids``. Neither runner
+holds any of this logic.
+
+Delivery is at-least-once (a message comes back when its worker dies; a restarted run
+finds jobs left running), the effects exactly-once: a job that is finished, waits for the
+other stage or runs elsewhere right now is left alone, and a job left ``running`` by a
+dead worker is claimed again once it is stale.
+
+Failures:
+
+- a group that raises is split in halves until the failing job stands alone;
+- a lone failing job is sent back (after ``retry_delay_s``) until it has used
+  ``max_attempts``, then it is ``failed`` with the last error (``internal_error``);
+- a ``RetryableError`` (a model server down) sends the whole group back without using
+  its attempts;
+- a job claimed before (its earlier worker died while holding it) runs in a group of its
+  own, so a job that kills its worker takes nobody else down with it next time, and one
+  over the limit is failed without running (``attempts_exhausted``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.backends import Models
+from common.config import Settings
+from common.contracts import (
+    Deferred,
+    Failed,
+    FailureCode,
+    FastOutcome,
+    JobStatus,
+    Query,
+    Stage,
+    Ticket,
+)
+from common.dispatch import Dispatcher
+from common.errors import RetryableError
+from common.funnel import prepare_query, run_agent_stage, run_fast_stage
+from common.store import claims
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Delivery:
+    """What a unit of work did, for the caller's metrics and tests."""
+
+    to_slow: list[str] = field(default_factory=list)  # deferred: sent to the agent
+    retry: list[str] = field(default_factory=list)  # released: sent to this stage again
+    outcomes: list[FastOutcome] = field(default_factory=list)
+    failed: int = 0  # failed by the work itself (limit reached, own error)
+    skipped: int = 0  # nothing to do: finished, elsewhere, or a duplicate message
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase
+
+    def merge(self, other: Delivery) -> None:
+        self.to_slow += other.to_slow
+        self.retry += other.retry
+        self.outcomes += other.outcomes
+        self.failed += other.failed
+        self.skipped += other.skipped
+        for phase, spent in other.seconds.items():
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + spent
+
+
+def load_query(ticket: Ticket, settings: Settings) -> Query | Failed:
+    """The job's image and question as a ``Query``, or the job failed with the reason
+    (missing, unreadable, corrupt or changed since it was submitted)."""
+    if ticket.image_path is None:
+        return Failed(ticket.job_id, FailureCode.IMAGE_MISSING, "the job has no image")
+    return prepare_query(
+        ticket.job_id, ticket.image_path, ticket.question, ticket.options,
+        settings.image_limits, expected_hash=ticket.image_hash,
+    )  # fmt: skip
+
+
+class _Work:
+    """What both stages share: the store, the models, the settings and the dispatcher."""
+
+    stage: Stage
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        models: Models,
+        settings: Settings,
+        dispatcher: Dispatcher,
+    ) -> None:
+        self.sessions = sessions
+        self.models = models
+        self.settings = settings
+        self.dispatcher = dispatcher
+
+    def _fail_exhausted(
+        self, session: Session, tickets: list[Ticket], delivery: Delivery
+    ) -> list[Ticket]:
+        """Fail the claimed jobs that are over their attempt limit; returns the others."""
+        limit = self.settings.max_attempts
+        for ticket in tickets:
+            if ticket.attempts > limit:
+                message = (
+                    f"gave up after {ticket.attempts - 1} attempts (limit {limit}): the "
+                    "worker running this job stopped before recording a result each time"
+                )
+                claims.fail_running(
+                    session, ticket.job_id, self.stage, FailureCode.ATTEMPTS_EXHAUSTED, message
+                )
+                delivery.failed += 1
+        return [ticket for ticket in tickets if ticket.attempts <= limit]
+
+    def _claim_stale(self, job_ids: Sequence[str], takeover: bool) -> list[Ticket]:
+        """Claim jobs that are running: only a dead worker's (stale) or handed back."""
+        with self.sessions.begin() as session:
+            return claims.claim_ids(
+                session,
+                job_ids,
+                self.stage,
+                stale_after_s=self.settings.visibility_timeout_s / 2,
+                takeover=takeover,
+            )
+
+    def _release(self, tickets: list[Ticket], delivery: Delivery, *, count_attempt: bool) -> None:
+        """Put the jobs back to wait for this stage, and send them again after a delay."""
+        ids = [ticket.job_id for ticket in tickets]
+        with self.sessions.begin() as session:
+            claims.release_ids(session, ids, self.stage, count_attempt=count_attempt)
+        self._send_again(ids, delay_s=self.settings.retry_delay_s)
+        delivery.retry += ids
+
+    def _send_again(self, job_ids: list[str], *, delay_s: float) -> None:
+        send = self.dispatcher.send_fast if self.stage == Stage.FAST else self.dispatcher.send_slow
+        send(job_ids, delay_s=delay_s)
+
+    def _lone_failure(self, ticket: Ticket, exc: Exception, delivery: Delivery) -> None:
+        """A job failed on its own: retry it while it has attempts left, else fail it."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if ticket.attempts < self.settings.max_attempts:
+            log.warning("job %s failed in the %s stage (attempt %d), retrying: %s",
+                        ticket.job_id, self.stage, ticket.attempts, reason)  # fmt: skip
+            self._release([ticket], delivery, count_attempt=True)
+            return
+        log.error("job %s failed for good after %d attempts: %s", ticket.job_id,
+                  ticket.attempts, reason)  # fmt: skip
+        with self.sessions.begin() as session:
+            claims.fail_running(
+                session, ticket.job_id, self.stage, FailureCode.INTERNAL_ERROR, reason[:2000]
+            )
+        delivery.failed += 1
+
+
+class FastWork(_Work):
+    """Phases I-III over a micro-batch of jobs."""
+
+    stage = Stage.FAST
+
+    def run(self, tickets: list[Ticket]) -> Delivery:
+        """Run claimed jobs: the fresh ones as one group, each one tried before alone."""
+        delivery = Delivery()
+        with self.sessions.begin() as session:
+            tickets = self._fail_exhausted(session, tickets, delivery)
+        fresh = [ticket for ticket in tickets if ticket.attempts == 1]
+        if fresh:
+            self._run_group(fresh, delivery)
+        for ticket in tickets:  # tried before and failed: alone, so it fails alone
+            if ticket.attempts > 1:
+                self._run_group([ticket], delivery)
+        return delivery
+
+    def run_ids(self, job_ids: Sequence[str], *, takeover: bool = False) -> Delivery:
+        """Claim the named jobs (a batch of messages) and run them.
+
+        ``takeover``: the ids were sent back by the worker that held them, so running ones
+        are claimed at once.
+        """
+        with self.sessions.begin() as session:
+            tickets = claims.claim_ids(session, job_ids, Stage.FAST, stale_after_s=None)
+            claimed = {ticket.job_id for ticket in tickets}
+            unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
+            others = claims.statuses(session, unclaimed) if unclaimed else {}
+        delivery = self.run(tickets)
+        # Deferred by an earlier delivery of this message that died before sending them
+        # on: send them again (a duplicate slow message changes nothing).
+        deferred = [job_id for job_id, status in others.items() if status == JobStatus.DEFERRED]
+        if deferred:
+            self.dispatcher.send_slow(deferred)
+            delivery.to_slow += deferred
+        # Running: a live worker's (left alone) or a dead one's (claimed once stale). Each
+        # is claimed only when it runs, alone: a job that kills its worker uses up its own
+        # attempts, never those of the jobs that were delivered with it.
+        for job_id, status in others.items():
+            if status == JobStatus.RUNNING:
+                held = self._claim_stale([job_id], takeover)
+                if held:
+                    delivery.merge(self.run(held))
+                else:
+                    delivery.skipped += 1
+            elif status != JobStatus.DEFERRED:
+                delivery.skipped += 1
+        return delivery
+
+    def _run_group(self, group: list[Ticket], delivery: Delivery) -> None:
+        """Compute and commit one group; on an error, halve it until the culprit is alone."""
+        try:
+            outcomes, seconds = self._compute(group)
+            with self.dispatcher.transaction(self.sessions) as tx:
+                claims.record_fast(tx.session, outcomes, self.settings.gate)
+                deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
+                tx.to_slow(deferred)
+        except RetryableError as exc:
+            log.warning("fast batch of %d will be retried: %s", len(group), exc)
+            self._release(group, delivery, count_attempt=False)
+            return
+        except Exception as exc:
+            if len(group) > 1:
+                middle = len(group) // 2
+                self._run_group(group[:middle], delivery)
+                self._run_group(group[middle:], delivery)
+                return
+            self._lone_failure(group[0], exc, delivery)
+            return
+        delivery.merge(Delivery(to_slow=deferred, outcomes=outcomes, seconds=seconds))
+
+    def _compute(self, group: list[Ticket]) -> tuple[list[FastOutcome], dict[str, float]]:
+        started = time.perf_counter()
+        loaded = [load_query(ticket, self.settings) for ticket in group]
+        queries = [query for query in loaded if isinstance(query, Query)]
+        outcomes: list[FastOutcome] = [query for query in loaded if isinstance(query, Failed)]
+        load_s = time.perf_counter() - started
+        result = run_fast_stage(
+            queries, large=self.models.large, small=self.models.small, settings=self.settings.funnel
+        )
+        return outcomes + result.outcomes, {"load": load_s, **result.seconds}
+
+
+class AgentWork(_Work):
+    """Phase IV for one job."""
+
+    stage = Stage.AGENT
+
+    def run(self, ticket: Ticket) -> Delivery:
+        """Run one claimed job's trajectory and record its end."""
+        delivery = Delivery()
+        with self.sessions.begin() as session:
+            if not self._fail_exhausted(session, [ticket], delivery):
+                return delivery
+        started = time.perf_counter()
+        try:
+            query = load_query(ticket, self.settings)
+            outcome = (
+                query
+                if isinstance(query, Failed)
+                else run_agent_stage(query, self.models.large, self.settings.agent_limits)
+            )
+            with self.sessions.begin() as session:
+                claims.record_agent(session, outcome)
+        except RetryableError as exc:
+            log.warning("trajectory of job %s will be retried: %s", ticket.job_id, exc)
+            self._release([ticket], delivery, count_attempt=False)
+            return delivery
+        except Exception as exc:
+            self._lone_failure(ticket, exc, delivery)
+            return delivery
+        delivery.seconds["agent"] = time.perf_counter() - started
+        if isinstance(outcome, Failed) or outcome.answer is None:
+            delivery.failed = 1
+        return delivery
+
+    def run_id(self, job_id: str, *, takeover: bool = False) -> Delivery:
+        """Claim the job a message named (waiting, stale or handed back) and run it."""
+        tickets = self._claim_stale([job_id], takeover)
+        if not tickets:
+            return Delivery(skipped=1)
+        return self.run(tickets[0])

@@ -1,0 +1,114 @@
+"""The job state machine (claims, records) and the read models, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from common.agents.deepeyes import Trajectory
+from common.config import GateSettings
+from common.contracts import Accepted, AgentOutcome, Deferred, Failed, ScreenResult, Stage, Ticket
+from common.store import claims, reads, submission
+from common.store.tables import Job
+from tests.common.store.test_submission import items, new_batch
+
+GATE = GateSettings()
+
+
+def claim_all(sessions, stage: Stage = Stage.FAST) -> list[Ticket]:
+    with sessions.begin() as session:
+        return claims.claim(session, stage, 100)
+
+
+def test_recording_an_outcome_twice_leaves_one_result(sessions):
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x", "y"), "cfg")
+    x, y = claim_all(sessions)
+    screen = ScreenResult(False, "no")
+    first = [
+        Accepted(x.job_id, "A", 0.99, [7.0], screen),
+        Deferred(y.job_id, "low_confidence", screen, "B", 0.5),
+    ]
+    again = [
+        Accepted(x.job_id, "CHANGED", 0.999, [9.0], screen),
+        Accepted(y.job_id, "B", 0.99, [8.0], screen),
+    ]
+    with sessions.begin() as session:
+        assert claims.record_fast(session, first, GATE) == 2
+    with sessions.begin() as session:
+        assert claims.record_fast(session, again, GATE) == 0  # a redelivery changes nothing
+    with sessions() as session:
+        done, deferred = session.get(Job, x.job_id), session.get(Job, y.job_id)
+        assert (done.status, done.final_answer, done.answered_by) == ("done", "A", "small")
+        assert done.gate == {"mode": "min", "top_k": 64, "threshold": 0.98}
+        assert (deferred.status, deferred.defer_reason, deferred.small_answer) == (
+            "deferred",
+            "low_confidence",
+            "B",
+        )
+    (ticket,) = claim_all(sessions, Stage.AGENT)
+    outcome = AgentOutcome(ticket.job_id, "C", Trajectory(answer="C"))
+    with sessions.begin() as session:
+        assert claims.record_agent(session, outcome)
+    with sessions.begin() as session:
+        assert not claims.record_agent(session, AgentOutcome(ticket.job_id, "D", Trajectory()))
+    with sessions() as session:
+        job = session.get(Job, ticket.job_id)
+        assert (job.status, job.final_answer, job.answered_by) == ("done", "C", "large")
+        assert job.trajectory["answer"] == "C"
+
+
+def test_interrupted_jobs_go_back_to_their_stage(sessions):
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        submission.submit_items(session, batch, items("x", "y", "z"), "cfg")
+        batch_id = batch.id
+    x, y, z = claim_all(sessions)
+    with sessions.begin() as session:
+        claims.record_fast(session, [Deferred(y.job_id, "tools_needed")], GATE)
+    claim_all(sessions, Stage.AGENT)  # y is running in the agent stage now
+    with sessions.begin() as session:
+        assert claims.release_running(session, batch_id) == 3
+    with sessions() as session:
+        statuses = {job.id: job.status for job in session.scalars(select(Job))}
+        assert statuses == {x.job_id: "queued", y.job_id: "deferred", z.job_id: "queued"}
+        assert session.get(Job, y.job_id).attempts == 1  # attempts count per stage
+
+
+def test_counts_give_beta_and_alpha(sessions):
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        submission.submit_items(session, batch, items("a", "b", "c", "d", "e"), "cfg")
+        batch_id = batch.id
+    a, b, c, d, e = claim_all(sessions)
+    yes, no = ScreenResult(True, "yes"), ScreenResult(False, "no")
+    outcomes = [
+        Accepted(a.job_id, "A", 0.99, [7.0], no),
+        Deferred(b.job_id, "low_confidence", no, "B", 0.5),
+        Deferred(c.job_id, "tools_needed", yes),
+        Deferred(d.job_id, "tools_needed", yes),
+        Failed(e.job_id, "image_error", "corrupt"),
+    ]
+    with sessions.begin() as session:
+        claims.record_fast(session, outcomes, GATE)
+    with sessions() as session:
+        counts = reads.batch_counts(session, batch_id)
+    assert counts.jobs == counts.items == 5
+    assert counts.by_status == {"done": 1, "deferred": 3, "failed": 1}
+    assert counts.beta == pytest.approx(2 / 4) and counts.alpha == pytest.approx(1 / 2)
+    assert counts.failures == {"image_error": 1}
+
+
+def test_claims_count_attempts_and_an_interrupt_gives_them_back(sessions):
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        submission.submit_items(session, batch, items("x"), "cfg")
+        batch_id = batch.id
+    (first,) = claim_all(sessions)
+    with sessions.begin() as session:  # a crash: the restart counts the attempt
+        claims.release_running(session, batch_id)
+    (second,) = claim_all(sessions)
+    with sessions.begin() as session:  # Ctrl-C: not the job's doing
+        claims.release_running(session, batch_id, count_attempt=False)
+    (third,) = claim_all(sessions)
+    assert (first.attempts, second.attempts, third.attempts) == (1, 2, 2)

@@ -1,0 +1,101 @@
+"""Submission to the job store on SQLite and PostgreSQL, schema built by the migrations."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import inspect, select
+
+from common.errors import IdempotencyConflict, NotFound
+from common.store import submission
+from common.store.db import downgrade, make_engine, migrate
+from common.store.tables import Batch, BatchItem, Job
+
+
+def new_batch(session, key: str = "k") -> Batch:
+    batch, _ = submission.get_or_create_batch(session, key=key, name="b", source="src", config={})
+    return batch
+
+
+def items(*names: str, question: str = "Q?") -> list[submission.NewItem]:
+    return [
+        submission.NewItem(
+            i, name, question, ["a", "b"], f"/img/{name}.png", image_hash=f"hash-{name}"
+        )
+        for i, name in enumerate(names)
+    ]
+
+
+def test_the_migrations_build_and_remove_the_schema(database_url):
+    engine = make_engine(database_url)
+    migrate(engine)
+    assert {"jobs", "batches", "batch_items", "alembic_version"} <= set(
+        inspect(engine).get_table_names()
+    )
+    downgrade(engine)
+    assert "jobs" not in inspect(engine).get_table_names()
+    migrate(engine)  # and back up again
+    assert "jobs" in inspect(engine).get_table_names()
+    engine.dispose()
+
+
+def test_submitting_twice_makes_each_job_once(sessions):
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        assert submission.submit_items(session, batch, items("x", "y", "z"), "cfg") == (3, 3)
+    with sessions.begin() as session:
+        batch = new_batch(session)  # found, not created
+        assert submission.submit_items(session, batch, items("x", "y", "z"), "cfg") == (0, 0)
+    with sessions() as session:
+        assert session.query(Job).count() == 3 and session.query(BatchItem).count() == 3
+        assert session.query(Batch).count() == 1
+
+
+def test_the_same_request_in_two_batches_is_one_job(sessions):
+    with sessions.begin() as session:
+        first, second = new_batch(session, "one"), new_batch(session, "two")
+        submission.submit_items(session, first, items("x"), "cfg")
+        assert submission.submit_items(session, second, items("x"), "cfg") == (0, 1)
+        other_config = new_batch(session, "three")
+        assert submission.submit_items(session, other_config, items("x"), "other-cfg") == (1, 1)
+
+
+def test_a_broken_item_is_a_failed_job_with_its_reason(sessions):
+    broken = submission.NewItem(
+        0, "row-3", "", error=("invalid_input", "m.jsonl line 3: missing question")
+    )
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), [broken], "cfg")
+    with sessions() as session:
+        job = session.scalars(select(Job)).one()
+        assert (job.status, job.error_code) == ("failed", "invalid_input")
+        assert job.error_message == "m.jsonl line 3: missing question"
+
+
+def test_a_client_key_names_one_job_and_refuses_other_content(sessions):
+    (item,) = items("x")
+    with sessions.begin() as session:
+        first = submission.submit_job(session, item, client_key="k1", batch_id=None)
+    with sessions.begin() as session:
+        again = submission.submit_job(session, item, client_key="k1", batch_id=None)
+        assert (again.id, again.created, first.created) == (first.id, False, True)
+        other = submission.NewItem(0, "x", "Another question?", image_hash=item.image_hash)
+        with pytest.raises(IdempotencyConflict):
+            submission.submit_job(session, other, client_key="k1", batch_id=None)
+        with pytest.raises(NotFound):
+            submission.submit_job(session, item, client_key=None, batch_id="0" * 32)
+
+
+def test_a_job_joins_the_end_of_a_batch_and_a_client_batch_is_made_once(sessions):
+    with sessions.begin() as session:
+        made = submission.submit_batch(session, items("a", "b"), name="n", client_key="b1")
+    with sessions.begin() as session:
+        again = submission.submit_batch(session, items("a", "b"), name="n", client_key="b1")
+        assert (again.id, again.job_ids, again.queued) == (made.id, made.job_ids, [])
+        assert made.created and not again.created and made.queued == made.job_ids
+        (extra,) = items("c")
+        job = submission.submit_job(session, extra, client_key=None, batch_id=made.id)
+    with sessions() as session:
+        rows = session.scalars(select(BatchItem).where(BatchItem.batch_id == made.id))
+        assert [(row.position, row.job_id) for row in rows] == [
+            (0, made.job_ids[0]), (1, made.job_ids[1]), (2, job.id),
+        ]  # fmt: skip
