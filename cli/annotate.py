@@ -7,13 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli.options import (
-    add_broker_flags,
-    add_funnel_flags,
-    add_model_flags,
-    add_store_flags,
-    settings_from_args,
-)
+from cli.options import add_pipeline_flags, default, settings_from_args
 from common.contracts import AnsweredBy, JobStatus
 from common.errors import ConfigurationError
 
@@ -62,7 +56,10 @@ def register(commands: Any) -> None:
     parser.add_argument("--agent", choices=["deepeyes"], help="tool protocol of the large model")
     parser.add_argument("--batch-size", type=int, metavar="N", help="fast-stage micro-batch")
     parser.add_argument(
-        "--agent-workers", type=int, metavar="N", help="trajectories at once (default 1)"
+        "--agent-workers",
+        type=int,
+        metavar="N",
+        help=f"trajectories at once (default {default('agent_workers')})",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -70,10 +67,7 @@ def register(commands: Any) -> None:
         action="store_true",
         help="run on the workers of the broker (an error if none is configured)",
     )
-    add_model_flags(parser)
-    add_funnel_flags(parser)
-    add_store_flags(parser)
-    add_broker_flags(parser)
+    add_pipeline_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -132,6 +126,7 @@ def _wait(
     dispatcher: Dispatcher, sessions: sessionmaker[Session], batch_id: str, no_progress: bool
 ) -> RunResult:
     """Until the batch is finished: worked here (embedded) or followed (workers)."""
+    from common.dispatch import Watch
     from common.store.reads import batch_counts
 
     with sessions() as session:
@@ -148,7 +143,7 @@ def _wait(
                 "(speceyes worker fast / speceyes worker slow, same --db and --broker)"
             )
 
-        return dispatcher.wait(sessions, batch_id, on_progress=progress, on_stall=stalled)
+        return dispatcher.wait(sessions, batch_id, Watch(on_progress=progress, on_stall=stalled))
 
 
 def _postfix(now: BatchCounts) -> str:

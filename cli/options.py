@@ -34,19 +34,24 @@ _FLAG_FIELDS = {
 }
 
 
+def default(field: str) -> Any:
+    """A setting's default, for help texts (each default is written once, in Settings)."""
+    return Settings.model_fields[field].default
+
+
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models")
     group.add_argument(
         "--small",
         metavar="MODEL",
         help="small model M_S: HF id, local folder, 'synth' or 'tiny' "
-        "(default Qwen/Qwen3-VL-2B-Instruct)",
+        f"(default {default('small_model')})",
     )
     group.add_argument(
         "--large",
         metavar="MODEL",
         help="agentic model M_L: HF id, local folder, 'synth' or 'tiny' "
-        "(default ChenShawn/DeepEyes-7B)",
+        f"(default {default('large_model')})",
     )
     group.add_argument("--backend", choices=["transformers", "scripted"], help="model backend")
     group.add_argument("--device", help="'auto', 'cpu', 'cuda', 'cuda:1', ...")
@@ -56,12 +61,26 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("funnel")
     group.add_argument(
-        "--mode", choices=["min", "mean", "bottom20", "logprob"], help="gate aggregation"
+        "--mode",
+        choices=["min", "mean", "bottom20", "logprob"],
+        help=f"gate aggregation (default {default('gate_mode')})",
     )
-    group.add_argument("--top-k", type=int, metavar="K", help="logits per token for the gate")
-    group.add_argument("--threshold", type=float, metavar="TAU", help="accept iff confidence > TAU")
     group.add_argument(
-        "--screener", choices=["large", "small", "none"], help="who screens in phase I"
+        "--top-k",
+        type=int,
+        metavar="K",
+        help=f"logits per token for the gate (default {default('gate_top_k')})",
+    )
+    group.add_argument(
+        "--threshold",
+        type=float,
+        metavar="TAU",
+        help=f"accept iff confidence > TAU (default {default('gate_threshold')})",
+    )
+    group.add_argument(
+        "--screener",
+        choices=["large", "small", "none"],
+        help=f"who screens in phase I (default {default('screener')})",
     )
     group.add_argument(
         "--baseline",
@@ -69,14 +88,19 @@ def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="no speculation: every job runs the agent",
     )
-    group.add_argument("--max-steps", type=int, metavar="N", help="agent generations per job")
+    group.add_argument(
+        "--max-steps",
+        type=int,
+        metavar="N",
+        help=f"agent generations per job (default {default('agent_max_steps')})",
+    )
 
 
 def add_store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         metavar="URL",
-        help="job store: sqlite:///file.db (default sqlite:///speceyes.db) or "
+        help=f"job store: sqlite:///file.db (default {default('database_url')}) or "
         "postgresql://user@host/db",
     )
 
@@ -88,6 +112,15 @@ def add_broker_flags(parser: argparse.ArgumentParser) -> None:
         help="Redis URL of the distributed pipeline, e.g. redis://127.0.0.1:6379/0 "
         "(default: SPECEYES_BROKER_URL; unset means embedded)",
     )
+
+
+def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
+    """Everything a command that runs or serves the pipeline takes: models, funnel, store,
+    broker."""
+    add_model_flags(parser)
+    add_funnel_flags(parser)
+    add_store_flags(parser)
+    add_broker_flags(parser)
 
 
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:

@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.options import (
-    add_broker_flags,
-    add_funnel_flags,
-    add_model_flags,
-    add_store_flags,
-    settings_from_args,
-)
+from cli.options import add_pipeline_flags, default, settings_from_args
 
 DESCRIPTION = """\
 Serve the HTTP API (OpenAPI docs at /docs). Jobs submitted to it are committed to the
@@ -32,12 +26,9 @@ def register(commands: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--host", help="address to listen on (127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (8000)")
-    add_model_flags(parser)
-    add_funnel_flags(parser)
-    add_store_flags(parser)
-    add_broker_flags(parser)
+    parser.add_argument("--host", help=f"address to listen on ({default('api_host')})")
+    parser.add_argument("--port", type=int, help=f"port ({default('api_port')})")
+    add_pipeline_flags(parser)
     parser.set_defaults(run=run)
 
 

@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.options import (
-    add_broker_flags,
-    add_funnel_flags,
-    add_model_flags,
-    add_store_flags,
-    settings_from_args,
-)
+from cli.options import add_pipeline_flags, default, settings_from_args
 
 DESCRIPTION = """\
 Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKER_URL or
@@ -39,16 +33,18 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("pool", choices=["fast", "slow"], help="which queue to work")
-    parser.add_argument("--batch-size", type=int, metavar="N", help="fast micro-batch (32)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"fast micro-batch ({default('fast_batch_size')})",
+    )
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on PORT"
     )
     parser.add_argument("--name", help="worker node name (default: fast@HOST / slow@HOST)")
     parser.add_argument("--loglevel", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    add_model_flags(parser)
-    add_funnel_flags(parser)
-    add_store_flags(parser)
-    add_broker_flags(parser)
+    add_pipeline_flags(parser)
     parser.set_defaults(run=run)
 
 

@@ -36,6 +36,17 @@ Progress = Callable[[BatchCounts], None]
 Stalled = Callable[[float], None]
 
 
+@dataclass(frozen=True)
+class Watch:
+    """What to call while waiting for a batch."""
+
+    on_progress: Progress | None = None  # with the batch's counts, every poll
+    on_stall: Stalled | None = None  # once each time nothing finished for a while
+
+
+NO_WATCH = Watch()
+
+
 @dataclass
 class RunResult:
     """How waiting for a batch ended."""
@@ -84,16 +95,11 @@ class Dispatcher(ABC):
         """Deliver jobs waiting for the agent; as ``send_fast``."""
 
     def wait(
-        self,
-        sessions: sessionmaker[Session],
-        batch_id: str,
-        *,
-        on_progress: Progress | None = None,
-        on_stall: Stalled | None = None,
+        self, sessions: sessionmaker[Session], batch_id: str, watch: Watch = NO_WATCH
     ) -> RunResult:
         """Return once every job of the batch is finished, or on Ctrl-C. By default the
         work happens elsewhere, so this follows the store (``follow_store``)."""
-        return follow_store(sessions, batch_id, on_progress=on_progress, on_stall=on_stall)
+        return follow_store(sessions, batch_id, watch)
 
     def start(self) -> None:  # noqa: B027 -- most dispatchers have nothing to start
         """Begin delivering jobs as they are sent (a server's lifetime)."""
@@ -127,16 +133,18 @@ class StoreOnly(Dispatcher):
     def send_fast(
         self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
     ) -> int:
-        ids = list(job_ids)
-        self.sent_fast += ids
-        return len(ids)
+        return _remember(self.sent_fast, job_ids)
 
     def send_slow(
         self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
     ) -> int:
-        ids = list(job_ids)
-        self.sent_slow += ids
-        return len(ids)
+        return _remember(self.sent_slow, job_ids)
+
+
+def _remember(sent: list[str], job_ids: Iterable[str]) -> int:
+    ids = list(job_ids)
+    sent += ids
+    return len(ids)
 
 
 def send_waiting(outbox: Outbox, batch_id: str) -> None:
@@ -150,19 +158,19 @@ def send_waiting(outbox: Outbox, batch_id: str) -> None:
 def follow_store(
     sessions: sessionmaker[Session],
     batch_id: str,
+    watch: Watch = NO_WATCH,
     *,
-    on_progress: Progress | None = None,
-    on_stall: Stalled | None = None,
     poll_s: float = 0.5,
     stall_s: float = 30.0,
     deadline_s: float | None = None,
 ) -> RunResult:
     """Watch the store until the batch is finished (or Ctrl-C, or ``deadline_s``).
 
-    For work done elsewhere (workers): the rows are the progress. ``on_stall(seconds)`` is
+    For work done elsewhere (workers): the rows are the progress. ``watch.on_stall(s)`` is
     called once each time nothing has finished for ``stall_s`` (no worker running, most
     likely). Interrupting stops the watching only.
     """
+    on_progress, on_stall = watch.on_progress, watch.on_stall
     started = time.perf_counter()
     counts = _counts(sessions, batch_id)
     finished_before, last_change, last_finished, warned = (

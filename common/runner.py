@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.backends import Models
 from common.config import Settings
 from common.contracts import JobStatus, Stage, Ticket
-from common.dispatch import Dispatcher, Progress, RunResult, Stalled
+from common.dispatch import NO_WATCH, Dispatcher, Progress, RunResult, Watch
 from common.errors import BackendUnavailable
 from common.store import claims, reads
 from common.store.reads import BatchCounts
@@ -94,18 +94,13 @@ class EmbeddedRunner(Dispatcher):
         return len(list(job_ids))
 
     def wait(
-        self,
-        sessions: sessionmaker[Session],
-        batch_id: str,
-        *,
-        on_progress: Progress | None = None,
-        on_stall: Stalled | None = None,
+        self, sessions: sessionmaker[Session], batch_id: str, watch: Watch = NO_WATCH
     ) -> RunResult:
         """Work the batch here until it is finished (this runner's own store)."""
         counts = self.counts(batch_id)
         if counts.finished == counts.jobs:
             return RunResult(counts)
-        return self.run(batch_id, on_progress=on_progress)
+        return self.run(batch_id, on_progress=watch.on_progress)
 
     component = "runner"
 

@@ -38,6 +38,8 @@ def synthetic_queries(count: int, width: int, height: int, seed: int = 0) -> lis
 
 @dataclass(frozen=True)
 class EmbeddedFigures:
+    """A timed run: jobs finished, the seconds they took, and the funnel's shares."""
+
     jobs: int
     seconds: float
     beta: float | None

@@ -28,30 +28,24 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 from common.config import Settings
-from common.dispatch import Dispatcher, follow_store
+from common.dispatch import Dispatcher, Watch, follow_store
 from common.errors import ConfigurationError
 from common.images import content_hash
 from common.store import reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
+from lab.bench import EmbeddedFigures
 from workers.dispatch import CeleryDispatcher
 
 Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class PipelineFigures:
-    jobs: int
-    seconds: float  # first submit to last result
-    p50_s: float  # submit-to-done latency
-    p99_s: float
-    beta: float | None
-    alpha: float | None
-    small_share: float
+class PipelineFigures(EmbeddedFigures):
+    """``seconds`` run from the first submit to the last result."""
 
-    @property
-    def jobs_per_s(self) -> float:
-        return self.jobs / self.seconds if self.seconds else 0.0
+    p50_s: float = 0.0  # submit-to-done latency
+    p99_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,7 +93,7 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
                     sessions, dispatcher, plan.jobs, plan.chunk, Path(scratch)
                 )
                 result = follow_store(
-                    sessions, batch_id, poll_s=0.25, stall_s=60, on_stall=_stalled
+                    sessions, batch_id, Watch(on_stall=_stalled), poll_s=0.25, stall_s=60
                 )
                 if result.counts.finished < result.counts.jobs:
                     raise KeyboardInterrupt

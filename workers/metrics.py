@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from common.contracts import Accepted, Deferred, Failed
+from common.contracts import Accepted, Deferred, Failed, JobStatus, Stage
 from common.work import Delivery
 from workers.dispatch import CeleryDispatcher
 
@@ -42,31 +42,31 @@ def record_fast(batch_size: int, delivery: Delivery) -> None:
         kind = (
             "accepted"
             if isinstance(outcome, Accepted)
-            else "deferred"
+            else JobStatus.DEFERRED
             if isinstance(outcome, Deferred)
-            else "failed"
+            else JobStatus.FAILED
         )
-        JOBS.labels("fast", kind).inc()
+        JOBS.labels(Stage.FAST, kind).inc()
         screen = getattr(outcome, "screen", None)
         if screen is not None:
             SCREENED.labels("tools" if screen.needs_tools else "tool_free").inc()
-    _record_common("fast", delivery)
+    _record_common(Stage.FAST, delivery)
 
 
 def record_agent(delivery: Delivery) -> None:
-    if "agent" in delivery.seconds:
-        JOBS.labels("agent", "failed" if delivery.failed else "done").inc()
+    if "agent" in delivery.seconds:  # the trajectory ran to its end
+        JOBS.labels(Stage.AGENT, JobStatus.FAILED if delivery.failed else JobStatus.DONE).inc()
     elif delivery.failed:
-        JOBS.labels("agent", "failed").inc()
-    _record_common("agent", delivery, count_failed=False)
+        JOBS.labels(Stage.AGENT, JobStatus.FAILED).inc()
+    _record_common(Stage.AGENT, delivery, count_failed=False)
 
 
-def _record_common(stage: str, delivery: Delivery, count_failed: bool = True) -> None:
+def _record_common(stage: Stage, delivery: Delivery, count_failed: bool = True) -> None:
     for phase, seconds in delivery.seconds.items():
         STAGE_SECONDS.labels(phase).observe(seconds)
     own_failures = delivery.failed - sum(isinstance(o, Failed) for o in delivery.outcomes)
     if count_failed and own_failures > 0:
-        JOBS.labels(stage, "failed").inc(own_failures)
+        JOBS.labels(stage, JobStatus.FAILED).inc(own_failures)
     if delivery.retry:
         JOBS.labels(stage, "retried").inc(len(delivery.retry))
     if delivery.skipped:
