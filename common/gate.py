@@ -24,6 +24,7 @@ which never computes a gate, no torch import.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -73,6 +74,12 @@ class GateResult:
 def accepts(confidence: float, threshold: float) -> bool:
     """The gate's decision for an answer with at least one token: confidence > tau."""
     return confidence > threshold
+
+
+def score_for(confidence: float) -> float:
+    """The score S whose squashed confidence is ``confidence`` (the sigmoid's inverse),
+    for stand-ins that must produce a chosen confidence."""
+    return math.log(confidence / (1 - confidence)) / SQUASH
 
 
 def token_separability(top: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ from common.backends.base import Conversation, Generation, Speculation
 from common.config import ScriptedSettings
 from common.contracts import Query, ScreenResult
 from common.errors import ModelError
-from common.gate import SQUASH, TokenScores
+from common.gate import TokenScores, score_for
 from common.images import ResizeRule
 
 Phase = str  # "screen" | "speculate" | "generate"
@@ -154,7 +154,7 @@ class ScriptedModel:
 
 
 def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
-    """An answer whose every token has separability S = logit(confidence) / 0.6.
+    """An answer whose every token has the separability S that ``confidence`` squashes from.
 
     The competitors (ranks 2..K) are K-2 copies of v = 1/sqrt(K-2) and one of -sqrt(K-2):
     mean 0, population std 1, so s_t = S. Confidences below about 0.52 cannot be written
@@ -163,7 +163,7 @@ def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
     tokens = answer.split()
     k = max(3, top_k)
     spread = math.sqrt(k - 2)
-    target = math.log(confidence / (1 - confidence)) / SQUASH
+    target = score_for(confidence)
     top = max(target, 1 / spread + 1e-3)
     row = [top] + [1 / spread] * (k - 2) + [-spread]
     log_norm = math.log(sum(math.exp(value) for value in row))

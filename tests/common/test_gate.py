@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from common.config import GateSettings
-from common.gate import TokenScores, confidence, score_answers
+from common.gate import TokenScores, confidence, score_answers, score_for
 
 SQRT_2_3 = math.sqrt(2 / 3)
 
@@ -137,3 +137,10 @@ def test_one_token_with_no_competitors_is_never_confident():
 def _answer_with_score(score: float) -> TokenScores:
     """One token [a, 1, 0, -1] whose separability is exactly ``score``."""
     return TokenScores([[score * (SQRT_2_3 + 1e-6), 1.0, 0.0, -1.0]], [0.0])
+
+
+def test_the_score_is_the_aggregate_before_the_squash_and_score_for_inverts_it():
+    for wanted in (0.75, 0.9, 0.98):  # the helper needs S > 1.23
+        (result,) = score_answers([_answer_with_score(score_for(wanted))], GateSettings(top_k=4))
+        assert result.confidence == pytest.approx(wanted, rel=1e-6)
+        assert result.score == pytest.approx(score_for(wanted), rel=1e-6)
