@@ -111,15 +111,18 @@ class Dispatcher(ABC):
         """Stop delivering; release connections and threads."""
 
     @contextmanager
-    def transaction(self, sessions: sessionmaker[Session]) -> Iterator[Outbox]:
-        """A transaction whose outbox is sent after it commits (and never if it fails)."""
+    def transaction(
+        self, sessions: sessionmaker[Session], *, delay_s: float | None = None
+    ) -> Iterator[Outbox]:
+        """A transaction whose outbox is sent after it commits (and never if it fails);
+        ``delay_s`` holds the sent jobs back that long (retries)."""
         with sessions.begin() as session:
             outbox = Outbox(session)
             yield outbox
         if outbox.fast:
-            self.send_fast(outbox.fast)
+            self.send_fast(outbox.fast, delay_s=delay_s)
         if outbox.slow:
-            self.send_slow(outbox.slow)
+            self.send_slow(outbox.slow, delay_s=delay_s)
 
 
 class StoreOnly(Dispatcher):

@@ -119,8 +119,9 @@ class _Work:
                 delivery.failed += 1
         return [ticket for ticket in tickets if ticket.attempts <= limit]
 
-    def _claim_stale(self, job_ids: Sequence[str], takeover: bool) -> list[Ticket]:
-        """Claim jobs that are running: only a dead worker's (stale) or handed back."""
+    def _claim_named(self, job_ids: Sequence[str], takeover: bool) -> list[Ticket]:
+        """Claim the named jobs that wait for this stage, or that run but whose worker
+        died (stale) or handed them back (``takeover``)."""
         with self.sessions.begin() as session:
             return claims.claim_ids(
                 session,
@@ -133,14 +134,11 @@ class _Work:
     def _release(self, tickets: list[Ticket], delivery: Delivery, *, count_attempt: bool) -> None:
         """Put the jobs back to wait for this stage, and send them again after a delay."""
         ids = [ticket.job_id for ticket in tickets]
-        with self.sessions.begin() as session:
-            claims.release_ids(session, ids, self.stage, count_attempt=count_attempt)
-        self._send_again(ids, delay_s=self.settings.retry_delay_s)
+        delay_s = self.settings.retry_delay_s
+        with self.dispatcher.transaction(self.sessions, delay_s=delay_s) as outbox:
+            claims.release_ids(outbox.session, ids, self.stage, count_attempt=count_attempt)
+            (outbox.to_fast if self.stage == Stage.FAST else outbox.to_slow)(ids)
         delivery.retry += ids
-
-    def _send_again(self, job_ids: list[str], *, delay_s: float) -> None:
-        send = self.dispatcher.send_fast if self.stage == Stage.FAST else self.dispatcher.send_slow
-        send(job_ids, delay_s=delay_s)
 
     def _lone_failure(self, ticket: Ticket, exc: Exception, delivery: Delivery) -> None:
         """A job failed on its own: retry it while it has attempts left, else fail it."""
@@ -200,7 +198,7 @@ class FastWork(_Work):
         # attempts, never those of the jobs that were delivered with it.
         for job_id, status in others.items():
             if status == JobStatus.RUNNING:
-                held = self._claim_stale([job_id], takeover)
+                held = self._claim_named([job_id], takeover)
                 if held:
                     delivery.merge(self.run(held))
                 else:
@@ -278,7 +276,7 @@ class AgentWork(_Work):
 
     def run_id(self, job_id: str, *, takeover: bool = False) -> Delivery:
         """Claim the job a message named (waiting, stale or handed back) and run it."""
-        tickets = self._claim_stale([job_id], takeover)
+        tickets = self._claim_named([job_id], takeover)
         if not tickets:
             return Delivery(skipped=1)
         return self.run(tickets[0])
