@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cli.options import add_funnel_flags, add_model_flags, settings_from_args
+
+if TYPE_CHECKING:
+    from common.backends.base import Conversation, Generation, VisionLanguageModel
 
 
 def register(commands: Any) -> None:
@@ -23,6 +26,12 @@ def register(commands: Any) -> None:
         "--options", nargs="+", metavar="OPTION", help="multiple-choice options (A, B, ...)"
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="also print the exact text each phase sent (the chat template's output; each "
+        "image stands as its vision tokens): what the models were asked",
+    )
     add_model_flags(parser)
     add_funnel_flags(parser)
     parser.set_defaults(run=run)
@@ -43,6 +52,16 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     models = load_models(settings)
+    recorder = _Recorder(models.large)
+    sent: dict[str, Any] = {}
+    if args.explain:
+        for phase, model, build in (
+            ("screen", models.large, models.large.protocol.screen_chat),
+            ("speculate", models.small, models.small.protocol.speculate_chat),
+        ):
+            image = model.protocol.view(query.image)
+            sent[phase] = model.render(build(image, query.question, query.options))
+        models.large = cast("VisionLanguageModel", recorder)
     (outcome,) = run_fast_stage(
         [query],
         large=models.large,
@@ -55,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         report |= {"status": JobStatus.DONE, "answered_by": AnsweredBy.SMALL,
                    "answer": outcome.answer, "confidence": outcome.confidence,
                    "screen": outcome.screen.raw_text if outcome.screen else None}  # fmt: skip
-        _report(report, args.json)
+        _report(report | _sent(sent, recorder, args.explain), args.json)
         return 0
     assert isinstance(outcome, Deferred)
     report |= {"deferred": outcome.reason, "small_answer": outcome.small_answer,
@@ -66,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         {"text": step.text, "box": step.box_original, "observation": step.observation}
         for step in agent.trajectory.steps
     ]}  # fmt: skip
+    report |= _sent(sent, recorder, args.explain)
     if agent.answer is None:
         report |= {"status": JobStatus.FAILED, "error_code": agent.error_code, "error": agent.error}
         _report(report, args.json)
@@ -75,10 +95,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Recorder:
+    """The agent model, keeping the exact text of every agent step it is sent."""
+
+    def __init__(self, model: VisionLanguageModel) -> None:
+        self._model = model
+        self.sent: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def generate(self, conversation: Conversation, **kwargs: Any) -> Generation:
+        self.sent.append(self._model.render(conversation.messages))
+        return self._model.generate(conversation, **kwargs)
+
+
+def _sent(sent: dict[str, Any], recorder: _Recorder, explain: bool) -> dict[str, Any]:
+    """What the models were sent, for the report (``--explain``)."""
+    if not explain:
+        return {}
+    return {"sent": {**sent, **({"agent": recorder.sent} if recorder.sent else {})}}
+
+
 def _report(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(report, indent=2))
         return
+    sent = report.pop("sent", None)
     for key, value in report.items():
         if key == "steps":
             for index, step in enumerate(value):
@@ -87,3 +130,7 @@ def _report(report: dict[str, Any], as_json: bool) -> None:
                 print(f"          -> {step['observation'] or 'answer'}")
             continue
         print(f"{key:<12} {value}")
+    for phase, texts in (sent or {}).items():
+        for index, text in enumerate(texts if isinstance(texts, list) else [texts]):
+            step = f", step {index + 1}" if isinstance(texts, list) else ""
+            print(f"--- sent ({phase}{step}) ---\n{text}")

@@ -65,6 +65,13 @@ class Settings(BaseSettings):
         "(a random-weight Qwen2.5-VL built offline).",
     )
     agent: AgentKind = Field("deepeyes", description="Tool protocol of the large model.")
+    protocol: Literal["auto", "reference", "v0"] = Field(
+        "auto",
+        description="What the models are shown (prompts, stops, tool-loop rules, image "
+        "grid): 'reference' is the SpecEyes evaluation's, 'v0' SpecEyes' first wording. "
+        "'auto': a checkpoint that names its protocol (speceyes.json) gets it, others "
+        "'reference'. Naming one a checkpoint was not trained with is an error.",
+    )
     backend: BackendKind = Field(
         "transformers",
         description="'transformers' runs real checkpoints; 'scripted' is "
@@ -114,9 +121,17 @@ class Settings(BaseSettings):
     # -- images -------------------------------------------------------------------
     max_image_bytes: int = Field(50 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(100_000_000, ge=1)
-    min_box_side: int = Field(30, ge=0, description="Zoom boxes with a side <= this are refused.")
-    max_box_aspect: float = Field(
-        100.0, gt=1.0, description="Zoom boxes with a longer aspect ratio are refused."
+    min_box_side: int | None = Field(
+        None,
+        ge=0,
+        description="Zoom boxes with a side <= this are refused (an error goes back to the "
+        "model). Unset: the protocol's (reference: none; v0: 30, as DeepEyes' training).",
+    )
+    max_box_aspect: float | None = Field(
+        None,
+        gt=1.0,
+        description="Zoom boxes with a longer aspect ratio are refused. Unset: the "
+        "protocol's (reference: none; v0: 100).",
     )
 
     # -- infrastructure -----------------------------------------------------------
@@ -231,8 +246,8 @@ class AgentLimits:
 
     max_steps: int = _default("agent_max_steps")
     max_new_tokens: int = _default("agent_max_new_tokens")
-    min_box_side: int = _default("min_box_side")
-    max_box_aspect: float = _default("max_box_aspect")
+    min_box_side: int | None = _default("min_box_side")  # None: the protocol's
+    max_box_aspect: float | None = _default("max_box_aspect")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from common.prompts import OPTION_LETTERS
+from common.protocols import OPTION_LETTERS
 
 _PUNCTUATION = re.compile(r"[^\w\s]")
 

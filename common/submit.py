@@ -20,7 +20,7 @@ from common.corpus import SourceRow
 from common.dispatch import Dispatcher, StoreOnly, send_waiting
 from common.errors import ImageError
 from common.images import content_hash, read_image_bytes
-from common.models.registry import weights_fingerprint
+from common.models.registry import protocol_name, weights_fingerprint
 from common.store.submission import NewItem, get_or_create_batch, idempotency_key, submit_items
 
 
@@ -44,6 +44,10 @@ def run_config(settings: Settings) -> dict[str, Any]:
             weights_fingerprint(settings.large_model, "large"),
         ],
         "agent": settings.agent,
+        "protocols": [
+            protocol_name(settings.small_model, "small", settings.protocol),
+            protocol_name(settings.large_model, "large", settings.protocol),
+        ],
         "backend": settings.backend,
         "gate": {
             "mode": settings.gate_mode,

@@ -1,18 +1,27 @@
 """Phase IV for DeepEyes-style models: think, zoom, look again, answer.
 
-The protocol is the one DeepEyes was trained on (shared/SPEC.md §2):
+What the model is shown comes from its protocol (``common.protocols``): the tool prompt,
+the first user turn (the image and the question, then the instruction suffix), the stop
+strings, and the grid the image is resized to. The loop:
 
-1. The system prompt declares one tool, ``image_zoom_in_tool(bbox_2d, label?)``, in
-   Qwen's function-calling layout; the user turn is the image, the question and an
-   instruction suffix (think, zoom if needed, answer, in tags).
-2. The model writes ``<think>..</think>`` and then a ``<tool_call>{json}</tool_call>`` or
+1. The model writes ``<think>..</think>`` and then a ``<tool_call>{json}</tool_call>`` or
    an ``<answer>..</answer>``; generation stops at either closing tag.
-3. A zoom box is in pixels of the image *as the model saw it* (after smart resize). It is
-   scaled back to the original per axis, clamped, checked (a side <= 30 px or an aspect
-   ratio > 100 is refused), cropped from the ORIGINAL image (never an earlier crop),
-   smart-resized and returned as a new user turn ``<tool_response>`` crop + suffix
-   ``</tool_response>``. A malformed call, an unknown tool or a refused box sends an error
-   observation instead; the step still counts.
+2. A zoom box is in pixels of the image *as the model saw it*. It is scaled back to the
+   original per axis, clamped, cropped from the ORIGINAL image (never an earlier crop),
+   resized to the model's grid and returned as a new user turn ``<tool_response>`` crop +
+   suffix ``</tool_response>``.
+3. Output it cannot use is handled as the protocol says:
+
+   - ``reference`` (the SpecEyes evaluation): an ``<answer>`` ends the trajectory (a
+     closing tag is not needed); output with neither a call nor an answer gets the
+     instruction suffix back as a user turn; a call whose JSON does not parse gets it
+     back as an *assistant* turn (the evaluation does exactly this); a call that parses
+     but cannot be carried out (no ``bbox_2d``, not four numbers, an empty box) ends the
+     trajectory as an error. Box edges are truncated (``int``) and clamped, not sorted.
+   - ``observe`` (``v0``): only a closed ``<answer>`` before any call ends it; every
+     other problem (malformed or unknown call, a box refused for its size or shape) goes
+     back to the model as an error observation. Edges are floored / ceiled and sorted.
+
 4. The trajectory ends at an answer, or as an error at the step limit: never a guess.
 """
 
@@ -27,53 +36,13 @@ from typing import Any
 
 from PIL import Image
 
-from common.backends.base import Conversation, VisionLanguageModel
+from common.backends.base import Conversation, Message, VisionLanguageModel
 from common.config import AgentLimits
 from common.contracts import Query
 from common.images import ResizeRule
-from common.prompts import format_question
+from common.protocols import Protocol
 
 TOOL_NAME = "image_zoom_in_tool"
-
-TOOL_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": TOOL_NAME,
-        "description": "Zoom in on a region of the image by cropping it to a bounding box "
-        "(bbox_2d), optionally naming the object in it (label).",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "bbox_2d": {
-                    "type": "array",
-                    "items": {"type": "number"},
-                    "minItems": 4,
-                    "maxItems": 4,
-                    "description": "The region as [x1, y1, x2, y2]: top-left and "
-                    "bottom-right corners, in pixels of the image as you see it.",
-                },
-                "label": {"type": "string", "description": "The object in the region."},
-            },
-            "required": ["bbox_2d"],
-        },
-    },
-}
-
-SYSTEM_PROMPT = (
-    "You are a helpful assistant.\n\n# Tools\n\nYou may call one or more functions to assist "
-    "with the user query.\n\nYou are provided with function signatures within "
-    "<tools></tools> XML tags:\n<tools>\n" + json.dumps(TOOL_SCHEMA) + "\n</tools>\n\n"
-    "For each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-    "<args-json-object>}\n</tool_call>"
-)
-
-INSTRUCTION_SUFFIX = (
-    "\nThink first, call **image_zoom_in_tool** if needed, then answer. Format strictly as:  "
-    "<think>...</think>  <tool_call>...</tool_call> (if tools needed)  <answer>...</answer> "
-)
-
-STOP_STRINGS = ("</tool_call>", "</answer>")
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -107,7 +76,11 @@ class Trajectory:
 
 
 class ToolError(Exception):
-    """A tool call the loop refuses; its message goes back to the model."""
+    """A tool call the loop refuses; its message goes back to the model (``observe``)."""
+
+
+class TrajectoryError(Exception):
+    """A tool call the loop cannot carry out and ends the trajectory on (``reference``)."""
 
 
 def run_deepeyes(
@@ -115,15 +88,17 @@ def run_deepeyes(
 ) -> Trajectory:
     """Run one DeepEyes trajectory to an answer or to a clear error."""
     limits = limits or AgentLimits()
+    protocol = model.protocol
     conversation = Conversation(key=query.job_id)
-    conversation.add("system", SYSTEM_PROMPT)
-    question = format_question(query.question, query.options)
-    conversation.add("user", query.image, f"\n{question}{INSTRUCTION_SUFFIX}")
+    conversation.messages += protocol.agent_start(
+        protocol.view(query.image), query.question, query.options
+    )
+    react = _react_reference if protocol.malformed == "reference" else _react_observe
     trajectory = Trajectory()
     for index in range(limits.max_steps):
         started = time.perf_counter()
         generation = model.generate(
-            conversation, stop=STOP_STRINGS, max_new_tokens=limits.max_new_tokens
+            conversation, stop=protocol.agent_stop, max_new_tokens=limits.max_new_tokens
         )
         step = AgentStep(
             index=index,
@@ -133,17 +108,104 @@ def run_deepeyes(
             generate_seconds=time.perf_counter() - started,
         )
         trajectory.steps.append(step)
-        conversation.add("assistant", generation.text)
-        answer = parse_answer(generation.text)
+        conversation.add_generation(generation.text)
+        started = time.perf_counter()
+        try:
+            answer, follow_up = react(step, query.image, model, limits)
+        except TrajectoryError as exc:
+            trajectory.error_code, trajectory.error = "tool_call_invalid", str(exc)
+            step.observation = f"ended: {exc}"
+            return trajectory
+        step.tool_seconds = time.perf_counter() - started
+        conversation.messages += follow_up
         if answer is not None:
             trajectory.answer = answer
             return trajectory
-        started = time.perf_counter()
-        conversation.add("user", *_observe(step, query.image, model, limits))
-        step.tool_seconds = time.perf_counter() - started
     trajectory.error_code = "step_limit"
     trajectory.error = f"no answer after {limits.max_steps} generations"
     return trajectory
+
+
+Reaction = tuple[str | None, list[Message]]  # (the answer if the trajectory ends, what follows)
+
+
+def _react_reference(
+    step: AgentStep, original: Image.Image, model: VisionLanguageModel, limits: AgentLimits
+) -> Reaction:
+    """The SpecEyes evaluation's loop (``process_single_large_model``), step by step."""
+    protocol, text = model.protocol, step.text
+    follow_up: list[Message] = []
+    if "<tool_call>" in text:
+        payload = text.split("<tool_call>")[1].split("</tool_call>")[0].strip()
+        try:
+            call = json.loads(payload)
+        except json.JSONDecodeError:
+            step.observation = "the tool call is not JSON: the instruction goes back"
+            follow_up = [Message("assistant", [protocol.agent_suffix])]
+        else:
+            step.tool_call = call if isinstance(call, dict) else {"raw": call}
+            follow_up = [_zoom(step, call, original, model, limits)]
+    elif "<answer>" not in text:
+        step.observation = "no tool call and no answer: the instruction goes back"
+        follow_up = [Message("user", [protocol.agent_suffix])]
+    return (open_answer(text) if "<answer>" in text else None), follow_up
+
+
+def _react_observe(
+    step: AgentStep, original: Image.Image, model: VisionLanguageModel, limits: AgentLimits
+) -> Reaction:
+    """Ours (``v0``): a closed answer ends it; every problem goes back as an observation."""
+    answer = parse_answer(step.text)
+    if answer is not None:
+        return answer, []
+    try:
+        call = parse_tool_call(step.text)
+    except ToolError as exc:
+        step.observation = f"Error: {exc}"
+        return None, [model.protocol.tool_response(step.observation)]
+    step.tool_call = call
+    return None, [_zoom(step, call, original, model, limits)]
+
+
+def _zoom(
+    step: AgentStep,
+    call: Any,
+    original: Image.Image,
+    model: VisionLanguageModel,
+    limits: AgentLimits,
+) -> Message:
+    """Carry out a parsed zoom call: the user turn with the crop (or the refusal)."""
+    protocol = model.protocol
+    try:
+        box = _box_of(call)
+        step.box_model = [float(value) for value in box]
+        crop_box = map_box(step.box_model, original.size, model.resize_rule, protocol, limits)
+    except ToolError as exc:
+        step.observation = f"Error: {exc}"
+        return protocol.tool_response(step.observation)
+    step.box_original = list(crop_box)
+    crop = model.resize_rule.apply(original.crop(crop_box))
+    step.observation = f"zoomed into {crop_box}, shown at {crop.width}x{crop.height}"
+    return protocol.tool_response(crop)
+
+
+def _box_of(call: Any) -> list[Any]:
+    """``arguments.bbox_2d`` as four finite numbers, or ``TrajectoryError``: the reference
+    ends the trajectory on a call it cannot carry out (a KeyError, TypeError or
+    ValueError in its code)."""
+    try:
+        box = call["arguments"]["bbox_2d"]
+        left, top, right, bottom = box
+        if not all(isinstance(edge, int | float) for edge in (left, top, right, bottom)):
+            raise TypeError(f"bbox_2d must hold numbers, not {box!r}")
+        values = [float(left), float(top), float(right), float(bottom)]
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise TrajectoryError(
+            f"the tool call cannot be carried out ({type(exc).__name__}: {exc})"
+        ) from None
+    if not all(math.isfinite(value) for value in values):
+        raise TrajectoryError("the tool call's bbox_2d has a value that is not finite")
+    return list(box)
 
 
 def parse_answer(text: str) -> str | None:
@@ -155,25 +217,6 @@ def parse_answer(text: str) -> str | None:
     if call != -1 and call < answer.start():
         return None
     return answer.group(1).strip()
-
-
-def _observe(
-    step: AgentStep, original: Image.Image, model: VisionLanguageModel, limits: AgentLimits
-) -> list[str | Image.Image]:
-    """Carry out the step's tool call; the content of the user turn that answers it."""
-    try:
-        call = parse_tool_call(step.text)
-        step.tool_call = call
-        box = call["arguments"]["bbox_2d"]
-        step.box_model = [float(value) for value in box]
-        crop_box = map_box(step.box_model, original.size, model.resize_rule, limits)
-        step.box_original = list(crop_box)
-    except ToolError as exc:
-        step.observation = f"Error: {exc}"
-        return ["<tool_response>", step.observation, INSTRUCTION_SUFFIX, "</tool_response>"]
-    crop = model.resize_rule.apply(original.crop(crop_box))
-    step.observation = f"zoomed into {crop_box}, shown at {crop.width}x{crop.height}"
-    return ["<tool_response>", crop, INSTRUCTION_SUFFIX, "</tool_response>"]
 
 
 def parse_tool_call(text: str) -> dict[str, Any]:
@@ -207,24 +250,49 @@ def map_box(
     box: list[float],
     original_size: tuple[int, int],
     rule: ResizeRule,
+    protocol: Protocol,
     limits: AgentLimits,
 ) -> tuple[int, int, int, int]:
-    """A box in the model's view (``rule`` made it) -> a checked crop box in original pixels."""
+    """A box in the model's view (``rule`` made it) -> a checked crop box in original pixels.
+
+    ``truncate`` (reference): each edge scaled and truncated with ``int``, then clamped to
+    the image, in the order written; ``cover``: the edges sorted, floored / ceiled, clamped.
+    A box with no area cannot be cropped: under ``reference`` that ends the trajectory (as
+    the evaluation's crop fails), otherwise it is refused like any box under the limits.
+    """
     width, height = original_size
     view_width, view_height = rule.size_for(width, height)
     scale_x, scale_y = width / view_width, height / view_height
-    x1, x2 = sorted((box[0] * scale_x, box[2] * scale_x))
-    y1, y2 = sorted((box[1] * scale_y, box[3] * scale_y))
-    left = min(max(0, math.floor(x1)), width)
-    top = min(max(0, math.floor(y1)), height)
-    right = min(max(0, math.ceil(x2)), width)
-    bottom = min(max(0, math.ceil(y2)), height)
+    if protocol.box_rule == "truncate":
+        left, top = max(int(box[0] * scale_x), 0), max(int(box[1] * scale_y), 0)
+        right, bottom = min(int(box[2] * scale_x), width), min(int(box[3] * scale_y), height)
+    else:
+        x1, x2 = sorted((box[0] * scale_x, box[2] * scale_x))
+        y1, y2 = sorted((box[1] * scale_y, box[3] * scale_y))
+        left, top = min(max(0, math.floor(x1)), width), min(max(0, math.floor(y1)), height)
+        right = min(max(0, math.ceil(x2)), width)
+        bottom = min(max(0, math.ceil(y2)), height)
     box_width, box_height = right - left, bottom - top
-    if min(box_width, box_height) <= limits.min_box_side:
+    min_side = protocol.min_box_side if limits.min_box_side is None else limits.min_box_side
+    max_aspect = protocol.max_box_aspect if limits.max_box_aspect is None else limits.max_box_aspect
+    if min(box_width, box_height) <= 0 and protocol.malformed == "reference":
+        raise TrajectoryError(
+            f"the box {[left, top, right, bottom]} has no area in the original image"
+        )
+    if min(box_width, box_height) <= max(min_side, 0):
         raise ToolError(
             f"the box is {box_width}x{box_height} pixels of the original image; each side "
-            f"must be larger than {limits.min_box_side}"
+            f"must be larger than {min_side}"
         )
-    if max(box_width, box_height) / min(box_width, box_height) > limits.max_box_aspect:
-        raise ToolError(f"the box's aspect ratio is above {limits.max_box_aspect:g}")
+    if max(box_width, box_height) / min(box_width, box_height) > max_aspect:
+        raise ToolError(f"the box's aspect ratio is above {max_aspect:g}")
     return left, top, right, bottom
+
+
+def open_answer(text: str) -> str:
+    """The answer after the first ``<answer>``, up to ``</answer>`` if it was closed.
+
+    (The evaluation stores the whole output when the tag is not closed; a service stores
+    what the model gave as its answer.)"""
+    after = text.split("<answer>", 1)[1]
+    return after.split("</answer>", 1)[0].strip()

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from common.backends.base import VisionLanguageModel
 from common.config import Settings
@@ -22,15 +23,19 @@ def load_models(settings: Settings) -> Models:
     if settings.backend == "scripted":
         from common.backends.scripted import scripted_from_settings
 
-        shared = scripted_from_settings(settings.scripted)
+        shared = scripted_from_settings(settings.scripted, settings.protocol)
         return Models(large=shared, small=shared)
 
     from common.backends.transformers_backend import TransformersModel
-    from common.models.registry import resolve_model
+    from common.models.registry import protocol_name, resolve_model
+    from common.protocols import get_protocol
 
-    def load(spec: str, role: str) -> TransformersModel:
-        path = resolve_model(spec, "large" if role == "large" else "small", settings.cache_dir)
-        return TransformersModel(path, name=spec, device=settings.device, dtype=settings.dtype)
+    def load(spec: str, role: Literal["small", "large"]) -> TransformersModel:
+        path = resolve_model(spec, role, settings.cache_dir)
+        protocol = get_protocol(protocol_name(spec, role, settings.protocol))
+        return TransformersModel(
+            path, name=spec, device=settings.device, dtype=settings.dtype, protocol=protocol
+        )
 
     large = load(settings.large_model, "large")
     return Models(large=large, small=load(settings.small_model, "small"))

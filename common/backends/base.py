@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from PIL import Image
 
 from common.contracts import Query, ScreenResult
 from common.gate import TokenScores
 from common.images import ResizeRule
+
+if TYPE_CHECKING:
+    from common.protocols import Protocol as ProtocolSpec
 
 Role = Literal["system", "user", "assistant"]
 Part = str | Image.Image
@@ -52,9 +55,15 @@ class Conversation:
 
     messages: list[Message] = field(default_factory=list)
     key: str = ""
+    generations: int = 0  # the model's own turns so far (other turns may be any role)
 
     def add(self, role: Role, *content: Part) -> None:
         self.messages.append(Message(role, list(content)))
+
+    def add_generation(self, text: str) -> None:
+        """The model's output, as the assistant turn it wrote."""
+        self.add("assistant", text)
+        self.generations += 1
 
     @property
     def images(self) -> list[Image.Image]:
@@ -72,7 +81,8 @@ class VisionLanguageModel(Protocol):
     """One loaded model; any model can screen, speculate and generate."""
 
     name: str
-    resize_rule: ResizeRule  # how the model's processor resizes images it is shown
+    protocol: ProtocolSpec  # what it is shown (prompts, stops, tool-loop rules)
+    resize_rule: ResizeRule  # the grid of the images it is shown (zoom boxes are in it)
 
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]: ...
 
@@ -83,3 +93,20 @@ class VisionLanguageModel(Protocol):
     def generate(
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation: ...
+
+    def render(self, chat: Sequence[Message]) -> str:
+        """The exact text the model is given for ``chat`` (its chat template's output)."""
+        ...
+
+
+def plain_render(chat: Sequence[Message]) -> str:
+    """A chat in Qwen's turn layout with each image as ``<image WxH>``: for stand-ins that
+    have no chat template of their own."""
+    turns = []
+    for message in chat:
+        parts = [
+            f"<image {part.width}x{part.height}>" if isinstance(part, Image.Image) else part
+            for part in message.content
+        ]
+        turns.append(f"<|im_start|>{message.role}\n{''.join(parts)}<|im_end|>\n")
+    return "".join(turns) + "<|im_start|>assistant\n"

@@ -21,12 +21,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from common.backends.base import Conversation, Generation, Speculation
+from common.backends.base import Conversation, Generation, Message, Speculation, plain_render
 from common.config import ScriptedSettings
 from common.contracts import Query, ScreenResult
 from common.errors import ModelError
 from common.gate import TokenScores, score_for
 from common.images import ResizeRule
+from common.protocols import REFERENCE, Protocol, get_protocol
 
 Phase = str  # "screen" | "speculate" | "generate"
 
@@ -106,6 +107,7 @@ class ScriptedModel:
     default: Callable[[str], JobScript] = field(default=lambda job_id: JobScript())
     costs: Mapping[Phase, SimulatedCost] = field(default_factory=dict)
     name: str = "scripted"
+    protocol: Protocol = REFERENCE
     resize_rule: ResizeRule = field(default_factory=ResizeRule)
     calls: Counter[Phase] = field(default_factory=Counter, init=False)
     batch_sizes: list[tuple[Phase, int]] = field(default_factory=list, init=False)
@@ -131,13 +133,15 @@ class ScriptedModel:
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation:
         (script,) = self._call("generate", [conversation.key])
-        done = sum(1 for m in conversation.messages if m.role == "assistant")
         steps = script.steps()
-        text = steps[min(done, len(steps) - 1)]
+        text = steps[min(conversation.generations, len(steps) - 1)]
         ends = [text.find(s) + len(s) for s in stop if s in text]
         if ends:
             return Generation(text[: min(ends)], "stop", len(text.split()))
         return Generation(text, "eos", len(text.split()))
+
+    def render(self, chat: Sequence[Message]) -> str:
+        return plain_render(chat)
 
     def _call(self, phase: Phase, job_ids: list[str]) -> list[JobScript]:
         with self._lock:
@@ -171,14 +175,16 @@ def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
     return Speculation(answer, list(range(len(tokens))), scores)
 
 
-def scripted_from_settings(settings: ScriptedSettings) -> ScriptedModel:
-    """The scripted model the settings describe (shares and simulated costs)."""
+def scripted_from_settings(settings: ScriptedSettings, protocol: str = "auto") -> ScriptedModel:
+    """The scripted model the settings describe (shares and simulated costs); its agent
+    loop follows ``protocol`` (``auto``: reference)."""
     half_fast = SimulatedCost(settings.fast_batch_s / 2, settings.fast_job_s / 2)
     scripts = {}
     if settings.scripts_file is not None:
         raw = json.loads(settings.scripts_file.read_text())
         scripts = {job_id: JobScript.from_dict(fields) for job_id, fields in raw.items()}
     return ScriptedModel(
+        protocol=get_protocol("reference" if protocol == "auto" else protocol),
         scripts=scripts,
         default=mixture(settings.tool_free, settings.confident),
         costs={

@@ -34,7 +34,7 @@ from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError
 from common.gate import TokenScores
 from common.images import ResizeRule
-from common.prompts import screen_says_tool_free, screen_text, speculate_text
+from common.protocols import REFERENCE, Protocol, screen_says_tool_free
 
 
 @dataclass
@@ -100,10 +100,12 @@ class TransformersModel:
         device: str = "auto",
         dtype: str = "auto",
         logits_processors: Sequence[Any] = (),
+        protocol: Protocol = REFERENCE,
     ) -> None:
         from transformers import AutoModelForImageTextToText
 
         self.name = name or path
+        self.protocol = protocol
         self.device = resolve_device(device)
         try:
             self.processor = load_processor(path)
@@ -130,27 +132,50 @@ class TransformersModel:
         self.eos_ids = [token for token in eos_ids if token is not None]
         self.end_ids = set(self.eos_ids) | {self.pad_id}
         image_processor = self.processor.image_processor
-        self.resize_rule = ResizeRule(
+        self.processor_rule = ResizeRule(
             factor=image_processor.patch_size * image_processor.merge_size,
             min_pixels=image_processor.size["shortest_edge"],
             max_pixels=image_processor.size["longest_edge"],
         )
+        # The grid the images are shown at: the protocol's (resized before the processor)
+        # or, without one, the processor's own.
+        self.resize_rule = protocol.image_grid or self.processor_rule
 
     # -- the protocol ---------------------------------------------------------------
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
-        chats = [_user_turn(q.image, screen_text(q.question, q.options)) for q in queries]
-        rows = self._generate(chats, max_new_tokens=max_new_tokens)
+        chats = [self.screen_chat(query) for query in queries]
+        rows = self._generate(chats, max_new_tokens=max_new_tokens, stop=self.protocol.screen_stop)
         return [ScreenResult(not screen_says_tool_free(row.text), row.text) for row in rows]
 
     def speculate(
         self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
     ) -> list[Speculation]:
-        chats = [_user_turn(q.image, speculate_text(q.question, q.options)) for q in queries]
+        chats = [self.speculate_chat(query) for query in queries]
         rows = self._generate(chats, max_new_tokens=max_new_tokens, top_k=top_k)
         return [
-            Speculation(row.text.strip(), row.token_ids, row.scores or TokenScores([], []))
+            Speculation(_final_answer(row.text), row.token_ids, row.scores or TokenScores([], []))
             for row in rows
         ]
+
+    def screen_chat(self, query: Query) -> list[Message]:
+        protocol = self.protocol
+        return protocol.screen_chat(protocol.view(query.image), query.question, query.options)
+
+    def speculate_chat(self, query: Query) -> list[Message]:
+        protocol = self.protocol
+        return protocol.speculate_chat(protocol.view(query.image), query.question, query.options)
+
+    def render(self, chat: Sequence[Message]) -> str:
+        """The exact text the chat template makes of ``chat`` (before the processor
+        expands each image into its visual tokens): what the model is asked."""
+        rendered, _ = template_messages(chat)
+        text: str = self.processor.apply_chat_template(
+            rendered,
+            tokenize=False,
+            add_generation_prompt=chat[-1].role != "assistant",
+            continue_final_message=chat[-1].role == "assistant",
+        )
+        return text
 
     def generate(
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
@@ -170,18 +195,11 @@ class TransformersModel:
     ) -> list[_Row]:
         from transformers import GenerationConfig, LogitsProcessorList
 
-        texts, images = [], []
+        texts: list[str] = []
+        images: list[Image.Image] = []
         for chat in chats:
-            rendered, chat_images = template_messages(chat)
-            texts.append(
-                self.processor.apply_chat_template(
-                    rendered,
-                    tokenize=False,
-                    add_generation_prompt=chat[-1].role != "assistant",
-                    continue_final_message=chat[-1].role == "assistant",
-                )
-            )
-            images.extend(chat_images)
+            texts.append(self.render(chat))
+            images.extend(part for message in chat for part in message.images)
         inputs = self.processor(
             text=texts, images=images or None, padding=True, return_tensors="pt"
         ).to(self.device)
@@ -254,8 +272,12 @@ def _cut_after_stop(text: str, stop: Sequence[str]) -> str | None:
     return text[: min(ends)] if ends else None
 
 
-def _user_turn(image: Image.Image, text: str) -> list[Message]:
-    return [Message("user", [image, text])]
+def _final_answer(text: str) -> str:
+    """The small model's answer: inside ``<answer>`` tags if it wrote them (as the
+    reference does with its output), else the whole text, stripped."""
+    if "<answer>" in text and "</answer>" in text:
+        return text.split("<answer>")[1].split("</answer>")[0].strip()
+    return text.strip()
 
 
 def template_messages(chat: Sequence[Message]) -> tuple[list[dict[str, Any]], list[Image.Image]]:

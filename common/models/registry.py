@@ -9,6 +9,7 @@ first use, where a network is reachable).
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -38,6 +39,45 @@ def resolve_model(spec: str, role: Role, cache_dir: Path) -> str:
     if spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
         raise ConfigurationError(f"model {spec!r}: no checkpoint folder at {local}")
     return spec
+
+
+def declared_protocol(spec: str, role: Role) -> str | None:
+    """The protocol a local checkpoint says it was trained with (``speceyes.json`` in its
+    folder: ``{"protocol": "v0"}``), or None."""
+    folder = _local_folder(spec, role)
+    marker = folder / "speceyes.json" if folder is not None else None
+    if marker is None or not marker.is_file():
+        return None
+    try:
+        name = json.loads(marker.read_text())["protocol"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"{marker}: not a protocol declaration ({exc})") from None
+    return str(name)
+
+
+def protocol_name(spec: str, role: Role, setting: str) -> str:
+    """The protocol to serve ``spec`` with: the one it declares, else the setting's
+    (``auto``: ``reference``). A model is never served with a protocol it was not trained
+    with: a setting that contradicts its declaration is an error."""
+    declared = declared_protocol(spec, role)
+    if declared is None:
+        return "reference" if setting == "auto" else setting
+    if setting not in ("auto", declared):
+        raise ConfigurationError(
+            f"model {spec!r} ({role}) was trained with the {declared!r} protocol; serving "
+            f"it with {setting!r} would show it prompts it never saw (use --protocol auto "
+            f"or {declared})"
+        )
+    return declared
+
+
+def _local_folder(spec: str, role: Role) -> Path | None:
+    if spec == "synth":
+        return SYNTH_WEIGHTS / role
+    if spec == "tiny":
+        return None
+    folder = Path(spec).expanduser()
+    return folder if folder.is_dir() else None
 
 
 def weights_fingerprint(spec: str, role: Role) -> str | None:

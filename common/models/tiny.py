@@ -8,7 +8,8 @@ classes exactly as the hub checkpoints do:
 
 Each holds a config, seeded random weights, a byte-level BPE tokenizer trained here on
 a small built-in corpus with Qwen's exact pre-tokenizer split and Qwen's special tokens
-(plus the agent tags), a chat template and an image-processor config. Their answers are
+(plus the agent tags), the architecture's real chat template and an image-processor
+config. Their answers are
 meaningless; they exist so the real code paths (processor, batching, generation, logits)
 run in tests and on machines with no model hub.
 """
@@ -25,8 +26,10 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers.trainers import BpeTrainer
 
+from common.models.chat_templates import QWEN2_5_VL, QWEN3_VL
+
 # Bump when anything below changes: cached builds are keyed by it.
-TINY_VERSION = "3"  # 2: agent text rope_theta 1e6 -> 10; 3: theta 100, sections [1, 3, 4]
+TINY_VERSION = "4"  # 2: rope_theta 10; 3: theta 100, sections [1, 3, 4]; 4: real templates
 SEED = 1234
 
 HIDDEN = 64
@@ -54,23 +57,6 @@ FIM_TOKENS = [
     "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
     "<|file_sep|>",
 ]  # fmt: skip
-
-# Qwen2.5-VL's chat layout; newlines are Jinja string literals so trimming cannot eat them.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if loop.first and message['role'] != 'system' -%}"
-    "{{- '<|im_start|>system' + '\\n' + 'You are a helpful assistant.<|im_end|>' + '\\n' -}}"
-    "{%- endif -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
-    "{%- if message['content'] is string -%}{{- message['content'] -}}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
-    "{%- elif part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}"
-    "{{- '<|im_end|>' + '\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant' + '\\n' -}}{%- endif -%}"
-)
 
 _CORPUS_WORDS = (
     "the a an of to in is are was what which where who how many color colour shape object "
@@ -120,11 +106,14 @@ def build_tiny(folder: Path) -> dict[str, Path]:
 
 def _training_text() -> list[str]:
     """A small corpus covering the prompts, tags, JSON and digits the models will read."""
-    from common import prompts
-    from common.agents import deepeyes
+    from common.protocols import PROTOCOLS
 
-    lines = [_CORPUS_WORDS, prompts.SCREEN_INSTRUCTION, prompts.SPECULATE_INSTRUCTION]
-    lines += [deepeyes.SYSTEM_PROMPT, deepeyes.INSTRUCTION_SUFFIX]
+    lines = [_CORPUS_WORDS]
+    for protocol in PROTOCOLS.values():
+        lines += [protocol.screen_system or "", protocol.screen_suffix]
+        lines += [protocol.speculate_system or "", protocol.speculate_suffix]
+        lines += [protocol.speculate_suffix_with_options, protocol.agent_system]
+        lines += [protocol.agent_suffix, protocol.question_block("What is it?", ["a", "b"])]
     lines += [f"A. {w} B. {w}s C. the {w} D. no {w}" for w in _CORPUS_WORDS.split()]
     lines += [
         f'<tool_call>{{"name": "image_zoom_in_tool", "arguments": {{"bbox_2d": [{i}, {i + 7}, '
@@ -275,7 +264,8 @@ def _write_checkpoint(folder: Path, kind: str, tokenizer: Tokenizer) -> None:
     )
     fast.save_pretrained(folder)
     _patch_json(folder / "tokenizer_config.json", {"tokenizer_class": "Qwen2Tokenizer"})
-    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    template = QWEN2_5_VL if kind == "qwen2_5_vl" else QWEN3_VL
+    (folder / "chat_template.jinja").write_text(template)
     (folder / "preprocessor_config.json").write_text(
         json.dumps(_image_processor_config(kind), indent=2)
     )

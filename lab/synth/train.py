@@ -37,18 +37,16 @@ from typing import Any
 import torch
 from PIL import Image
 
-from common.agents.deepeyes import (
-    INSTRUCTION_SUFFIX,
-    SYSTEM_PROMPT,
-    TOOL_NAME,
-    map_box,
-)
+from common.agents.deepeyes import TOOL_NAME, map_box
 from common.backends.base import Message
 from common.backends.transformers_backend import load_processor, template_messages
 from common.config import AgentLimits
 from common.images import ResizeRule
-from common.prompts import format_question, screen_text, speculate_text
+from common.protocols import V0
 from lab.synth.world import SIZE, SMALL_VIEW, SynthItem, items, make_item
+
+# The wording the shipped synth models learned (and are served with: their speceyes.json).
+PROTOCOL = V0
 
 
 @dataclass(frozen=True)
@@ -163,7 +161,7 @@ def answer_text(item: SynthItem) -> str:
 def name_example(item: SynthItem, image: Image.Image) -> Example:
     """An auxiliary step that teaches what the shapes are: "Which shape is <colour>?"
     (training only; nothing serves it)."""
-    question = speculate_text(f"Which shape is {item.colour}?", None)
+    question = PROTOCOL.speculate_text(f"Which shape is {item.colour}?", None)
     return Example([Message("user", [image, question]), Message("assistant", [item.shape])], "name")
 
 
@@ -173,7 +171,8 @@ def kind_example(item: SynthItem, image: Image.Image) -> Example:
     at once, bringing the asked kind to the answer and finding that kind in the image, and
     neither is learned while the other is missing; this step teaches the first alone."""
     prompt = (
-        speculate_text(item.question, item.options) + "\nWhich shape does the question ask about?"
+        PROTOCOL.speculate_text(item.question, item.options)
+        + "\nWhich shape does the question ask about?"
     )
     return Example([Message("user", [image, prompt]), Message("assistant", [item.shape])], "kind")
 
@@ -187,8 +186,10 @@ def small_example(item: SynthItem, image: Image.Image, *, unsure: bool = False) 
     answer anyway it learned to be sure of its guesses (a held-out hard item's
     separability was close to an easy one's, AUC 0.69), which leaves the gate nothing
     to separate. A small model that has seen the world says how sure it can be."""
-    prompt = speculate_text(item.question, item.options)
-    messages = [Message("user", [image, prompt]), Message("assistant", [item.answer])]
+    messages = [
+        *PROTOCOL.speculate_chat(image, item.question, item.options),
+        Message("assistant", [item.answer]),
+    ]
     if unsure:
         return Example(messages, "unsure", unsure=tuple(item.options or ("yes", "no")))
     return Example(messages)
@@ -199,26 +200,18 @@ def agent_examples(item: SynthItem, views: Views, rule: ResizeRule) -> list[Exam
     hard = item.difficulty == "hard"
     screen = Example(
         [
-            Message("user", [views.agent, screen_text(item.question, item.options)]),
+            *PROTOCOL.screen_chat(views.agent, item.question, item.options),
             Message("assistant", ["yes" if hard else "no"]),
         ],
         "screen",
     )
-    opening = [
-        Message("system", [SYSTEM_PROMPT]),
-        Message(
-            "user",
-            [views.agent, f"\n{format_question(item.question, item.options)}{INSTRUCTION_SUFFIX}"],
-        ),
-    ]
+    opening = PROTOCOL.agent_start(views.agent, item.question, item.options)
     name = name_example(item, views.agent)
     if not hard:
         direct = Example([*opening, Message("assistant", [answer_text(item)])], "direct")
         return [screen, name, direct]
     call = zoom_call(item, item.view_box(rule.size_for(SIZE, SIZE)[0]))
-    observation = Message(
-        "user", ["<tool_response>", views.crop, INSTRUCTION_SUFFIX, "</tool_response>"]
-    )
+    observation = PROTOCOL.tool_response(views.crop)
     zoom = Example([*opening, Message("assistant", [call])], "zoom")
     after_zoom = [Message("assistant", [call]), observation]
     read = Example([*opening, *after_zoom, Message("assistant", [answer_text(item)])], "read")
@@ -231,6 +224,7 @@ def make_views(item: SynthItem, small_rule: ResizeRule, agent_rule: ResizeRule) 
         [float(v) for v in item.view_box(agent_rule.size_for(*original.size)[0])],
         original.size,
         agent_rule,
+        PROTOCOL,
         AgentLimits(),
     )
     return Views(
@@ -430,6 +424,8 @@ def train(
     if shares:
         on_log(f"  held-out at the end: {_shares(shares)}")
     model.save_pretrained(checkpoint)
+    # served with the protocol it was trained on, never another (common.models.registry)
+    (checkpoint / "speceyes.json").write_text(json.dumps({"protocol": PROTOCOL.name}) + "\n")
     for path in checkpoint.iterdir():
         path.chmod(0o644)
     return TrainReport(step, seconds, smoothed, accuracy, shares, gave_up)

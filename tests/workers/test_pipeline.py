@@ -245,9 +245,9 @@ def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny
         agent_max_steps="2",
         agent_max_new_tokens="12",
         # every job speculated; the random small model's confidences on these images lie
-        # between 0.804 and 0.816, so this threshold sends some on to the agent
+        # between 0.856 and 0.867, so this threshold sends some on to the agent
         screener="none",
-        gate_threshold="0.81",
+        gate_threshold="0.862",
     )
     folder = tmp_path / "corpus"
     write_images(folder, 6, size=(96, 80))
@@ -264,11 +264,12 @@ def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny
     for job in jobs:
         assert job.attempts == 1 and job.confidence is not None
         if job.answered_by == "small":
-            assert job.confidence > 0.81 and job.final_answer == job.small_answer
+            assert job.confidence > 0.862 and job.final_answer == job.small_answer
         elif job.status == "done":
             assert job.answered_by == "large" and job.trajectory["steps"]
         else:  # random text rarely follows the DeepEyes protocol: a clear error, not a guess
-            assert job.confidence <= 0.81 and job.error_code == "step_limit", job.error_code
+            assert job.confidence <= 0.862, job.confidence
+            assert job.error_code in ("step_limit", "tool_call_invalid"), job.error_code
 
 
 def _free_port() -> int:

@@ -1,4 +1,5 @@
-"""The DeepEyes loop on the scripted backend: boxes, crops, errors and the step limit."""
+"""The DeepEyes loop on the scripted backend: boxes, crops, errors and the step limit,
+under both protocols (``v0``: ours; ``reference``: the SpecEyes evaluation's loop)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ from collections.abc import Sequence
 import pytest
 from PIL import Image, ImageDraw
 
-from common.agents.deepeyes import (
-    INSTRUCTION_SUFFIX,
-    SYSTEM_PROMPT,
-    parse_answer,
-    run_deepeyes,
-)
+from common.agents.deepeyes import parse_answer, run_deepeyes
 from common.backends.base import Conversation, Generation
 from common.backends.scripted import JobScript, ScriptedModel
 from common.config import AgentLimits
 from common.contracts import Query
 from common.images import ResizeRule
+from common.protocols import REFERENCE, V0, Protocol
+from common.protocols import reference as reference_text
+
+INSTRUCTION_SUFFIX = V0.agent_suffix
+SYSTEM_PROMPT = V0.agent_system
 
 # The tiny Qwen2.5-VL's processor: a 448x336 original is seen at 252x168.
 RULE = ResizeRule(factor=28, min_pixels=3136, max_pixels=50176)
@@ -27,12 +28,18 @@ RULE = ResizeRule(factor=28, min_pixels=3136, max_pixels=50176)
 class RecordingModel(ScriptedModel):
     """Scripted, and keeps every conversation it was shown."""
 
-    def __init__(self, steps: Sequence[str]) -> None:
-        super().__init__({"job": JobScript(agent_steps=tuple(steps))}, resize_rule=RULE)
+    def __init__(self, steps: Sequence[str], protocol: Protocol = V0) -> None:
+        rule = RULE if protocol.image_grid is None else protocol.image_grid
+        script = {"job": JobScript(agent_steps=tuple(steps))}
+        super().__init__(script, resize_rule=rule, protocol=protocol)
         self.seen: list[list] = []
+        self.roles: list[list[str]] = []
+        self.stops: list[tuple[str, ...]] = []
 
     def generate(self, conversation: Conversation, **kwargs) -> Generation:
         self.seen.append([list(m.content) for m in conversation.messages])
+        self.roles.append([m.role for m in conversation.messages])
+        self.stops.append(tuple(kwargs["stop"]))
         return super().generate(conversation, **kwargs)
 
 
@@ -47,9 +54,9 @@ def original() -> Image.Image:
     return image
 
 
-def run(steps: Sequence[str], **limits) -> tuple:
-    model = RecordingModel(steps)
-    query = Query("job", original(), "What colour is the box?", ("red", "blue"))
+def run(steps: Sequence[str], protocol: Protocol = V0, image=None, **limits) -> tuple:
+    model = RecordingModel(steps, protocol)
+    query = Query("job", image or original(), "What colour is the box?", ("red", "blue"))
     return run_deepeyes(query, model, AgentLimits(**limits)), model
 
 
@@ -138,3 +145,82 @@ def test_an_answer_after_a_tool_call_is_not_taken():
     assert parse_answer('<tool_call>{"x": 1}</tool_call><answer>A</answer>') is None
     assert parse_answer("<think>x</think> <answer> red </answer>") == "red"
     assert parse_answer("<answer>unfinished") is None
+
+
+# -- the reference protocol: the SpecEyes evaluation's loop ------------------------------
+def odd_original() -> Image.Image:
+    """450x340: the reference grid shows it at 448x336 (scales 450/448 and 340/336)."""
+    image = Image.new("RGB", (450, 340), (0, 0, 255))
+    ImageDraw.Draw(image).rectangle((112, 84, 335, 251), fill=(255, 0, 0))
+    return image
+
+
+def run_reference(steps: Sequence[str], **limits) -> tuple:
+    return run(steps, REFERENCE, odd_original(), **limits)
+
+
+def test_reference_first_turn_stops_and_image_grid():
+    _, model = run_reference(["<answer>A</answer>"])
+    (system, user), roles = model.seen[0], model.roles[0]
+    assert roles == ["system", "user"] and system == [reference_text.AGENT_SYSTEM]
+    assert user[1] == (
+        "Question: What colour is the box?\n        Options: \nA. red\nB. blue\n\n        "
+        "\nThink first, call **image_zoom_in_tool** if needed, then answer. Format strictly "
+        "as:  <think>...</think>  <tool_call>...</tool_call> (if tools needed)  "
+        "<answer>...</answer> "
+    )
+    assert user[0].size == (448, 336)  # resized to the 28 px grid before the processor
+    assert model.stops[0] == ("</tool_call>", "</answer>", "<|im_end|>")
+
+
+def test_reference_boxes_are_truncated_in_order_and_not_refused_for_size():
+    trajectory, model = run_reference(
+        [zoom([63.9, 42.9, 189.9, 126.9]), zoom([10, 10, 20, 20]), "<answer>A</answer>"]
+    )
+    # int(63.9 * 450/448) = 64, int(42.9 * 340/336) = 43, int(190.75) = 190, int(128.41) = 128
+    assert trajectory.steps[0].box_original == [64, 43, 190, 128]
+    assert trajectory.steps[1].box_original == [10, 10, 20, 20]  # 10 px: kept (v0: refused)
+    turn = model.seen[1][-1]
+    assert turn[0] == "<tool_response>" and turn[2] == REFERENCE.agent_suffix
+    assert (
+        turn[1].tobytes()
+        == REFERENCE.image_grid.apply(odd_original().crop((64, 43, 190, 128))).tobytes()
+    )
+    assert trajectory.answer == "A"
+
+
+def test_reference_an_open_answer_ends_the_trajectory():
+    trajectory, _ = run_reference(["<think>red</think> <answer> A. red"])
+    assert trajectory.answer == "A. red" and len(trajectory.steps) == 1
+
+
+def test_reference_unparsable_json_gets_the_instruction_as_an_assistant_turn():
+    trajectory, model = run_reference(
+        [call("image_zoom_in_tool", "{"), "<think>x</think> no format", "<answer>B</answer>"]
+    )
+    assert model.roles[1][-2:] == ["assistant", "assistant"]
+    assert model.seen[1][-1] == [REFERENCE.agent_suffix]
+    # neither a call nor an answer: the instruction comes back as a user turn
+    assert model.roles[2][-1] == "user" and model.seen[2][-1] == [REFERENCE.agent_suffix]
+    assert trajectory.answer == "B" and len(trajectory.steps) == 3
+
+
+REFERENCE_FATAL = {
+    "no-bbox": call("image_zoom_in_tool", '{"label": "x"}'),
+    "short-box": call("image_zoom_in_tool", '{"bbox_2d": [1, 2]}'),
+    "not-object": '<tool_call>["image_zoom_in_tool"]</tool_call>',
+    "text-edges": call("image_zoom_in_tool", '{"bbox_2d": ["1", "2", "30", "40"]}'),
+    "reversed": zoom([189, 126, 63, 42]),
+}
+
+
+@pytest.mark.parametrize("text", REFERENCE_FATAL.values(), ids=REFERENCE_FATAL.keys())
+def test_reference_a_call_it_cannot_carry_out_ends_the_trajectory(text: str):
+    trajectory, model = run_reference([text, "<answer>A</answer>"])
+    assert trajectory.answer is None and trajectory.error_code == "tool_call_invalid"
+    assert len(trajectory.steps) == 1 and len(model.seen) == 1
+
+
+def test_reference_does_not_check_the_tool_name():
+    trajectory, _ = run_reference([call("crop", '{"bbox_2d": [0, 0, 100, 100]}'), "<answer>A"])
+    assert trajectory.steps[0].box_original == [0, 0, 100, 101] and trajectory.answer == "A"

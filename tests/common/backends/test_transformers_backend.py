@@ -13,12 +13,13 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from common.agents.deepeyes import STOP_STRINGS, run_deepeyes
+from common.agents.deepeyes import run_deepeyes
 from common.backends.base import Conversation
 from common.backends.transformers_backend import TransformersModel
 from common.config import AgentLimits
 from common.contracts import Query
 from common.errors import ConfigurationError
+from common.protocols import REFERENCE, V0, Protocol
 from tests.helpers import ForceText
 
 
@@ -33,8 +34,10 @@ def sample_queries() -> list[Query]:
 
 
 def test_the_processor_resize_rule_is_read_from_the_checkpoint(tiny_large, tiny_small):
-    assert (tiny_large.resize_rule.factor, tiny_small.resize_rule.factor) == (28, 32)
-    assert tiny_large.resize_rule.max_pixels == 64 * 28 * 28
+    assert (tiny_large.processor_rule.factor, tiny_small.processor_rule.factor) == (28, 32)
+    assert tiny_large.processor_rule.max_pixels == 64 * 28 * 28
+    # images are shown on the protocol's grid; without one, the processor's
+    assert tiny_large.resize_rule == REFERENCE.image_grid
 
 
 @pytest.mark.parametrize("which", ["small", "large"])
@@ -61,15 +64,8 @@ def test_recorded_logits_are_the_models_own_and_their_argmax_is_the_token(tiny_s
     assert len(speculation.scores.top_values) == len(speculation.token_ids) > 0
     assert all(len(row) == 8 for row in speculation.scores.top_values)
     # Re-run the prompt plus the answer through a plain forward pass.
-    from common.backends.transformers_backend import _user_turn, template_messages
-    from common.prompts import speculate_text
-
-    messages, images = template_messages(
-        _user_turn(query.image, speculate_text(query.question, None))
-    )
-    text = tiny_small.processor.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True
-    )
+    chat = tiny_small.speculate_chat(query)
+    text, images = tiny_small.render(chat), [part for m in chat for part in m.images]
     inputs = tiny_small.processor(text=[text], images=images, return_tensors="pt")
     answer = torch.tensor([speculation.token_ids])
     inputs["input_ids"] = torch.cat([inputs["input_ids"], answer], dim=1)
@@ -95,7 +91,7 @@ def test_generation_stops_right_after_a_stop_string(tiny_paths):
     large.logits_processors = [ForceText(large.tokenizer, [forced], large.eos_ids[0])]
     conversation = Conversation(key="x")
     conversation.add("user", Image.new("RGB", (100, 80)), "What colour?")
-    generation = large.generate(conversation, stop=STOP_STRINGS, max_new_tokens=64)
+    generation = large.generate(conversation, stop=REFERENCE.agent_stop, max_new_tokens=64)
     assert generation.text.endswith("<answer>red</answer>")
     assert "more text" not in generation.text
     assert generation.finish_reason == "stop"
@@ -109,12 +105,16 @@ def test_the_length_limit_is_reported(tiny_large):
     assert generation.finish_reason in {"length", "eos"}
 
 
-def test_a_forced_zoom_crops_the_right_region_of_the_original(tiny_paths):
-    large = TransformersModel(str(tiny_paths["large"]), device="cpu")
-    call = {
-        "name": "image_zoom_in_tool",
-        "arguments": {"bbox_2d": [63, 42, 189, 126], "label": "box"},
-    }
+# v0 shows the image at the tiny processor's own size (252x168); reference on its grid
+ZOOMS = [(V0, [63, 42, 189, 126]), (REFERENCE, [112, 84, 336, 252])]
+
+
+@pytest.mark.parametrize(("protocol", "box"), ZOOMS, ids=["v0", "reference"])
+def test_a_forced_zoom_crops_the_right_region_of_the_original(
+    tiny_paths, protocol: Protocol, box: list[int]
+):
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu", protocol=protocol)
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": box, "label": "box"}}
     steps = [
         f"<think>zoom</think><tool_call>{json.dumps(call)}</tool_call>",
         "<think>it is red</think><answer>red</answer>",

@@ -1,0 +1,197 @@
+"""Protocols: what each phase shows a model, as data, one module per protocol.
+
+A ``Protocol`` holds the model-facing texts of phases I, II and IV (system prompts, the
+question's layout, instruction suffixes), the generation stops, the rules of the agent's
+tool loop (what it does with output it cannot use, how a zoom box maps to the original
+image) and the image grid every image is resized to before a processor sees it.
+
+- ``reference`` (``common/protocols/reference.py``): the SpecEyes evaluation, exactly;
+  the default for every checkpoint that names no protocol of its own;
+- ``v0`` (``common/protocols/v0.py``): SpecEyes' first wording, which the shipped synth
+  models were trained on.
+
+A checkpoint folder may name the protocol it was trained with in ``speceyes.json``
+(``{"protocol": "v0"}``); it is then always served with it (``common.models.registry``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from PIL import Image
+
+from common.backends.base import Message
+from common.errors import ConfigurationError
+from common.images import ResizeRule
+from common.protocols import reference, v0
+
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+ProtocolName = Literal["reference", "v0"]
+# "reference": the evaluation's loop (an unparsable call gets the instruction back as an
+# assistant turn, a call it cannot carry out ends the trajectory, an open <answer> ends
+# it); "observe": ours (every problem goes back to the model as an observation).
+MalformedPolicy = Literal["reference", "observe"]
+# "truncate": int() of the scaled edges, clamped, unsorted (the evaluation);
+# "cover": floor/ceil of the sorted edges, clamped (ours: the box covers what was asked).
+BoxRule = Literal["truncate", "cover"]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: ProtocolName
+    # the question and its options, as every phase shows them
+    question_with_options: str  # fields {question}, {options}
+    question_without_options: str  # field {question}
+    options_prefix: str
+    option_line: str  # fields {letter}, {option}
+    strip_question: bool
+    # phase I (screen), phase II (speculate)
+    screen_system: str | None  # None: the chat template's default system prompt
+    screen_suffix: str
+    screen_stop: tuple[str, ...]
+    speculate_system: str | None
+    speculate_suffix: str
+    speculate_suffix_with_options: str
+    # phase IV (DeepEyes)
+    agent_system: str
+    agent_first_turn: str  # fields {question}, {suffix}
+    agent_suffix: str  # the instruction that ends every user turn
+    agent_stop: tuple[str, ...]
+    malformed: MalformedPolicy
+    box_rule: BoxRule
+    min_box_side: int  # boxes with a side <= this are refused (0: none)
+    max_box_aspect: float  # boxes with a longer aspect ratio are refused
+    # every image is resized to this grid (bicubic) before the processor; None: the
+    # processor's own rule resizes it
+    image_grid: ResizeRule | None
+
+    def question_block(self, question: str, options: Sequence[str] | None) -> str:
+        """The question and its lettered options, laid out as this protocol shows them."""
+        if self.strip_question:
+            question = question.strip()
+        if not options:
+            return self.question_without_options.format(question=question)
+        lines = "".join(
+            self.option_line.format(letter=OPTION_LETTERS[i], option=option)
+            for i, option in enumerate(options)
+        )
+        return self.question_with_options.format(
+            question=question, options=self.options_prefix + lines
+        )
+
+    def screen_text(self, question: str, options: Sequence[str] | None) -> str:
+        return self.question_block(question, options) + self.screen_suffix
+
+    def speculate_text(self, question: str, options: Sequence[str] | None) -> str:
+        suffix = self.speculate_suffix_with_options if options else self.speculate_suffix
+        return self.question_block(question, options) + suffix
+
+    def screen_chat(
+        self, image: Image.Image, question: str, options: Sequence[str] | None
+    ) -> list[Message]:
+        """Phase I: would tools help? (the large model answers yes or no)."""
+        return _chat(self.screen_system, image, self.screen_text(question, options))
+
+    def speculate_chat(
+        self, image: Image.Image, question: str, options: Sequence[str] | None
+    ) -> list[Message]:
+        """Phase II: the small model answers directly."""
+        return _chat(self.speculate_system, image, self.speculate_text(question, options))
+
+    def agent_start(
+        self, image: Image.Image, question: str, options: Sequence[str] | None
+    ) -> list[Message]:
+        """Phase IV: the tool prompt and the first user turn."""
+        text = self.agent_first_turn.format(
+            question=self.question_block(question, options), suffix=self.agent_suffix
+        )
+        return [Message("system", [self.agent_system]), Message("user", [image, text])]
+
+    def tool_response(self, observation: Image.Image | str) -> Message:
+        """The user turn that returns a zoom's crop (or, ``observe``, an error)."""
+        return Message(
+            "user", ["<tool_response>", observation, self.agent_suffix, "</tool_response>"]
+        )
+
+    def view(self, image: Image.Image) -> Image.Image:
+        """The image as handed to the processor."""
+        return self.image_grid.apply(image) if self.image_grid is not None else image
+
+
+def _chat(system: str | None, image: Image.Image, text: str) -> list[Message]:
+    turns = [Message("system", [system])] if system is not None else []
+    return [*turns, Message("user", [image, text])]
+
+
+REFERENCE = Protocol(
+    name="reference",
+    question_with_options=reference.QUESTION_WITH_OPTIONS,
+    question_without_options=reference.QUESTION_WITHOUT_OPTIONS,
+    options_prefix=reference.OPTIONS_PREFIX,
+    option_line=reference.OPTION_LINE,
+    strip_question=False,
+    screen_system=reference.SCREEN_SYSTEM,
+    screen_suffix=reference.SCREEN_SUFFIX,
+    screen_stop=reference.STOP_STRINGS,
+    speculate_system=reference.SPECULATE_SYSTEM,
+    speculate_suffix=reference.SPECULATE_SUFFIX,
+    speculate_suffix_with_options=reference.SPECULATE_SUFFIX,
+    agent_system=reference.AGENT_SYSTEM,
+    agent_first_turn=reference.AGENT_FIRST_TURN,
+    agent_suffix=reference.AGENT_SUFFIX,
+    agent_stop=reference.STOP_STRINGS,
+    malformed="reference",
+    box_rule="truncate",
+    min_box_side=0,
+    max_box_aspect=float("inf"),
+    image_grid=ResizeRule(
+        reference.IMAGE_FACTOR, reference.IMAGE_MIN_PIXELS, reference.IMAGE_MAX_PIXELS
+    ),
+)
+
+V0 = Protocol(
+    name="v0",
+    question_with_options=v0.QUESTION_WITH_OPTIONS,
+    question_without_options=v0.QUESTION_WITHOUT_OPTIONS,
+    options_prefix=v0.OPTIONS_PREFIX,
+    option_line=v0.OPTION_LINE,
+    strip_question=True,
+    screen_system=v0.SCREEN_SYSTEM,
+    screen_suffix=v0.SCREEN_SUFFIX,
+    screen_stop=v0.SCREEN_STOP_STRINGS,
+    speculate_system=v0.SPECULATE_SYSTEM,
+    speculate_suffix=v0.SPECULATE_SUFFIX,
+    speculate_suffix_with_options=v0.SPECULATE_SUFFIX_WITH_OPTIONS,
+    agent_system=v0.AGENT_SYSTEM,
+    agent_first_turn=v0.AGENT_FIRST_TURN,
+    agent_suffix=v0.AGENT_SUFFIX,
+    agent_stop=v0.AGENT_STOP_STRINGS,
+    malformed="observe",
+    box_rule="cover",
+    min_box_side=v0.MIN_BOX_SIDE,
+    max_box_aspect=v0.MAX_BOX_ASPECT,
+    image_grid=None,
+)
+
+PROTOCOLS: dict[str, Protocol] = {"reference": REFERENCE, "v0": V0}
+
+
+def get_protocol(name: str) -> Protocol:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        known = ", ".join(PROTOCOLS)
+        raise ConfigurationError(f"unknown protocol {name!r} (known: {known})") from None
+
+
+def screen_says_tool_free(raw_text: str) -> bool:
+    """SPEC's rule: output starting with "no" (case-insensitive, stripped) is tool-free.
+
+    Anything else, malformed or empty output included, means tools are needed. (The
+    reference evaluation does not strip; the brief does. Stripping only matters for
+    output that begins with white space.)
+    """
+    return raw_text.strip().lower().startswith("no")

@@ -1,0 +1,161 @@
+"""Golden transcripts: the exact text every phase sends under the ``reference`` protocol,
+rendered through the real Qwen2.5-VL (agent) and Qwen3-VL (small model) chat templates
+of the tiny checkpoints, against texts written out by hand from the SpecEyes evaluation
+code (MAC-AutoML/SpecEyes ``eval_code_deepeyes/``: ``prompt.py``, ``SpecEyes.py``,
+``utils.py``). A difference of one character here is a different question to the model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image, ImageDraw
+
+from common.agents.deepeyes import run_deepeyes
+from common.backends.base import Conversation
+from common.backends.transformers_backend import TransformersModel
+from common.config import AgentLimits
+from common.contracts import Query
+from common.images import smart_resize
+from common.protocols import REFERENCE
+from tests.helpers import ForceText
+
+IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+
+CHOICE = Query("mc", Image.new("RGB", (640, 480)), "What is the color of the umbrella?",
+               ("red", "blue", "green", "yellow"))  # fmt: skip
+YES_NO = Query("yn", Image.new("RGB", (640, 480)), "Is there a dog in the image?")
+
+# prompt.py PROMPT_TEMPLATES_JTC["reliability_weighted"]["system_prompt"]
+SCREEN_SYSTEM = """You decide based on answer reliability.
+
+Answer "yes" if using a tool would significantly improve correctness or confidence of the answer.
+
+Answer "no" if tools would add little or no value.
+
+Output only "yes" or "no".
+"""
+# SpecEyes.py init_messages_judge_tc: "Question: {question}\n        Options: {options}\n        "
+CHOICE_PROMPT = (
+    "Question: What is the color of the umbrella?\n"
+    "        Options: \nA. red\nB. blue\nC. green\nD. yellow\n"
+    "\n        "
+)
+YES_NO_PROMPT = "Question: Is there a dog in the image?\n        "
+# prompt.py USER_PROMPT
+SUFFIX = (
+    "\nThink first, call **image_zoom_in_tool** if needed, then answer. Format strictly as:  "
+    "<think>...</think>  <tool_call>...</tool_call> (if tools needed)  <answer>...</answer> "
+)
+# prompt.py SYSTEM_PROMPT
+AGENT_SYSTEM = """You are a helpful assistant.
+
+# Tools
+You may call one or more functions to assist with the user query.
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{"type":"function","function":{
+    "name":"image_zoom_in_tool",
+    "description":"Zoom in on a specific region of the input image by cropping it based on a bounding box (bbox) and an optional object label.",
+    "parameters":{
+        "type":"object",
+        "properties":{
+            "bbox_2d":{"type":"array","items":{"type":"number"},"minItems":4,"maxItems":4,"description":"The bounding box to zoom in, format: [x1, y1, x2, y2]."},
+            "label":{"type":"string","description":"Label of the object (optional)."}
+        },
+        "required":["bbox_2d"]
+    }
+}}
+</tools>
+
+# How to call a tool
+Return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call>
+
+**Example**:  \n<tool_call>  \n{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the apple on the desk"}}  \n</tool_call>
+"""  # noqa: E501 -- the prompt's own lines; the three "  \n" keep its trailing spaces
+
+
+def chat(system: str, user: str) -> str:
+    return (
+        f"<|im_start|>system\n{system}<|im_end|>\n"
+        f"<|im_start|>user\n{IMAGE}{user}<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+@pytest.mark.parametrize(("query", "prompt"), [(CHOICE, CHOICE_PROMPT), (YES_NO, YES_NO_PROMPT)])
+def test_phase_i_asks_the_agent_model_what_the_evaluation_asks(tiny_large, query, prompt):
+    expected = chat(
+        SCREEN_SYSTEM,
+        prompt + "\nWould tools significantly improve answer reliability? yes or no.",
+    )
+    assert tiny_large.render(tiny_large.screen_chat(query)) == expected
+
+
+@pytest.mark.parametrize(("query", "prompt"), [(CHOICE, CHOICE_PROMPT), (YES_NO, YES_NO_PROMPT)])
+def test_phase_ii_asks_the_small_model_what_the_evaluation_asks(tiny_small, query, prompt):
+    # prompt.py SYSTEM_PROMPT_ANSWER; SpecEyes.py prepare_messages_to_answer ("\nAnswer:")
+    system = (
+        "You are a helpful assistant. Output only the final answer itself. Do not include "
+        "explanations, reasoning, labels, or any extra text."
+    )
+    assert tiny_small.render(tiny_small.speculate_chat(query)) == chat(system, prompt + "\nAnswer:")
+
+
+def test_deepeyes_turns_before_and_after_a_zoom(tiny_paths):
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32")
+    zoom = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [112, 84, 336, 252]}}
+    zoom_text = f"<think>look</think> <tool_call>{json.dumps(zoom)}</tool_call>"
+    large.logits_processors = [
+        ForceText(large.tokenizer, [zoom_text, "<answer>B</answer>"], large.eos_ids[0])
+    ]
+    rendered: list[str] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        rendered.append(large.render(conversation.messages))
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    image = Image.new("RGB", (448, 336), (0, 0, 255))
+    ImageDraw.Draw(image).rectangle((112, 84, 335, 251), fill=(255, 0, 0))
+    query = Query("q", image, CHOICE.question, CHOICE.options)
+    trajectory = run_deepeyes(query, large, AgentLimits())
+
+    assert trajectory.answer == "B"
+    first = chat(AGENT_SYSTEM, CHOICE_PROMPT + SUFFIX)
+    assert rendered[0] == first
+    assert rendered[1] == (
+        first
+        + f"{zoom_text}<|im_end|>\n"
+        + f"<|im_start|>user\n<tool_response>{IMAGE}{SUFFIX}</tool_response><|im_end|>\n"
+        + "<|im_start|>assistant\n"
+    )
+    # utils.py map_box: int() of the scaled edges (448x336 is its own 28 px grid: scale 1)
+    assert trajectory.steps[0].box_original == [112, 84, 336, 252]
+
+
+def test_an_8k_image_gives_each_model_the_evaluations_visual_tokens():
+    """7680x4320 is resized to the 28 px grid within 16384·28² pixels before either
+    processor sees it (qwen_vl_utils' fetch_image at patch 14, as the evaluation calls
+    it); each processor then fits it to its own patches."""
+    view = REFERENCE.image_grid.size_for(7680, 4320)
+    assert view == (4760, 2688)  # utils.py smart_resize(7680, 4320)
+    # DeepEyes (Qwen2.5-VL: 14 px patches merged 2x2, at most 16384·28² pixels)
+    height, width = smart_resize(view[1], view[0], 28, 4 * 28 * 28, 16384 * 28 * 28)
+    assert (height // 28) * (width // 28) == 16320
+    # Qwen3-VL-2B (16 px patches merged 2x2, 64·32² to 16384·32² pixels)
+    height, width = smart_resize(view[1], view[0], 32, 64 * 32 * 32, 16384 * 32 * 32)
+    assert (height // 32) * (width // 32) == 12516
+    # the original straight into Qwen3-VL's processor would be 16,320 tokens, not 12,516
+    height, width = smart_resize(4320, 7680, 32, 64 * 32 * 32, 16384 * 32 * 32)
+    assert (height // 32) * (width // 32) == 16320
+
+
+def test_every_image_reaches_the_processor_on_the_reference_grid(tiny_small):
+    seen = tiny_small.speculate_chat(Query("q", Image.new("RGB", (1000, 617)), "Q?"))
+    image = seen[-1].images[0]
+    assert image.size == REFERENCE.image_grid.size_for(1000, 617) == (1008, 616)
