@@ -28,6 +28,7 @@ _FLAG_FIELDS = {
     "batch_size": "fast_batch_size",
     "max_steps": "agent_max_steps",
     "agent": "agent",
+    "protocol": "protocol",
     "agent_workers": "agent_workers",
     "db": "database_url",
     "broker": "broker_url",
@@ -56,6 +57,13 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--backend", choices=["transformers", "scripted"], help="model backend")
     group.add_argument("--device", help="'auto', 'cpu', 'cuda', 'cuda:1', ...")
     group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+    group.add_argument(
+        "--protocol",
+        choices=["auto", "reference", "v0"],
+        help="what the models are shown: 'reference' (the SpecEyes evaluation), 'v0' (our "
+        "first wording, the synth models'); 'auto' (default): what a checkpoint declares, "
+        "else reference",
+    )
 
 
 def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
