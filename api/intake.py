@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
-import os
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +28,7 @@ from api.errors import ApiError, summary
 from api.schemas import BatchRequest, JobSpec
 from common.config import Settings
 from common.errors import ImageError
-from common.images import content_hash, decode_image, read_image_bytes
+from common.images import content_hash, decode_image, image_suffix, keep_bytes, read_image_bytes
 from common.store.submission import NewItem
 
 
@@ -72,16 +69,8 @@ def image_from_bytes(data: bytes, settings: Settings) -> StoredImage:
             f"{settings.max_upload_bytes}",
         )
     _decode(data, settings)
-    digest = content_hash(data)
-    suffix = "." + (Image.open(io.BytesIO(data)).format or "img").lower()
-    target = settings.upload_dir / digest[:2] / f"{digest}{suffix}"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, scratch = tempfile.mkstemp(dir=target.parent, suffix=".part")
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(scratch, target)  # atomic: a reader sees the whole file or none
-    return StoredImage(str(target), digest)
+    path, digest = keep_bytes(data, settings.upload_dir, image_suffix(data))
+    return StoredImage(path, digest)
 
 
 def image_from_base64(text: str, settings: Settings) -> StoredImage:

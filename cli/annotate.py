@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.out is not None:
         check_format(args.out)
-    rows = read_source(args.source, args.question, args.options)
+    rows = read_source(args.source, args.question, args.options, image_store=settings.upload_dir)
     for row in rows:
         if row.error is not None:
             print(f"speceyes: skipping {row.error[1]}", file=sys.stderr)
@@ -183,13 +183,25 @@ def _print_summary(result: RunResult) -> None:
 
 
 def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
-    from common.store.reads import batch_accuracy
+    from common.store.reads import batch_accuracy, split_scores
 
     with sessions() as session:
         scored, correct = batch_accuracy(session, batch_id)
+        splits = split_scores(session, batch_id)
     if scored:
         print(
             f"accuracy     {correct / scored:.1%} ({correct} of {scored} rows with a known answer)"
+        )
+    if splits:
+        print("split                      rows   strict  reference  failed  undecided")
+        for split in splits:
+            print(
+                f"{split.split:<26} {split.rows:>4}  {split.strict:>6.1%}  {split.reference:>9.1%}"
+                f"  {split.failed:>6}  {split.undecided:>9}"
+            )
+        print(
+            "strict: our rules, a failed row is wrong; reference: the evaluation's rules, "
+            "failed rows left out, undecided rows (its LLM judge's) counted wrong"
         )
 
 

@@ -19,24 +19,25 @@ def register(commands: Any) -> None:
         "a target named by its kind, large (easy) or small (hard, needs zooming), with "
         "V*-style colour questions and "
         "POPE-style yes/no questions. Writes OUT/manifest.jsonl (+ images/) for "
-        "`speceyes annotate`, OUT/vstar/direct_attributes/ and OUT/POPE/Full/*.parquet.",
+        "`speceyes annotate`, OUT/vstar/direct_attributes/, OUT/hr_bench_synth.tsv (HR-Bench "
+        "layout) and OUT/POPE/Full/*.parquet: each is an `annotate` SOURCE.",
     )
     generate.add_argument("out", type=Path, metavar="OUT")
     generate.add_argument("--items", type=int, default=200, help="how many (200)")
     generate.add_argument("--seed", type=int, default=2026, help="world seed (2026)")
     generate.add_argument(
         "--formats",
-        default="manifest,vstar,pope",
-        help="comma-separated subset of manifest,vstar,pope (all)",
+        default="manifest,vstar,hr,pope",
+        help="comma-separated subset of manifest,vstar,hr,pope (all)",
     )
     generate.set_defaults(run=run_generate)
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from lab.synth.world import items, write_manifest, write_pope, write_vstar
+    from lab.synth.world import items, write_hr, write_manifest, write_pope, write_vstar
 
     formats = {name.strip() for name in args.formats.split(",") if name.strip()}
-    unknown = formats - {"manifest", "vstar", "pope"}
+    unknown = formats - {"manifest", "vstar", "hr", "pope"}
     if unknown:
         raise InvalidInput(f"unknown format(s) {', '.join(sorted(unknown))}")
     generated = list(items(args.items, args.seed))
@@ -46,6 +47,9 @@ def run_generate(args: argparse.Namespace) -> int:
     if "vstar" in formats:
         write_vstar(generated, args.out / "vstar")
         written.append(str(args.out / "vstar"))
+    if "hr" in formats:
+        write_hr(generated, args.out / "hr_bench_synth.tsv")
+        written.append(str(args.out / "hr_bench_synth.tsv"))
     if "pope" in formats:
         pope = args.out / "POPE" / "Full" / "random-00000-of-00001.parquet"
         write_pope(generated, pope)

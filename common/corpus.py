@@ -29,15 +29,27 @@ class SourceRow:
     image_path: str | None = None  # absolute
     error: tuple[str, str] | None = None  # (code, message naming file and line)
     expected: str | None = None  # the row's known answer ("answer" column), for accuracy
+    split: str | None = None  # a benchmark row's split ("pope/random", ...)
+    category: str | None = None
 
 
 def read_source(
-    source: Path, question: str | None = None, options: list[str] | None = None
+    source: Path,
+    question: str | None = None,
+    options: list[str] | None = None,
+    *,
+    image_store: Path | None = None,
 ) -> list[SourceRow]:
     """The rows of ``source``. ``question`` / ``options`` apply to a folder's images and
-    fill in manifest rows that have none."""
+    fill in manifest rows that have none. A benchmark in its published layout (V* folder,
+    HR-Bench TSV, POPE parquet: ``common.benchmarks``) brings its own questions; images
+    inside its files are kept under ``image_store``."""
     if not source.exists():
         raise InvalidInput(f"SOURCE not found: {source}")
+    from common.benchmarks import detect, read_benchmark
+
+    if detect(source) is not None:
+        return read_benchmark(source, image_store or Path(".speceyes-images"))
     if source.is_dir():
         return _read_folder(source, question, options)
     suffix = source.suffix.lower()
@@ -46,8 +58,8 @@ def read_source(
     if suffix == ".csv":
         return _read_csv(source, question, options)
     raise InvalidInput(
-        f"SOURCE must be a folder of images or a manifest ({', '.join(MANIFEST_EXTENSIONS)}); "
-        f"got {source}"
+        f"SOURCE must be a folder of images, a manifest ({', '.join(MANIFEST_EXTENSIONS)}) or "
+        f"a benchmark (a V* folder, an HR-Bench .tsv, a POPE .parquet); got {source}"
     )
 
 

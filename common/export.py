@@ -39,6 +39,8 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "error_code": job.error_code,
         "error": job.error_message if job.status == JobStatus.FAILED else None,
         "expected": item.expected,
+        "split": item.split,
+        "category": item.category,
         "correct": None
         if item.expected is None
         else is_correct(job.final_answer, item.expected, job.options),

@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import os
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +79,29 @@ def smart_resize(
 def content_hash(data: bytes) -> str:
     """Stable identity of an image's bytes (hex sha256)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def keep_bytes(data: bytes, folder: Path, suffix: str) -> tuple[str, str]:
+    """Keep image bytes under ``folder`` by content hash (``ab/abcd....png``), written
+    atomically, once; returns (path, hash). Nothing is decoded."""
+    digest = content_hash(data)
+    target = folder / digest[:2] / f"{digest}{suffix}"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, scratch = tempfile.mkstemp(dir=target.parent, suffix=".part")
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(scratch, target)  # a reader sees the whole file or none
+    return str(target), digest
+
+
+def image_suffix(data: bytes) -> str:
+    """The file suffix of image bytes by their format (read from the header only)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return "." + (image.format or "img").lower()
+    except Exception:  # unreadable bytes still get kept; decoding fails the job later
+        return ".img"
 
 
 def read_image_bytes(path: str | Path, limits: ImageLimits) -> bytes:

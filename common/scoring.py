@@ -40,3 +40,36 @@ def is_correct(answer: str | None, expected: str, options: Sequence[str] | None 
     if want in ("yes", "no"):
         return got.split(" ", 1)[0] == want if got else False
     return got == want
+
+
+def reference_verdict(
+    benchmark: str, answer: str, expected: str, options: Sequence[str] | None = None
+) -> bool | None:
+    """The reference evaluation's rule check (MAC-AutoML/SpecEyes ``judge_code/``): True or
+    False where its rules decide, None where it asks its LLM judge.
+
+    - every benchmark: an answer in ``\\boxed{...}`` is taken from the box;
+    - V* (``judge_vstar.py``): the right option is ``LETTER. TEXT``; a one-character answer
+      must be the letter; a two-character one with a dot must contain it; otherwise right
+      if the whole ``LETTER. TEXT`` appears in it;
+    - HR-Bench (``judge_hr.py``): the same with the letter alone, so any answer that
+      *contains* the letter counts (a quirk kept on purpose: "Blue" contains "B");
+    - POPE (``judge_pope.py``): an answer as long as the expected word must equal it
+      (case counts: "Yes" is wrong for "yes"); any other length goes to the judge.
+    """
+    if "\\boxed{" in answer:
+        answer = answer.split("\\boxed{")[1].split("}")[0]
+    if benchmark == "pope":
+        return answer == expected if len(answer) == len(expected) else None
+    if benchmark == "vstar" and options and expected in options:
+        letter = OPTION_LETTERS[list(options).index(expected)]
+        whole = f"{letter}. {expected}"
+    elif benchmark == "hr":
+        letter = whole = expected
+    else:
+        return None
+    if len(answer) == 1:
+        return answer == letter
+    if len(answer) == 2 and "." in answer:
+        return letter in answer
+    return True if whole in answer else None

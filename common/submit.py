@@ -68,8 +68,9 @@ def run_config(settings: Settings) -> dict[str, Any]:
 def to_item(row: SourceRow, settings: Settings) -> NewItem:
     """A source row with its image hashed; an unreadable image makes a failed item."""
     item = NewItem(
-        row.position, row.item_id, row.question, row.options, row.image_path, expected=row.expected
-    )
+        row.position, row.item_id, row.question, row.options, row.image_path,
+        expected=row.expected, split=row.split, category=row.category,
+    )  # fmt: skip
     if row.error is not None or row.image_path is None:
         return replace(item, error=row.error or ("image_missing", "no image"))
     try:

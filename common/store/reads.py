@@ -140,3 +140,48 @@ def batch_accuracy(session: Session, batch_id: str) -> tuple[int, int]:
         scored += 1
         correct += is_correct(job.final_answer, item.expected, job.options)
     return scored, correct
+
+
+@dataclass
+class SplitScore:
+    """A benchmark split's accuracy, both ways."""
+
+    split: str
+    rows: int = 0
+    failed: int = 0
+    strict_correct: int = 0  # our rules; a failed row is wrong
+    reference_correct: int = 0  # the reference's rules, over rows that did not fail
+    undecided: int = 0  # rows the reference's rules leave to its LLM judge (counted wrong)
+
+    @property
+    def strict(self) -> float:
+        return self.strict_correct / self.rows if self.rows else 0.0
+
+    @property
+    def reference(self) -> float:
+        """As the reference reports it: failed rows are left out."""
+        scored = self.rows - self.failed
+        return self.reference_correct / scored if scored else 0.0
+
+
+def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
+    """Per benchmark split, the finished rows with a known answer, scored both ways."""
+    from common.scoring import is_correct, reference_verdict
+
+    scores: dict[str, SplitScore] = {}
+    for item, job in batch_results(session, batch_id):
+        if item.split is None or item.expected is None:
+            continue
+        if job.status not in (JobStatus.DONE, JobStatus.FAILED):
+            continue
+        score = scores.setdefault(item.split, SplitScore(item.split))
+        score.rows += 1
+        if job.status == JobStatus.FAILED or job.final_answer is None:
+            score.failed += 1
+            continue
+        score.strict_correct += is_correct(job.final_answer, item.expected, job.options)
+        benchmark = item.split.split("/")[0]
+        verdict = reference_verdict(benchmark, job.final_answer, item.expected, job.options)
+        score.undecided += verdict is None
+        score.reference_correct += bool(verdict)
+    return [scores[split] for split in sorted(scores)]

@@ -37,6 +37,8 @@ class NewItem:
     image_hash: str | None = None
     error: tuple[str, str] | None = None  # (code, message)
     expected: str | None = None  # the known right answer, for accuracy
+    split: str | None = None  # a benchmark row's split ("vstar/direct_attributes", ...)
+    category: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,12 @@ def submit_items(
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
     for position, (item, key) in enumerate(zip(fresh, keys, strict=True), first_position):
         item_row = BatchItem(
-            batch_id=batch.id, position=position, item_id=item.item_id, expected=item.expected
+            batch_id=batch.id,
+            position=position,
+            item_id=item.item_id,
+            expected=item.expected,
+            split=item.split,
+            category=item.category,
         )
         item_row.job_id = existing[key]
         session.add(item_row)

@@ -89,6 +89,8 @@ class BatchItem(Base):
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
     item_id: Mapped[str] = mapped_column(Text)  # the user's id: manifest id or file path
     expected: Mapped[str | None] = mapped_column(Text)  # the known answer, if the corpus has it
+    split: Mapped[str | None] = mapped_column(String(100))  # a benchmark's "pope/random", ...
+    category: Mapped[str | None] = mapped_column(String(100))
     job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id"), index=True)
 
 

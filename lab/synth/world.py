@@ -261,3 +261,24 @@ def write_pope(items_: list[SynthItem], path: Path) -> None:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def write_hr(items_: list[SynthItem], path: Path) -> None:
+    """HR-Bench-format TSV: index, image (base64 JPEG), question, A-D, answer (a letter),
+    category (the difficulty). Choice items only."""
+    import base64
+    import csv
+    import io
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter="\t")
+        writer.writerow(["index", "image", "question", "A", "B", "C", "D", "answer", "category"])
+        for index, item in enumerate(i for i in items_ if i.options):
+            buffer = io.BytesIO()
+            item.render().save(buffer, format="JPEG", quality=95)
+            image = base64.b64encode(buffer.getvalue()).decode()
+            options = list(item.options or ())
+            writer.writerow(
+                [index, image, item.question, *options, item.answer_letter, item.difficulty]
+            )

@@ -16,6 +16,7 @@ from lab.synth.world import (
     SIZE,
     items,
     make_item,
+    write_hr,
     write_manifest,
     write_pope,
     write_vstar,
@@ -119,3 +120,21 @@ def test_the_writers_produce_the_benchmark_formats(tmp_path: Path):
     assert table.num_rows == len(generated) - len(choices)
     assert set(table.column("answer").to_pylist()) <= {"yes", "no"}
     assert table.column("image").to_pylist()[0]["bytes"][:4] == b"\x89PNG"
+
+
+def test_the_synth_benchmark_files_read_back_through_the_benchmark_readers(tmp_path: Path):
+    generated = list(items(12, seed=5))
+    choices = {item.id: item for item in generated if item.kind == "choice"}
+    write_vstar(generated, tmp_path / "vstar")
+    write_hr(generated, tmp_path / "hr_bench_synth.tsv")
+    write_pope(generated, tmp_path / "POPE" / "Full" / "random-00000-of-00001.parquet")
+    store = tmp_path / "store"
+    vstar = read_source(tmp_path / "vstar")
+    assert {row.item_id.split("/")[1] for row in vstar} == set(choices)
+    assert all(row.expected == choices[row.item_id.split("/")[1]].answer for row in vstar)
+    hr = read_source(tmp_path / "hr_bench_synth.tsv", image_store=store)
+    assert [row.expected for row in hr] == [item.answer_letter for item in choices.values()]
+    assert all(row.error is None and Path(row.image_path or "").is_file() for row in hr)
+    pope = read_source(tmp_path / "POPE", image_store=store)
+    assert len(pope) == len(generated) - len(choices)
+    assert {row.split for row in pope} == {"pope/random"}

@@ -1,0 +1,170 @@
+"""The paper's benchmarks as ``annotate`` sources, in their published layouts.
+
+- **V\\***: a folder with ``direct_attributes/`` and / or ``relative_position/`` (or one of
+  them), each ``NAME.jpg`` beside ``NAME.json`` = ``{"question", "options"}``, the correct
+  option first. The options are shown in that order, lettered A, B, ... (as the
+  reference evaluation shows them), so the right answer is always A.
+- **HR-Bench**: a ``.tsv`` with columns ``image`` (base64), ``question``, ``A``-``D``,
+  ``answer`` (a letter) and ``category`` (others, such as ``index``, are ignored).
+- **POPE**: a ``.parquet`` with ``question``, ``answer`` (yes / no), ``category``,
+  ``question_id`` and ``image`` (a struct with ``bytes``), or a folder holding
+  ``Full/{adversarial,popular,random}-*.parquet``.
+
+Every row keeps its split (``vstar/direct_attributes``, ``hr/hr_bench_4k``,
+``pope/random``), its category and its expected answer. Images inside a TSV or parquet
+file are kept like uploads, by content hash under ``image_store``; the file is read a
+row (TSV) or a small record batch (parquet) at a time, so an HR-Bench 8K file (800
+images of ~8K pixels) is never held whole, and no image is decoded here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from common.corpus import SourceRow
+from common.errors import InvalidInput
+from common.images import image_suffix, keep_bytes
+
+Benchmark = Literal["vstar", "hr", "pope"]
+VSTAR_SPLITS = ("direct_attributes", "relative_position")
+HR_OPTIONS = ("A", "B", "C", "D")
+
+
+def detect(source: Path) -> Benchmark | None:
+    """Which benchmark layout ``source`` has, if any."""
+    if source.is_dir():
+        if any((source / split).is_dir() for split in VSTAR_SPLITS) or (
+            source.name in VSTAR_SPLITS and any(source.glob("*.json"))
+        ):
+            return "vstar"
+        if any((source / "Full").glob("*.parquet")):
+            return "pope"
+        return None
+    suffix = source.suffix.lower()
+    return "hr" if suffix == ".tsv" else "pope" if suffix == ".parquet" else None
+
+
+def read_benchmark(source: Path, image_store: Path) -> list[SourceRow]:
+    """The rows of a benchmark source (``detect`` said which)."""
+    kind = detect(source)
+    if kind == "vstar":
+        return read_vstar(source)
+    if kind == "hr":
+        return list(_numbered(_hr_rows(source, image_store)))
+    if kind == "pope":
+        files = sorted((source / "Full").glob("*.parquet")) if source.is_dir() else [source]
+        return list(_numbered(row for path in files for row in _pope_rows(path, image_store)))
+    raise InvalidInput(f"{source} is not a V*, HR-Bench or POPE source")
+
+
+def read_vstar(folder: Path) -> list[SourceRow]:
+    splits = [folder] if folder.name in VSTAR_SPLITS else [folder / s for s in VSTAR_SPLITS]
+    rows: list[SourceRow] = []
+    for split_folder in (split for split in splits if split.is_dir()):
+        split = f"vstar/{split_folder.name}"
+        for record_path in sorted(split_folder.glob("*.json")):
+            item_id = f"{split_folder.name}/{record_path.stem}"
+            image = record_path.with_suffix(".jpg")
+            try:
+                record = json.loads(record_path.read_text(encoding="utf-8"))
+                question, options = str(record["question"]), [str(o) for o in record["options"]]
+            except (ValueError, KeyError, TypeError) as exc:
+                reason = f"{record_path.name}: not a V* record ({type(exc).__name__}: {exc})"
+                rows.append(_broken(len(rows), item_id, reason, split))
+                continue
+            error = None if image.is_file() else ("image_missing", f"{image} not found")
+            rows.append(
+                SourceRow(
+                    len(rows),
+                    item_id,
+                    question,
+                    options,
+                    str(image.resolve()),
+                    error,
+                    expected=options[0] if options else None,
+                    split=split,
+                )
+            )
+    if not rows:
+        raise InvalidInput(f"no V* items in {folder} (NAME.json + NAME.jpg per item)")
+    return rows
+
+
+def _hr_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
+    csv.field_size_limit(sys.maxsize)  # a base64 8K image is one field of many MB
+    split = f"hr/{path.stem}"
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        missing = {"image", "question", "answer", *HR_OPTIONS} - set(reader.fieldnames or ())
+        if missing:
+            raise InvalidInput(f"{path} is not an HR-Bench TSV: no {', '.join(sorted(missing))}")
+        for number, record in enumerate(reader):
+            item_id = f"{path.stem}/{record.get('index') or number}"
+            options = [record[letter] for letter in HR_OPTIONS]
+            stored = _keep_base64(record["image"], image_store)
+            row = SourceRow(0, item_id, record["question"], options, split=split,
+                            category=record.get("category") or None,
+                            expected=(record["answer"] or "").strip() or None)  # fmt: skip
+            yield _with_image(row, stored)
+
+
+def _pope_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
+    import pyarrow.parquet as pq
+
+    split = f"pope/{path.stem.split('-')[0]}"
+    columns = ["question", "answer", "image", "question_id", "category"]
+    parquet = pq.ParquetFile(path)
+    present = [column for column in columns if column in parquet.schema_arrow.names]
+    if not {"question", "answer", "image"} <= set(present):
+        raise InvalidInput(f"{path} is not a POPE parquet file (question, answer, image)")
+    number = 0
+    for batch in parquet.iter_batches(batch_size=32, columns=present):
+        for record in batch.to_pylist():
+            item_id = f"{path.stem.split('-')[0]}/{record.get('question_id') or number}"
+            number += 1
+            row = SourceRow(0, item_id, str(record["question"]), None, split=split,
+                            category=record.get("category") or None,
+                            expected=str(record["answer"]).strip() or None)  # fmt: skip
+            yield _with_image(row, _keep_struct(record["image"], image_store))
+
+
+def _keep_base64(text: str, image_store: Path) -> tuple[str, str] | str:
+    """(path, hash) of a base64 image kept in the store, or why it could not be."""
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return "the image column is not valid base64"
+    return keep_bytes(data, image_store, image_suffix(data)) if data else "the image is empty"
+
+
+def _keep_struct(image: Any, image_store: Path) -> tuple[str, str] | str:
+    data = image.get("bytes") if isinstance(image, dict) else None
+    if not data:
+        return "the image struct has no bytes"
+    return keep_bytes(data, image_store, image_suffix(data))
+
+
+def _with_image(row: SourceRow, stored: tuple[str, str] | str) -> SourceRow:
+    from dataclasses import replace
+
+    if isinstance(stored, str):
+        return replace(row, error=("image_invalid", f"{row.item_id}: {stored}"))
+    return replace(row, image_path=stored[0])
+
+
+def _numbered(rows: Iterator[SourceRow]) -> Iterator[SourceRow]:
+    from dataclasses import replace
+
+    for position, row in enumerate(rows):
+        yield replace(row, position=position)
+
+
+def _broken(position: int, item_id: str, reason: str, split: str) -> SourceRow:
+    return SourceRow(position, item_id, "", error=("invalid_input", reason), split=split)

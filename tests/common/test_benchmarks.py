@@ -1,0 +1,152 @@
+"""The benchmark readers on small files in the published layouts, and the reference's
+scoring rules (including where they and ours disagree)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from common.benchmarks import detect
+from common.corpus import read_source
+from common.images import content_hash
+from common.scoring import is_correct, reference_verdict
+
+
+def image_bytes(colour: tuple[int, int, int], fmt: str = "JPEG") -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30), colour).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def write_vstar(root: Path) -> None:
+    for split, name, options in [
+        ("direct_attributes", "sa_1", ["red", "blue", "green", "white"]),
+        ("direct_attributes", "sa_2", ["a cup", "a pen"]),
+        ("relative_position", "sa_3", ["left", "right"]),
+    ]:
+        folder = root / split
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.jpg").write_bytes(image_bytes((10, 20, 30)))
+        record = {"question": f"Question {name}?", "options": options}
+        (folder / f"{name}.json").write_text(json.dumps(record))
+    (root / "relative_position" / "sa_4.json").write_text("{not json")
+
+
+def test_a_vstar_folder_keeps_the_order_its_splits_and_the_first_option_as_answer(tmp_path):
+    root = tmp_path / "vstar"
+    write_vstar(root)
+    assert detect(root) == "vstar" and detect(root / "direct_attributes") == "vstar"
+    rows = read_source(root)
+    assert [row.item_id for row in rows] == [
+        "direct_attributes/sa_1", "direct_attributes/sa_2",
+        "relative_position/sa_3", "relative_position/sa_4",
+    ]  # fmt: skip
+    first = rows[0]
+    assert first.options == ["red", "blue", "green", "white"] and first.expected == "red"
+    assert first.split == "vstar/direct_attributes" and first.question == "Question sa_1?"
+    assert rows[2].split == "vstar/relative_position"
+    assert rows[3].error is not None and rows[3].error[0] == "invalid_input"  # fails alone
+
+
+def write_hr(path: Path) -> list[bytes]:
+    images = [image_bytes((i * 40, 10, 10)) for i in range(3)]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter="\t")
+        writer.writerow(["index", "image", "question", "A", "B", "C", "D", "answer",
+                         "category", "cycle_category"])  # fmt: skip
+        for i, data in enumerate(images):
+            writer.writerow([100 + i, base64.b64encode(data).decode(), f'What is "{i}"?',
+                             "red", "blue", "green", "black", "BCD"[i], "single", "x"])  # fmt: skip
+        writer.writerow([103, "%%% not base64", "Q?", "a", "b", "c", "d", "A", "cross", "x"])
+    return images
+
+
+def test_an_hr_tsv_is_streamed_its_images_kept_by_hash(tmp_path):
+    path = tmp_path / "hr_bench_4k.tsv"
+    images = write_hr(path)
+    store = tmp_path / "store"
+    rows = read_source(path, image_store=store)
+    assert detect(path) == "hr" and len(rows) == 4
+    first = rows[0]
+    assert (first.item_id, first.split, first.category) == ("hr_bench_4k/100", "hr/hr_bench_4k",
+                                                            "single")  # fmt: skip
+    assert first.options == ["red", "blue", "green", "black"] and first.expected == "B"
+    assert first.question == 'What is "0"?'
+    kept = Path(first.image_path or "")
+    assert kept.is_relative_to(store) and kept.read_bytes() == images[0]
+    assert kept.name.startswith(content_hash(images[0])) and kept.suffix == ".jpeg"
+    assert rows[3].error is not None and "base64" in rows[3].error[1]
+
+
+def write_pope(path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [
+        {"id": i, "question_id": f"q{i}", "question": f"Is there a thing {i}?",
+         "answer": "yes" if i % 2 else "no", "image_source": f"img{i}", "category": "coco",
+         "image": {"bytes": image_bytes((i, i, i), "PNG"), "path": None}}
+        for i in range(5)
+    ]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(records), path, row_group_size=2)
+
+
+def test_pope_parquet_files_and_folders(tmp_path):
+    root = tmp_path / "POPE"
+    write_pope(root / "Full" / "random-00000-of-00001.parquet")
+    write_pope(root / "Full" / "adversarial-00000-of-00001.parquet")
+    assert detect(root) == "pope"
+    rows = read_source(root, image_store=tmp_path / "store")
+    assert [row.position for row in rows] == list(range(10))
+    assert {row.split for row in rows} == {"pope/adversarial", "pope/random"}
+    first = rows[0]
+    assert (first.item_id, first.expected, first.options, first.category) == (
+        "adversarial/q0", "no", None, "coco",
+    )  # fmt: skip
+    assert Path(first.image_path or "").suffix == ".png"
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "answer", "expected", "options", "reference", "ours"),
+    [
+        ("vstar", "A", "red", ["red", "blue"], True, True),
+        ("vstar", "A.", "red", ["red", "blue"], True, True),
+        ("vstar", "A. red", "red", ["red", "blue"], True, True),
+        ("vstar", "red", "red", ["red", "blue"], None, True),  # the reference asks its judge
+        ("vstar", "B", "red", ["red", "blue"], False, False),
+        ("hr", "B", "B", ["red", "blue", "c", "d"], True, True),
+        ("hr", "Blue", "B", ["red", "green", "c", "d"], True, False),  # contains the letter
+        ("hr", "green", "B", ["red", "blue", "green", "d"], None, False),
+        ("pope", "yes", "yes", None, True, True),
+        ("pope", "Yes", "yes", None, False, True),  # same length, case counts
+        ("pope", "Yes, there is.", "yes", None, None, True),
+        ("pope", "\\boxed{no}", "no", None, True, False),
+    ],
+)
+def test_reference_rules_and_ours(benchmark, answer, expected, options, reference, ours):
+    assert reference_verdict(benchmark, answer, expected, options) is reference
+    assert is_correct(answer, expected, options) is ours
+
+
+def test_annotate_scores_each_split_both_ways(tmp_path, capsys, monkeypatch):
+    from cli.main import main
+
+    monkeypatch.setenv("SPECEYES_UPLOAD_DIR", str(tmp_path / "uploads"))
+    path = tmp_path / "POPE" / "Full" / "random-00000-of-00001.parquet"
+    write_pope(path)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    out = tmp_path / "out.jsonl"
+    code = main(["annotate", str(path), "--backend", "scripted", "--db", db, "--no-progress",
+                 "--out", str(out)])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "pope/random" in printed and "reference" in printed
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {row["split"] for row in rows} == {"pope/random"} and len(rows) == 5
