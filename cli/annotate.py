@@ -14,6 +14,7 @@ from common.errors import ConfigurationError
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
+    from common.config import Settings
     from common.dispatch import Dispatcher, RunResult
     from common.store.reads import BatchCounts
 
@@ -63,6 +64,13 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
+        "--judge-url",
+        metavar="URL",
+        help="OpenAI-compatible endpoint (http://host:port/v1) of an LLM judge for benchmark "
+        "answers the reference's rules leave undecided (key: SPECEYES_JUDGE_API_KEY)",
+    )
+    parser.add_argument("--judge-model", metavar="NAME", help="the judge's model name")
+    parser.add_argument(
         "--distributed",
         action="store_true",
         help="run on the workers of the broker (an error if none is configured)",
@@ -110,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         dispatcher.close()
     _print_summary(result)
+    if settings.judge_url and not result.interrupted:
+        _judge(sessions, submitted.batch_id, settings)
     _print_accuracy(sessions, submitted.batch_id)
     if args.out is not None:
         _export(sessions, submitted.batch_id, args.out)
@@ -182,6 +192,22 @@ def _print_summary(result: RunResult) -> None:
     print(f"this run     {result.finished_now} jobs in {result.seconds:.1f} s, {rate}")
 
 
+def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -> None:
+    """Ask the judge about the undecided benchmark rows (cached verdicts are reused)."""
+    from common.judge import Judge, judge_batch
+
+    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+    judge = Judge(
+        settings.judge_url or "", settings.judge_model or "", api_key=key,
+        timeout_s=settings.judge_timeout_s,
+    )  # fmt: skip
+    try:
+        counts = judge_batch(sessions, batch_id, judge)
+    finally:
+        judge.close()
+    print(f"judge        {counts.asked} asked, {counts.cached} from the cache ({judge.model})")
+
+
 def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
     from common.store.reads import batch_accuracy, split_scores
 
@@ -200,8 +226,8 @@ def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
                 f"  {split.failed:>6}  {split.undecided:>9}"
             )
         print(
-            "strict: our rules, a failed row is wrong; reference: the evaluation's rules, "
-            "failed rows left out, undecided rows (its LLM judge's) counted wrong"
+            "strict: our rules, a failed row is wrong; reference: the evaluation's rules and "
+            "its LLM judge (--judge-url), failed rows left out, undecided rows counted wrong"
         )
 
 

@@ -32,6 +32,8 @@ _FLAG_FIELDS = {
     "agent_workers": "agent_workers",
     "db": "database_url",
     "broker": "broker_url",
+    "judge_url": "judge_url",
+    "judge_model": "judge_model",
 }
 
 

@@ -12,7 +12,7 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GateMode = Literal["min", "mean", "bottom20", "logprob"]
@@ -133,6 +133,18 @@ class Settings(BaseSettings):
         description="Zoom boxes with a longer aspect ratio are refused. Unset: the "
         "protocol's (reference: none; v0: 100).",
     )
+
+    # -- evaluation -------------------------------------------------------------------
+    judge_url: str | None = Field(
+        None,
+        description="OpenAI-compatible endpoint (…/v1) of an LLM judge for benchmark answers "
+        "the reference's rules leave undecided; unset: no judge (they count as wrong).",
+    )
+    judge_model: str | None = Field(None, description="The judge's model name at that endpoint.")
+    judge_api_key: SecretStr | None = Field(
+        None, description="The judge endpoint's key (SPECEYES_JUDGE_API_KEY; never logged)."
+    )
+    judge_timeout_s: float = Field(120.0, gt=0.0, description="Seconds per judge request.")
 
     # -- infrastructure -----------------------------------------------------------
     database_url: str = Field(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from common.contracts import AnsweredBy, JobStatus
@@ -164,6 +164,15 @@ class SplitScore:
         return self.reference_correct / scored if scored else 0.0
 
 
+def set_judge_verdict(session: Session, batch_id: str, position: int, verdict: bool) -> None:
+    """Record a judge's verdict on one row of a batch."""
+    session.execute(
+        update(BatchItem)
+        .where(BatchItem.batch_id == batch_id, BatchItem.position == position)
+        .values(judge_verdict=verdict)
+    )
+
+
 def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
     """Per benchmark split, the finished rows with a known answer, scored both ways."""
     from common.scoring import is_correct, reference_verdict
@@ -182,6 +191,8 @@ def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
         score.strict_correct += is_correct(job.final_answer, item.expected, job.options)
         benchmark = item.split.split("/")[0]
         verdict = reference_verdict(benchmark, job.final_answer, item.expected, job.options)
+        if verdict is None:
+            verdict = item.judge_verdict  # the LLM judge's, when one was asked
         score.undecided += verdict is None
         score.reference_correct += bool(verdict)
     return [scores[split] for split in sorted(scores)]

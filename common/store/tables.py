@@ -91,7 +91,20 @@ class BatchItem(Base):
     expected: Mapped[str | None] = mapped_column(Text)  # the known answer, if the corpus has it
     split: Mapped[str | None] = mapped_column(String(100))  # a benchmark's "pope/random", ...
     category: Mapped[str | None] = mapped_column(String(100))
+    judge_verdict: Mapped[bool | None]  # an LLM judge's, where the reference's rules left it
     job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id"), index=True)
+
+
+class JudgeVerdict(Base):
+    """An LLM judge's verdict, cached by its model and the exact prompt."""
+
+    __tablename__ = "judge_verdicts"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200))
+    verdict: Mapped[bool]
+    response: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ApiKey(Base):

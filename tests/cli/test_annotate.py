@@ -123,7 +123,7 @@ def test_a_csv_manifest_reads_options_as_json(tmp_path: Path):
         (lambda p: None, ["-q", "Q?"], "SOURCE not found"),
         (lambda p: p.mkdir(), ["-q", "Q?"], "no images in"),
         (lambda p: write_images(p, 1), [], "needs --question"),
-        (lambda p: p.write_text("x"), [], "must be a folder of images or a manifest"),
+        (lambda p: p.write_text("x"), [], "must be a folder of images, a manifest"),
     ],
     ids=["missing", "empty-folder", "no-question", "unknown-type"],
 )

@@ -1,0 +1,135 @@
+"""An LLM judge for benchmark answers the reference's rules leave undecided.
+
+As the SpecEyes evaluation does (``judge_code/``): the judge model gets the reference's
+prompt (``common.protocols.judge``) with the question, the standard answer (V*:
+``A. <option>``; HR-Bench: the letter; POPE: yes / no) and the model's answer, at
+temperature 0, and its reply is read as the reference reads it. Any OpenAI-compatible
+endpoint serves (vLLM, SGLang, a hosted API). Verdicts are cached in the store by model
+and exact prompt, so re-scoring a batch, or another batch with the same answer, asks
+nothing twice; each row keeps its verdict (``batch_items.judge_verdict``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.contracts import JobStatus
+from common.errors import BackendUnavailable, ConfigurationError
+from common.protocols import OPTION_LETTERS
+from common.protocols.judge import SYSTEM, judge_prompt
+from common.scoring import reference_verdict
+from common.store import reads
+from common.store.submission import idempotency_key
+from common.store.tables import JudgeVerdict, utcnow
+
+
+def standard_answer(benchmark: str, expected: str, options: list[str] | None) -> str:
+    """The "[Standard Answer]" the reference shows its judge."""
+    if benchmark == "vstar" and options and expected in options:
+        return f"{OPTION_LETTERS[options.index(expected)]}. {expected}"
+    return expected
+
+
+def read_verdict(benchmark: str, response: str) -> bool:
+    """The judge's reply as the reference reads it (anything unreadable: wrong)."""
+    if "Judgement:" in response:
+        return "1" in response.split("Judgement:")[-1]
+    # judge_hr.py looks for a 1 anywhere; judge_vstar.py / judge_pope.py want exactly "1"
+    return "1" in response if benchmark == "hr" else response == "1"
+
+
+@dataclass
+class JudgeCounts:
+    asked: int = 0  # requests sent to the judge
+    cached: int = 0  # verdicts found in the cache
+
+
+class Judge:
+    """One judge model behind an OpenAI-compatible ``/chat/completions``."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        retries: int = 3,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not model:
+            raise ConfigurationError("a judge needs a model name: --judge-model NAME")
+        self.url = url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.retries = retries
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
+
+    def ask(self, prompt: str) -> str:
+        """The judge's reply to ``prompt``; retries 429 / 5xx / connection errors."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": prompt},
+            ],
+            "temperature": 0.0,
+        }
+        problem = ""
+        for attempt in range(self.retries):
+            try:
+                response = self.http.post(self.url, json=body)
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    return str(response.json()["choices"][0]["message"]["content"]).strip()
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                if response.status_code != 429 and response.status_code < 500:
+                    break
+            time.sleep(min(8.0, 0.5 * 2**attempt))
+        raise BackendUnavailable(f"the judge at {self.url} did not answer ({problem})")
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def judge_batch(sessions: sessionmaker[Session], batch_id: str, judge: Judge) -> JudgeCounts:
+    """Judge every finished benchmark row of the batch that the reference's rules leave
+    undecided and that has no verdict yet; each verdict is committed as it comes."""
+    counts = JudgeCounts()
+    with sessions() as session:
+        pending = [
+            (item.position, item.split, item.expected, job.question, job.options, job.final_answer)
+            for item, job in reads.batch_results(session, batch_id)
+            if item.split and item.expected and item.judge_verdict is None
+            and job.status == JobStatus.DONE and job.final_answer is not None
+        ]  # fmt: skip
+    for position, split, expected, question, options, answer in pending:
+        benchmark = split.split("/")[0]
+        if reference_verdict(benchmark, answer, expected, options) is not None:
+            continue
+        truth = standard_answer(benchmark, expected, options)
+        prompt = judge_prompt(benchmark, question, truth, answer)
+        key = idempotency_key("judge", judge.model, prompt)
+        with sessions.begin() as session:
+            cached = session.get(JudgeVerdict, key)
+        if cached is None:
+            response = judge.ask(prompt)
+            cached = JudgeVerdict(
+                key=key, model=judge.model, verdict=read_verdict(benchmark, response),
+                response=response, created_at=utcnow(),
+            )  # fmt: skip
+            with sessions.begin() as session:
+                session.merge(cached)
+            counts.asked += 1
+        else:
+            counts.cached += 1
+        with sessions.begin() as session:
+            reads.set_judge_verdict(session, batch_id, position, cached.verdict)
+    return counts
