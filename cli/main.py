@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         annotate,
         ask,
         bench,
+        calibrate,
         db,
         export,
         jobs,
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         models,
         synth,
         bench,
+        calibrate,
         db,
         show_config,
     ):

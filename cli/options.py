@@ -6,6 +6,8 @@ A flag left out leaves the setting to the environment (``SPECEYES_*``) or its de
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -71,6 +73,12 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("funnel")
     group.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        help="the gate from a calibration file (speceyes calibrate --out): mode, K, tau",
+    )
+    group.add_argument(
         "--mode",
         choices=["min", "mean", "bottom20", "logprob"],
         help=f"gate aggregation (default {default('gate_mode')})",
@@ -133,13 +141,29 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
     add_broker_flags(parser)
 
 
+def _calibrated_gate(path: Path) -> dict[str, Any]:
+    """The gate settings a calibration file names."""
+    try:
+        gate = json.loads(path.read_text())["gate"]
+        return {
+            "gate_mode": gate["mode"],
+            "gate_top_k": int(gate["top_k"]),
+            "gate_threshold": float(gate["threshold"]),
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"{path}: not a calibration file ({exc})") from None
+
+
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
-    """Settings from the flags that were given, the environment, then the defaults."""
-    values = {
-        field: getattr(args, flag)
+    """Settings from the flags that were given (a gate flag beats a --calibration file's),
+    the environment, then the defaults."""
+    calibration = getattr(args, "calibration", None)
+    values = _calibrated_gate(calibration) if calibration is not None else {}
+    values.update(
+        (field, getattr(args, flag))
         for flag, field in _FLAG_FIELDS.items()
         if getattr(args, flag, None) is not None
-    }
+    )
     values.update(overrides)
     try:
         return Settings(**values)

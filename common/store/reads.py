@@ -196,3 +196,27 @@ def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
         score.undecided += verdict is None
         score.reference_correct += bool(verdict)
     return [scores[split] for split in sorted(scores)]
+
+
+@dataclass(frozen=True)
+class CalibrationItem:
+    """A speculated row with a known answer: the gate's confidence in the small model's
+    answer, whether that answer is right, and the gate it was computed under."""
+
+    confidence: float
+    right: bool
+    gate: dict[str, Any]
+
+
+def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
+    """The batch's rows that the small model answered (screened tool-free, speculated)
+    and whose right answer is known."""
+    from common.scoring import is_correct
+
+    found = []
+    for item, job in batch_results(session, batch_id):
+        if item.expected is None or job.small_answer is None or job.confidence is None:
+            continue
+        right = is_correct(job.small_answer, item.expected, job.options)
+        found.append(CalibrationItem(job.confidence, right, dict(job.gate or {})))
+    return found

@@ -1,0 +1,97 @@
+"""``speceyes calibrate``: pick the gate's tau for a corpus, with a guarantee."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cli.options import add_store_flags, settings_from_args
+from common.errors import InvalidInput
+
+DESCRIPTION = """\
+Pick the loosest gate threshold tau whose accepted answers are wrong at most --max-error
+of the time, with probability at least 1 - --delta: fixed-sequence testing of tau from
+strict to loose with exact binomial tails (learn then test). The evidence is a finished
+batch with known answers (an "answer" per row, or a benchmark): every row the small model
+answered, accepted or not, under the batch's own gate mode and K. The guarantee holds for
+new rows like those (exchangeable with them); a corpus that drifts needs a new run.
+
+Prints each tested threshold (accepted rows, wrong ones, p-value) up to where the walk
+stopped, and the choice, or says plainly that no tau meets the target. --out writes a
+calibration file that `speceyes annotate --calibration FILE` takes.
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "calibrate",
+        help="pick tau from a labelled batch, with a finite-sample guarantee",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
+    parser.add_argument(
+        "--max-error", type=float, default=0.02, help="epsilon: accepted answers' error (0.02)"
+    )
+    parser.add_argument("--delta", type=float, default=0.05, help="1 - confidence (0.05)")
+    parser.add_argument("--out", type=Path, help="write the calibration file (JSON)")
+    add_store_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from common.calibration import default_grid, pick_tau
+    from common.store.db import open_store
+    from common.store.reads import calibration_items, find_batch
+
+    sessions = open_store(settings_from_args(args).database_url)
+    with sessions() as session:
+        batch = find_batch(session, args.batch)
+        if batch is None:
+            raise InvalidInput(f"no batch {args.batch!r} in this job store")
+        items = calibration_items(session, batch.id)
+    if not items:
+        raise InvalidInput(
+            f"batch {batch.id} has no rows the small model answered with a known answer"
+        )
+    gates = {(i.gate.get("mode"), i.gate.get("top_k")) for i in items}
+    if len(gates) > 1:
+        raise InvalidInput(f"the batch mixes gate settings {sorted(gates)}: calibrate one")
+    ((mode, top_k),) = gates
+    try:
+        choice = pick_tau(
+            [i.confidence for i in items], [not i.right for i in items], default_grid(),
+            max_error=args.max_error, delta=args.delta,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    print(f"batch {batch.id} ({batch.name}): {len(items)} answered rows, gate {mode}, K={top_k}")
+    print("   tau  accepted  wrong  p-value")
+    for test in choice.tests:
+        if test.p_value == test.p_value:  # tested (not NaN)
+            mark = "certified" if test.certified else "stops the walk"
+            print(f"{test.tau:>6}  {test.accepted:>8}  {test.wrong:>5}  {test.p_value:.4f}  {mark}")
+    if choice.tau is None:
+        print(
+            f"no tau keeps the error of accepted answers at most {args.max_error:g} with "
+            f"probability {1 - args.delta:g} on this evidence: keep the agent for every job, "
+            "or gather more labelled rows"
+        )
+        return 1
+    accepted = next(t for t in choice.tests if t.tau == choice.tau)
+    print(
+        f"tau {choice.tau:g}: accepts {accepted.accepted} of {len(items)} answered rows "
+        f"({accepted.wrong} wrong); error <= {args.max_error:g} with probability "
+        f">= {1 - args.delta:g}"
+    )
+    if args.out is not None:
+        record = {
+            "gate": {"mode": mode, "top_k": top_k, "threshold": choice.tau},
+            "max_error": args.max_error, "delta": args.delta, "batch": batch.id,
+            "items": len(items), "accepted": accepted.accepted, "wrong": accepted.wrong,
+        }  # fmt: skip
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {args.out} (speceyes annotate --calibration {args.out})")
+    return 0

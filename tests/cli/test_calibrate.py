@@ -1,0 +1,68 @@
+"""``speceyes calibrate`` on a labelled batch, and ``--calibration FILE`` taking its pick."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli.main import build_parser, main
+from cli.options import settings_from_args
+from common.config import GateSettings
+from common.contracts import Accepted, DeferReason, Deferred, Stage
+from common.store import claims, submission
+from common.store.db import open_store
+
+
+def labelled_batch(db: str, rows: list[tuple[float, bool]]) -> str:
+    """A batch whose small answers had these (confidence, right) pairs."""
+    sessions = open_store(db)
+    items = [
+        submission.NewItem(
+            i, f"r{i}", "Q?", None, f"/img/{i}.png", image_hash=f"h{i}", expected="yes"
+        )
+        for i in range(len(rows))
+    ]
+    with sessions.begin() as session:
+        batch, _ = submission.get_or_create_batch(session, key="k", name="cal", source="s",
+                                                  config={})  # fmt: skip
+        submission.submit_items(session, batch, items, "cfg")
+        tickets = {t.image_hash: t.job_id for t in claims.claim(session, Stage.FAST, 10_000)}
+        outcomes = []
+        for i, (confidence, right) in enumerate(rows):
+            answer, job_id = "yes" if right else "no", tickets[f"h{i}"]
+            outcomes.append(
+                Accepted(job_id, answer, confidence, [], None)
+                if confidence > 0.98
+                else Deferred(job_id, DeferReason.LOW_CONFIDENCE, None, answer, confidence)
+            )
+        claims.record_fast(session, outcomes, GateSettings())
+        batch_id = batch.id
+    sessions.kw["bind"].dispose()
+    return batch_id
+
+
+def test_calibrate_picks_a_certified_tau_and_annotate_takes_it(tmp_path: Path, capsys):
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    rows = [(0.995, True)] * 300 + [(0.96, True)] * 199 + [(0.96, False)] + [(0.8, False)] * 60
+    labelled_batch(db, rows)
+    out = tmp_path / "gate.json"
+    assert main(["calibrate", "cal", "--db", db, "--max-error", "0.02", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "certified" in printed and "stops the walk" in printed
+    record = json.loads(out.read_text())
+    # 1 wrong in 500 accepted certifies every tau that accepts no 0.8 row (accept iff
+    # confidence > tau: tau 0.8 still leaves them out); 0.79 takes 60 wrong ones and stops
+    assert record["gate"] == {"mode": "min", "top_k": 64, "threshold": 0.8}
+    assert (record["accepted"], record["wrong"]) == (500, 1)
+    args = build_parser().parse_args(["annotate", "x", "--calibration", str(out)])
+    assert settings_from_args(args).gate == GateSettings("min", 64, 0.8)
+    args = build_parser().parse_args(["annotate", "x", "--calibration", str(out), "--threshold",
+                                      "0.9"])  # fmt: skip
+    assert settings_from_args(args).gate_threshold == 0.9  # an explicit flag wins
+
+
+def test_calibrate_says_plainly_when_no_tau_meets_the_target(tmp_path: Path, capsys):
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    labelled_batch(db, [(0.999, True)] * 100 + [(0.999, False)] * 10)
+    assert main(["calibrate", "cal", "--db", db]) == 1
+    assert "no tau keeps the error" in capsys.readouterr().out
