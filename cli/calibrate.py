@@ -37,6 +37,14 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--delta", type=float, default=0.05, help="1 - confidence (0.05)")
     parser.add_argument("--out", type=Path, help="write the calibration file (JSON)")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="a calibration run (annotate --calibrate): replay every gate, mode x K x tau, "
+        "from its recorded logits and print share accepted, accuracy of accepted answers "
+        "and overall accuracy (the agent answering the rest); --json writes the rows",
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="with --sweep: rows as JSON")
     add_store_flags(parser)
     parser.set_defaults(run=run)
 
@@ -56,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput(
             f"batch {batch.id} has no rows the small model answered with a known answer"
         )
+    if args.sweep:
+        return _sweep(items, args.json)
     gates = {(i.gate.get("mode"), i.gate.get("top_k")) for i in items}
     if len(gates) > 1:
         raise InvalidInput(f"the batch mixes gate settings {sorted(gates)}: calibrate one")
@@ -94,4 +104,31 @@ def run(args: argparse.Namespace) -> int:
         }  # fmt: skip
         args.out.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out} (speceyes annotate --calibration {args.out})")
+    return 0
+
+
+MODES = ("min", "mean", "bottom20", "logprob")
+SWEEP_KS = (16, 32, 64, 128)
+SWEEP_TAUS = (0.9, 0.95, 0.97, 0.98, 0.99)
+
+
+def _sweep(items: list[Any], json_path: Path | None) -> int:
+    from dataclasses import asdict
+
+    from common.calibration import sweep
+
+    recorded = [item for item in items if item.replay]
+    if not recorded:
+        raise InvalidInput("no recorded logits: sweep a calibration run (annotate --calibrate)")
+    rows = sweep(recorded, MODES, SWEEP_KS, SWEEP_TAUS)
+    print(f"{len(recorded)} jobs replayed (accepted: screened tool-free and over tau)")
+    print("mode       K    tau    accepted  acc. accepted  accuracy")
+    for row in rows:
+        print(
+            f"{row.mode:<9} {row.top_k:>3}  {row.tau:<5}  {row.accepted:>8.1%}  "
+            f"{row.accepted_accuracy:>13.1%}  {row.accuracy:>8.1%}"
+        )
+    if json_path is not None:
+        json_path.write_text(json.dumps([asdict(row) for row in rows], indent=2) + "\n")
+        print(f"wrote {json_path}")
     return 0

@@ -27,6 +27,7 @@ _FLAG_FIELDS = {
     "threshold": "gate_threshold",
     "screener": "screener",
     "baseline": "baseline",
+    "calibrate": "calibrate",
     "batch_size": "fast_batch_size",
     "max_steps": "agent_max_steps",
     "agent": "agent",
@@ -105,6 +106,13 @@ def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="no speculation: every job runs the agent",
+    )
+    group.add_argument(
+        "--calibrate",
+        action="store_true",
+        default=None,
+        help="a calibration run: every job is speculated (top 128 logits kept) AND runs the "
+        "agent, so `speceyes calibrate` can replay any gate without a model",
     )
     group.add_argument(
         "--max-steps",

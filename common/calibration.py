@@ -26,6 +26,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from common.gate import accepts
 
@@ -116,3 +117,46 @@ def default_grid() -> list[float]:
     coarse = [round(0.5 + 0.01 * i, 4) for i in range(45)]  # 0.50 .. 0.94
     fine = [round(0.95 + 0.001 * i, 4) for i in range(50)]  # 0.950 .. 0.999
     return coarse + fine + [0.9995, 0.9999]
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    mode: str
+    top_k: int
+    tau: float
+    accepted: float  # share of jobs the funnel would answer with the small model
+    accepted_accuracy: float  # of those, right (NaN: none accepted)
+    accuracy: float  # all jobs: the small answer where accepted, the agent's elsewhere
+
+
+def sweep(
+    items: Sequence[Any], modes: Sequence[str], top_ks: Sequence[int], taus: Sequence[float]
+) -> list[SweepRow]:
+    """Replay every gate (mode x K x tau) over a calibration run's recorded logits."""
+    from common.config import GateSettings
+    from common.gate import score_answers
+    from common.replay import decode
+
+    answers = [decode(item.replay) for item in items]
+    rows = []
+    for mode in modes:
+        for top_k in top_ks:
+            gate = GateSettings(mode, top_k, 0.5)  # type: ignore[arg-type]
+            confidences = [result.confidence for result in score_answers(answers, gate)]
+            for tau in taus:
+                taken = [
+                    item.tool_free and n > 0 and accepts(confidence, tau)
+                    for item, confidence, n in zip(
+                        items, confidences, (a.num_tokens for a in answers), strict=True
+                    )
+                ]
+                right = [i.right for i, t in zip(items, taken, strict=True) if t]
+                overall = [
+                    i.right if t else bool(i.agent_right) for i, t in zip(items, taken, strict=True)
+                ]
+                rows.append(SweepRow(
+                    mode, top_k, tau, sum(taken) / len(items),
+                    sum(right) / len(right) if right else math.nan,
+                    sum(overall) / len(overall),
+                ))  # fmt: skip
+    return rows

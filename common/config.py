@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     baseline: bool = Field(
         False, description="No speculation: every job runs the agent (for speedup baselines)."
     )
+    calibrate: bool = Field(
+        False,
+        description="A calibration run: every job is speculated (keeping the top "
+        "128 logits per token) AND runs the agent, so any gate can be replayed later "
+        "without a model (speceyes calibrate).",
+    )
     screener: Screener = Field(
         "large",
         description="Who screens in phase I: 'large' (the paper), 'small' (the "
@@ -222,6 +228,7 @@ class Settings(BaseSettings):
             gate=self.gate,
             screener=self.screener,
             baseline=self.baseline,
+            calibrate=self.calibrate,
             screen_max_new_tokens=self.screen_max_new_tokens,
             speculate_max_new_tokens=self.speculate_max_new_tokens,
         )
@@ -269,5 +276,6 @@ class FunnelSettings:
     gate: GateSettings = dataclass_field(default_factory=GateSettings)
     screener: Screener = _default("screener")  # noqa: RUF009 -- a str, read once
     baseline: bool = _default("baseline")
+    calibrate: bool = _default("calibrate")
     screen_max_new_tokens: int = _default("screen_max_new_tokens")
     speculate_max_new_tokens: int = _default("speculate_max_new_tokens")

@@ -25,6 +25,7 @@ from PIL import Image
 
 if TYPE_CHECKING:
     from common.agents.deepeyes import Trajectory
+    from common.gate import TokenScores
 
 
 class JobStatus(StrEnum):
@@ -53,6 +54,7 @@ class DeferReason(StrEnum):
     SMALL_MODEL_ERROR = "small_model_error"  # speculation failed for this job
     SCREEN_ERROR = "screen_error"  # screening failed for this job
     BASELINE = "baseline"  # no speculation at all (speedup baselines)
+    CALIBRATION = "calibration"  # a calibration run: speculated AND sent to the agent
 
 
 class FailureCode(StrEnum):
@@ -118,6 +120,7 @@ class Deferred:
     small_answer: str | None = None
     confidence: float | None = None
     detail: str = ""
+    replay: TokenScores | None = None  # calibration runs: what replaying any gate needs
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,8 @@ def run_fast_stage(
     """Phases I-III over one micro-batch; one outcome per query, in order."""
     if settings.baseline:
         return FastBatchResult([Deferred(q.job_id, DeferReason.BASELINE) for q in queries])
+    if settings.calibrate:
+        return _calibration_batch(queries, large=large, small=small, settings=settings)
     result = FastBatchResult([])
     outcomes: dict[str, FastOutcome] = {}
     screens: dict[str, ScreenResult] = {}
@@ -190,6 +192,56 @@ def run_fast_stage(
             )
         )
     result.outcomes = [outcomes[q.job_id] for q in queries]
+    return result
+
+
+def _calibration_batch(
+    queries: list[Query],
+    *,
+    large: VisionLanguageModel,
+    small: VisionLanguageModel,
+    settings: FunnelSettings,
+) -> FastBatchResult:
+    """A calibration run's fast stage: every job is screened (when there is a screener)
+    and speculated, keeping the top ``REPLAY_K`` logits per answer token, gated as the
+    settings say (for the record), and then sent to the agent whatever the gate said."""
+    from common.gate import REPLAY_K
+
+    result = FastBatchResult([])
+    screens: dict[str, ScreenResult] = {}
+    if settings.screener != "none":
+        started = time.perf_counter()
+        screener = large if settings.screener == "large" else small
+        results = screen_stage(queries, screener, max_new_tokens=settings.screen_max_new_tokens)
+        screens = {q.job_id: s for q, s in zip(queries, results, strict=True)
+                   if not isinstance(s, ModelError)}  # fmt: skip
+        result.seconds["screen"] = time.perf_counter() - started
+    started = time.perf_counter()
+    top_k = max(settings.gate.top_k, REPLAY_K)
+    speculations = speculate_stage(
+        queries, small, max_new_tokens=settings.speculate_max_new_tokens, top_k=top_k
+    )
+    result.seconds["speculate"] = time.perf_counter() - started
+    answered = [s for s in speculations if not isinstance(s, ModelError)]
+    verdicts = iter(gate_stage(answered, settings.gate))
+    for query, speculation in zip(queries, speculations, strict=True):
+        screen = screens.get(query.job_id)
+        if isinstance(speculation, ModelError):
+            result.outcomes.append(
+                Deferred(query.job_id, DeferReason.CALIBRATION, screen, detail=str(speculation))
+            )
+            continue
+        verdict = next(verdicts)
+        result.outcomes.append(
+            Deferred(
+                query.job_id,
+                DeferReason.CALIBRATION,
+                screen,
+                speculation.answer,
+                verdict.confidence,
+                replay=speculation.scores,
+            )
+        )
     return result
 
 

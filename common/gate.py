@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import torch
 
 EPS = 1e-6
+REPLAY_K = 128  # logits per token a calibration run keeps: any gate with K <= this replays
 SQUASH = 0.6
 PLACEHOLDER_BELOW = -9000.0  # log-probabilities at or below this are servers' fillers
 

@@ -55,6 +55,7 @@ def run_config(settings: Settings) -> dict[str, Any]:
             "threshold": settings.gate_threshold,
         },
         "baseline": settings.baseline,
+        "calibrate": settings.calibrate,
         "screener": settings.screener,
         "max_new_tokens": [
             settings.screen_max_new_tokens,

@@ -31,6 +31,7 @@ from common.contracts import (
     Stage,
     Ticket,
 )
+from common.replay import encode
 from common.store.reads import batch_jobs
 from common.store.tables import Job, utcnow
 
@@ -228,6 +229,7 @@ def _fast_values(outcome: FastOutcome, gate_used: dict[str, Any], now: Any) -> d
         "confidence": outcome.confidence,
         "gate": gate_used if outcome.confidence is not None else None,
         "error_message": outcome.detail or None,
+        **({"replay": encode(outcome.replay)} if outcome.replay is not None else {}),
         **common,
     }
 

@@ -200,23 +200,44 @@ def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
 
 @dataclass(frozen=True)
 class CalibrationItem:
-    """A speculated row with a known answer: the gate's confidence in the small model's
-    answer, whether that answer is right, and the gate it was computed under."""
+    """A speculated row: the gate's confidence in the small model's answer, whether that
+    answer is right (against the known answer, or, in a calibration run without one,
+    against the agent's), and what a replay of other gates needs."""
 
     confidence: float
     right: bool
     gate: dict[str, Any]
+    replay: str | None = None  # calibration runs: the recorded logits
+    tool_free: bool = True  # the screen's verdict (no screen: every job)
+    agent_right: bool | None = None  # calibration runs: the agent's answer, scored
 
 
 def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
-    """The batch's rows that the small model answered (screened tool-free, speculated)
-    and whose right answer is known."""
+    """The batch's rows that the small model answered and that can be scored: against the
+    row's known answer, else (calibration runs) against the agent's answer."""
+    from common.contracts import DeferReason
     from common.scoring import is_correct
 
     found = []
     for item, job in batch_results(session, batch_id):
-        if item.expected is None or job.small_answer is None or job.confidence is None:
+        if job.small_answer is None or job.confidence is None:
             continue
-        right = is_correct(job.small_answer, item.expected, job.options)
-        found.append(CalibrationItem(job.confidence, right, dict(job.gate or {})))
+        agent = job.final_answer if job.defer_reason == DeferReason.CALIBRATION else None
+        if item.expected is not None:
+            right = is_correct(job.small_answer, item.expected, job.options)
+            agent_right = None if agent is None else is_correct(agent, item.expected, job.options)
+        elif agent is not None:
+            right, agent_right = is_correct(job.small_answer, agent, job.options), None
+        else:
+            continue
+        found.append(
+            CalibrationItem(
+                job.confidence,
+                right,
+                dict(job.gate or {}),
+                job.replay,
+                job.screen_needs_tools is not True,
+                agent_right,
+            )
+        )
     return found

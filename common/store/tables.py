@@ -65,6 +65,7 @@ class Job(Base):
     token_scores: Mapped[list[float] | None] = mapped_column(JSON)
     gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # mode, top_k, threshold
     defer_reason: Mapped[str | None] = mapped_column(String(32))
+    replay: Mapped[str | None] = mapped_column(Text)  # calibration runs (common.replay)
     # phase IV
     trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # outcome

@@ -66,3 +66,24 @@ def test_calibrate_says_plainly_when_no_tau_meets_the_target(tmp_path: Path, cap
     labelled_batch(db, [(0.999, True)] * 100 + [(0.999, False)] * 10)
     assert main(["calibrate", "cal", "--db", db]) == 1
     assert "no tau keeps the error" in capsys.readouterr().out
+
+
+def test_a_calibration_run_is_swept_without_a_model(tmp_path: Path, capsys):
+    from tests.conftest import write_images
+
+    paths = write_images(tmp_path / "c", 6)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(
+        json.dumps({"image": str(p), "question": "Q?", "answer": "A" if i % 3 else "B"}) + "\n"
+        for i, p in enumerate(paths)
+    ))  # fmt: skip
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    assert main(["annotate", str(manifest), "--backend", "scripted", "--calibrate",
+                 "--db", db, "--no-progress", "--name", "cal"]) == 0  # fmt: skip
+    out = tmp_path / "sweep.json"
+    capsys.readouterr()
+    assert main(["calibrate", "cal", "--sweep", "--json", str(out), "--db", db]) == 0
+    rows = json.loads(out.read_text())
+    assert len(rows) == 4 * 4 * 5 and "6 jobs replayed" in capsys.readouterr().out
+    # the scripted agent and small model both answer "A": 4 of 6 right whatever the gate
+    assert {round(row["accuracy"], 4) for row in rows} == {round(4 / 6, 4)}
