@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         jobs,
         keys,
         models,
+        report,
         serve,
         show_config,
         synth,
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         synth,
         bench,
         calibrate,
+        report,
         db,
         show_config,
     ):

@@ -65,14 +65,20 @@ def count_status(session: Session, status: str, batch_id: str) -> int:
 
 def batch_counts(session: Session, batch_id: str) -> BatchCounts:
     """Counts over a batch's distinct jobs, for progress bars and summaries."""
-    counts = BatchCounts()
+    counts = _counts_of(session, batch_jobs(batch_id))
     counts.items = (
         session.scalar(
             select(func.count()).select_from(BatchItem).where(BatchItem.batch_id == batch_id)
         )
         or 0
     )
-    jobs = select(Job).where(Job.id.in_(batch_jobs(batch_id))).subquery()
+    return counts
+
+
+def _counts_of(session: Session, job_ids: Any) -> BatchCounts:
+    """Counts over the jobs a subquery of ids names."""
+    counts = BatchCounts()
+    jobs = select(Job).where(Job.id.in_(job_ids)).subquery()
     columns = (
         jobs.c.status,
         jobs.c.answered_by,
@@ -241,3 +247,37 @@ def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
             )
         )
     return found
+
+
+@dataclass
+class SplitRun:
+    """A split of one batch, for the paper-style report: accuracy, time, beta, alpha."""
+
+    score: SplitScore
+    seconds: float  # the split's first claim to its last result
+    counts: BatchCounts
+
+    @property
+    def seconds_per_item(self) -> float:
+        return self.seconds / self.score.rows if self.score.rows else 0.0
+
+
+def split_runs(session: Session, batch_id: str) -> dict[str, SplitRun]:
+    """Per benchmark split of the batch: its scores, its wall time and its funnel counts."""
+    scores = {score.split: score for score in split_scores(session, batch_id)}
+    runs: dict[str, SplitRun] = {}
+    for split, score in scores.items():
+        jobs = (
+            select(BatchItem.job_id)
+            .where(BatchItem.batch_id == batch_id, BatchItem.split == split)
+            .subquery()
+        )
+        first, last = session.execute(
+            select(func.min(Job.fast_started_at), func.max(Job.finished_at)).where(
+                Job.id.in_(select(jobs.c.job_id))
+            )
+        ).one()
+        seconds = (last - first).total_seconds() if first and last else 0.0
+        counts = _counts_of(session, select(jobs.c.job_id))
+        runs[split] = SplitRun(score, seconds, counts)
+    return runs

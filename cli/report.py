@@ -1,0 +1,116 @@
+"""``speceyes report``: accuracy and speedup per benchmark split, as the paper lays it out."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cli.options import add_store_flags, settings_from_args
+from common.errors import InvalidInput
+
+DESCRIPTION = """\
+Print accuracy and speedup per benchmark split, in the layout of the paper's main table:
+one column per split (V* attributes and positions, HR-Bench 4K and 8K, POPE adversarial,
+popular and random, then any others) and the average; one line for the baseline batches
+("agent alone", accuracy) and one for the BATCHes ("funnel", accuracy / speedup). Give
+one batch per split, or batches that hold several. Accuracy is the reference's (its
+rules, its LLM judge where asked, failed rows left out); speedup is the baseline's seconds
+per row over the funnel's, on the same split (--baseline: batches run with --baseline),
+each split timed from its first claim to its last result. Also beta and alpha per split.
+--markdown prints the tables as Markdown.
+"""
+
+PAPER_ORDER = (
+    "vstar/direct_attributes", "vstar/relative_position", "hr/hr_bench_4k", "hr/hr_bench_8k",
+    "pope/adversarial", "pope/popular", "pope/random",
+)  # fmt: skip
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "report",
+        help="accuracy and speedup per benchmark split (the paper's table)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("batches", nargs="+", metavar="BATCH", help="batch ids or names")
+    parser.add_argument(
+        "--baseline", dest="baselines", nargs="+", metavar="BATCH", help="baseline batches"
+    )
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables")
+    parser.add_argument("--label", default="funnel", help="the BATCHes' line (funnel)")
+    add_store_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from common.store.db import open_store
+    from common.store.reads import SplitRun, find_batch, split_runs
+
+    sessions = open_store(settings_from_args(args).database_url)
+
+    def runs_of(names: list[str]) -> dict[str, SplitRun]:
+        found: dict[str, SplitRun] = {}
+        with sessions() as session:
+            for name in names:
+                batch = find_batch(session, name)
+                if batch is None:
+                    raise InvalidInput(f"no batch {name!r} in this job store")
+                found.update(split_runs(session, batch.id))
+        return found
+
+    baselines = runs_of(args.baselines or [])
+    methods = [("agent alone", baselines)] if baselines else []
+    methods.append((args.label, runs_of(args.batches)))
+    splits = sorted({s for _, runs in methods for s in runs}, key=_paper_position)
+    if not splits:
+        raise InvalidInput("these batches have no benchmark rows with known answers")
+    header = ["", *splits, "avg"]
+    table, funnel = [], []
+    for name, runs in methods:
+        cells, accuracies, speedups = [name], [], []
+        for split in splits:
+            run_ = runs.get(split)
+            if run_ is None:
+                cells.append("-")
+                continue
+            accuracies.append(run_.score.reference)
+            cell = f"{100 * run_.score.reference:.2f}"
+            base = baselines.get(split) if runs is not baselines else None
+            if base is not None and run_.seconds_per_item:
+                speedups.append(base.seconds_per_item / run_.seconds_per_item)
+                cell += f"/{speedups[-1]:.2f}"
+            cells.append(cell)
+        average = f"{100 * sum(accuracies) / len(accuracies):.2f}" if accuracies else "-"
+        if speedups:
+            average += f"/{sum(speedups) / len(speedups):.2f}"
+        table.append([*cells, average])
+        funnel.append([name, *(_beta_alpha(runs.get(split)) for split in splits), ""])
+    print("accuracy % (reference scoring)" + (" / speedup x" if baselines else ""))
+    _print(header, table, args.markdown)
+    print("\nbeta / alpha (screened tool-free / speculated answers accepted)")
+    _print(header, funnel, args.markdown)
+    return 0
+
+
+def _paper_position(split: str) -> tuple[int, str]:
+    return (PAPER_ORDER.index(split) if split in PAPER_ORDER else len(PAPER_ORDER), split)
+
+
+def _beta_alpha(run: Any) -> str:
+    if run is None:
+        return "-"
+    beta, alpha = run.counts.beta, run.counts.alpha
+    return f"{beta if beta is not None else 0:.2f}/{alpha if alpha is not None else 0:.2f}"
+
+
+def _print(header: list[str], rows: list[list[str]], markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
