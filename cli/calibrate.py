@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,9 @@ def register(commands: Any) -> None:
         "and overall accuracy (the agent answering the rest); --json writes the rows",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="with --sweep: rows as JSON")
+    parser.add_argument(
+        "--plot", type=Path, metavar="PNG", help="with --sweep: accuracy against speedup"
+    )
     add_store_flags(parser)
     parser.set_defaults(run=run)
 
@@ -52,7 +56,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from common.calibration import default_grid, pick_tau
     from common.store.db import open_store
-    from common.store.reads import calibration_items, find_batch
+    from common.store.reads import calibration_items, find_batch, stage_costs
 
     sessions = open_store(settings_from_args(args).database_url)
     with sessions() as session:
@@ -60,12 +64,18 @@ def run(args: argparse.Namespace) -> int:
         if batch is None:
             raise InvalidInput(f"no batch {args.batch!r} in this job store")
         items = calibration_items(session, batch.id)
+        costs = stage_costs(session, batch.id)
     if not items:
         raise InvalidInput(
             f"batch {batch.id} has no rows the small model answered with a known answer"
         )
     if args.sweep:
-        return _sweep(items, args.json)
+        return _sweep(items, costs, args.json, args.plot)
+    # the funnel only ever accepts what the screen called tool-free (a calibration run
+    # speculates the rest too, for the sweep)
+    items = [item for item in items if item.tool_free]
+    if not items:
+        raise InvalidInput(f"batch {batch.id}: the screen sent every answered row to the agent")
     gates = {(i.gate.get("mode"), i.gate.get("top_k")) for i in items}
     if len(gates) > 1:
         raise InvalidInput(f"the batch mixes gate settings {sorted(gates)}: calibrate one")
@@ -84,10 +94,12 @@ def run(args: argparse.Namespace) -> int:
             mark = "certified" if test.certified else "stops the walk"
             print(f"{test.tau:>6}  {test.accepted:>8}  {test.wrong:>5}  {test.p_value:.4f}  {mark}")
     if choice.tau is None:
+        needed = math.ceil(math.log(args.delta) / math.log1p(-args.max_error))
         print(
             f"no tau keeps the error of accepted answers at most {args.max_error:g} with "
-            f"probability {1 - args.delta:g} on this evidence: keep the agent for every job, "
-            "or gather more labelled rows"
+            f"probability {1 - args.delta:g} on this evidence (a tau needs at least {needed} "
+            f"accepted rows, and more if any is wrong; {len(items)} were answered): keep "
+            "the agent for every job, or gather more labelled rows"
         )
         return 1
     accepted = next(t for t in choice.tests if t.tau == choice.tau)
@@ -112,7 +124,9 @@ SWEEP_KS = (16, 32, 64, 128)
 SWEEP_TAUS = (0.9, 0.95, 0.97, 0.98, 0.99)
 
 
-def _sweep(items: list[Any], json_path: Path | None) -> int:
+def _sweep(
+    items: list[Any], costs: tuple[float, float], json_path: Path | None, plot: Path | None
+) -> int:
     from dataclasses import asdict
 
     from common.calibration import sweep
@@ -120,15 +134,45 @@ def _sweep(items: list[Any], json_path: Path | None) -> int:
     recorded = [item for item in items if item.replay]
     if not recorded:
         raise InvalidInput("no recorded logits: sweep a calibration run (annotate --calibrate)")
-    rows = sweep(recorded, MODES, SWEEP_KS, SWEEP_TAUS)
-    print(f"{len(recorded)} jobs replayed (accepted: screened tool-free and over tau)")
-    print("mode       K    tau    accepted  acc. accepted  accuracy")
+    rows = sweep(recorded, MODES, SWEEP_KS, SWEEP_TAUS, costs)
+    print(
+        f"{len(recorded)} jobs replayed (accepted: screened tool-free and over tau); measured "
+        f"{costs[0]:.3f} s per job in the fast stage, {costs[1]:.3f} s per agent job"
+    )
+    print("mode       K    tau    accepted  acc. accepted  accuracy  speedup (est.)")
     for row in rows:
         print(
             f"{row.mode:<9} {row.top_k:>3}  {row.tau:<5}  {row.accepted:>8.1%}  "
-            f"{row.accepted_accuracy:>13.1%}  {row.accuracy:>8.1%}"
+            f"{row.accepted_accuracy:>13.1%}  {row.accuracy:>8.1%}  {row.speedup:>6.2f}x"
         )
     if json_path is not None:
         json_path.write_text(json.dumps([asdict(row) for row in rows], indent=2) + "\n")
         print(f"wrote {json_path}")
+    if plot is not None:
+        _plot(rows, plot)
+        print(f"wrote {plot}")
     return 0
+
+
+def _plot(rows: list[Any], path: Path) -> None:
+    """Accuracy against estimated speedup, one curve per mode (at K = 64)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise InvalidInput("--plot needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.5, 4.2))
+    for mode in MODES:
+        points = sorted((r.speedup, 100 * r.accuracy) for r in rows
+                        if r.mode == mode and r.top_k == 64)  # fmt: skip
+        axis.plot([p[0] for p in points], [p[1] for p in points], "o-", label=mode)
+    axis.set_xlabel("estimated speedup over the agent alone (x)")
+    axis.set_ylabel("accuracy (%)")
+    axis.set_title("gates replayed from a calibration run (K = 64, tau 0.90-0.99)")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

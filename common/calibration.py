@@ -127,12 +127,21 @@ class SweepRow:
     accepted: float  # share of jobs the funnel would answer with the small model
     accepted_accuracy: float  # of those, right (NaN: none accepted)
     accuracy: float  # all jobs: the small answer where accepted, the agent's elsewhere
+    speedup: float = math.nan  # agent-only seconds per job over the funnel's (estimated)
 
 
 def sweep(
-    items: Sequence[Any], modes: Sequence[str], top_ks: Sequence[int], taus: Sequence[float]
+    items: Sequence[Any],
+    modes: Sequence[str],
+    top_ks: Sequence[int],
+    taus: Sequence[float],
+    costs: tuple[float, float] | None = None,
 ) -> list[SweepRow]:
-    """Replay every gate (mode x K x tau) over a calibration run's recorded logits."""
+    """Replay every gate (mode x K x tau) over a calibration run's recorded logits.
+
+    ``costs`` (fast-stage and agent seconds per job, measured in the run) give each
+    setting's estimated speedup over the agent alone: agent / (fast + rejected x agent).
+    """
     from common.config import GateSettings
     from common.gate import score_answers
     from common.replay import decode
@@ -154,9 +163,13 @@ def sweep(
                 overall = [
                     i.right if t else bool(i.agent_right) for i, t in zip(items, taken, strict=True)
                 ]
+                share = sum(taken) / len(items)
+                speedup = math.nan
+                if costs is not None and costs[1] > 0:
+                    fast_s, agent_s = costs
+                    speedup = agent_s / (fast_s + (1 - share) * agent_s)
                 rows.append(SweepRow(
-                    mode, top_k, tau, sum(taken) / len(items),
-                    sum(right) / len(right) if right else math.nan,
-                    sum(overall) / len(overall),
+                    mode, top_k, tau, share, sum(right) / len(right) if right else math.nan,
+                    sum(overall) / len(overall), speedup,
                 ))  # fmt: skip
     return rows

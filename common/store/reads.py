@@ -218,6 +218,28 @@ class CalibrationItem:
     agent_right: bool | None = None  # calibration runs: the agent's answer, scored
 
 
+def stage_costs(session: Session, batch_id: str) -> tuple[float, float]:
+    """(fast-stage seconds per job, agent seconds per job) measured in a batch: a fast
+    batch's time (claim to record) is shared by the jobs claimed with it; an agent job's
+    is its claim to its result."""
+    rows = session.execute(
+        select(Job.fast_started_at, Job.gated_at, Job.agent_started_at, Job.finished_at).where(
+            Job.id.in_(batch_jobs(batch_id))
+        )
+    ).all()
+    batches: dict[Any, tuple[float, int]] = {}
+    agent = []
+    for fast_started, gated, agent_started, finished in rows:
+        if fast_started is not None and gated is not None:
+            _seconds, jobs = batches.get(fast_started, (0.0, 0))
+            batches[fast_started] = ((gated - fast_started).total_seconds(), jobs + 1)
+        if agent_started is not None and finished is not None:
+            agent.append((finished - agent_started).total_seconds())
+    fast_jobs = sum(jobs for _, jobs in batches.values())
+    fast = sum(seconds for seconds, _ in batches.values()) / fast_jobs if fast_jobs else 0.0
+    return fast, (sum(agent) / len(agent) if agent else 0.0)
+
+
 def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
     """The batch's rows that the small model answered and that can be scored: against the
     row's known answer, else (calibration runs) against the agent's answer."""

@@ -85,5 +85,6 @@ def test_a_calibration_run_is_swept_without_a_model(tmp_path: Path, capsys):
     assert main(["calibrate", "cal", "--sweep", "--json", str(out), "--db", db]) == 0
     rows = json.loads(out.read_text())
     assert len(rows) == 4 * 4 * 5 and "6 jobs replayed" in capsys.readouterr().out
+    assert all(row["speedup"] > 0 for row in rows)  # from the run's measured costs
     # the scripted agent and small model both answer "A": 4 of 6 right whatever the gate
     assert {round(row["accuracy"], 4) for row in rows} == {round(4 / 6, 4)}
