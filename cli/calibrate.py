@@ -12,11 +12,19 @@ from cli.options import add_store_flags, settings_from_args
 from common.errors import InvalidInput
 
 DESCRIPTION = """\
-Pick the loosest gate threshold tau whose accepted answers are wrong at most --max-error
-of the time, with probability at least 1 - --delta: fixed-sequence testing of tau from
-strict to loose with exact binomial tails (learn then test). The evidence is a finished
-batch with known answers (an "answer" per row, or a benchmark): every row the small model
-answered, accepted or not, under the batch's own gate mode and K. The guarantee holds for
+Without --max-error: sweep a calibration run (annotate --calibrate): replay every gate,
+mode x K x tau, from its recorded logits, and print the share the funnel would accept,
+the accuracy of those answers, the overall accuracy (the agent answering the rest), how
+often the accepted answers agree with the agent's, and the speedup estimated from the
+run's measured stage costs (--json, --plot).
+
+With --max-error: pick the loosest gate threshold tau whose accepted answers are wrong
+at most --max-error of the time, with probability at least 1 - --delta: fixed-sequence
+testing of tau from strict to loose with exact binomial tails (learn then test). The
+evidence is a finished batch: every row the small model answered and the screen called
+tool-free, accepted or not, under the batch's own gate mode and K, scored against its
+known answer (an "answer" per row, or a benchmark) or, in a calibration run without
+one, against the agent's. The guarantee holds for
 new rows like those (exchangeable with them); a corpus that drifts needs a new run.
 
 Prints each tested threshold (accepted rows, wrong ones, p-value) up to where the walk
@@ -34,20 +42,13 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
     parser.add_argument(
-        "--max-error", type=float, default=0.02, help="epsilon: accepted answers' error (0.02)"
+        "--max-error", type=float, help="epsilon: pick tau so accepted answers err at most this"
     )
     parser.add_argument("--delta", type=float, default=0.05, help="1 - confidence (0.05)")
     parser.add_argument("--out", type=Path, help="write the calibration file (JSON)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="sweep: rows as JSON")
     parser.add_argument(
-        "--sweep",
-        action="store_true",
-        help="a calibration run (annotate --calibrate): replay every gate, mode x K x tau, "
-        "from its recorded logits and print share accepted, accuracy of accepted answers "
-        "and overall accuracy (the agent answering the rest); --json writes the rows",
-    )
-    parser.add_argument("--json", type=Path, metavar="FILE", help="with --sweep: rows as JSON")
-    parser.add_argument(
-        "--plot", type=Path, metavar="PNG", help="with --sweep: accuracy against speedup"
+        "--plot", type=Path, metavar="PNG", help="sweep: accuracy against speedup per mode"
     )
     add_store_flags(parser)
     parser.set_defaults(run=run)
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput(
             f"batch {batch.id} has no rows the small model answered with a known answer"
         )
-    if args.sweep:
+    if args.max_error is None:
         return _sweep(items, costs, args.json, args.plot)
     # the funnel only ever accepts what the screen called tool-free (a calibration run
     # speculates the rest too, for the sweep)
@@ -133,17 +134,21 @@ def _sweep(
 
     recorded = [item for item in items if item.replay]
     if not recorded:
-        raise InvalidInput("no recorded logits: sweep a calibration run (annotate --calibrate)")
+        raise InvalidInput(
+            "no recorded logits to sweep: run annotate --calibrate, or give --max-error to "
+            "pick tau from this batch's own gate"
+        )
     rows = sweep(recorded, MODES, SWEEP_KS, SWEEP_TAUS, costs)
     print(
         f"{len(recorded)} jobs replayed (accepted: screened tool-free and over tau); measured "
         f"{costs[0]:.3f} s per job in the fast stage, {costs[1]:.3f} s per agent job"
     )
-    print("mode       K    tau    accepted  acc. accepted  accuracy  speedup (est.)")
+    print("mode       K    tau    accepted  acc. accepted  accuracy  agrees  speedup (est.)")
     for row in rows:
         print(
             f"{row.mode:<9} {row.top_k:>3}  {row.tau:<5}  {row.accepted:>8.1%}  "
-            f"{row.accepted_accuracy:>13.1%}  {row.accuracy:>8.1%}  {row.speedup:>6.2f}x"
+            f"{row.accepted_accuracy:>13.1%}  {row.accuracy:>8.1%}  {row.agreement:>6.1%}  "
+            f"{row.speedup:>6.2f}x"
         )
     if json_path is not None:
         json_path.write_text(json.dumps([asdict(row) for row in rows], indent=2) + "\n")

@@ -127,6 +127,7 @@ class SweepRow:
     accepted: float  # share of jobs the funnel would answer with the small model
     accepted_accuracy: float  # of those, right (NaN: none accepted)
     accuracy: float  # all jobs: the small answer where accepted, the agent's elsewhere
+    agreement: float  # of the accepted answers, the share the agent would have given too
     speedup: float = math.nan  # agent-only seconds per job over the funnel's (estimated)
 
 
@@ -160,6 +161,7 @@ def sweep(
                     )
                 ]
                 right = [i.right for i, t in zip(items, taken, strict=True) if t]
+                agree = [bool(i.agrees) for i, t in zip(items, taken, strict=True) if t]
                 overall = [
                     i.right if t else bool(i.agent_right) for i, t in zip(items, taken, strict=True)
                 ]
@@ -170,6 +172,7 @@ def sweep(
                     speedup = agent_s / (fast_s + (1 - share) * agent_s)
                 rows.append(SweepRow(
                     mode, top_k, tau, share, sum(right) / len(right) if right else math.nan,
-                    sum(overall) / len(overall), speedup,
+                    sum(overall) / len(overall),
+                    sum(agree) / len(agree) if agree else math.nan, speedup,
                 ))  # fmt: skip
     return rows

@@ -216,6 +216,7 @@ class CalibrationItem:
     replay: str | None = None  # calibration runs: the recorded logits
     tool_free: bool = True  # the screen's verdict (no screen: every job)
     agent_right: bool | None = None  # calibration runs: the agent's answer, scored
+    agrees: bool | None = None  # calibration runs: the small answer matches the agent's
 
 
 def stage_costs(session: Session, batch_id: str) -> tuple[float, float]:
@@ -251,22 +252,18 @@ def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
         if job.small_answer is None or job.confidence is None:
             continue
         agent = job.final_answer if job.defer_reason == DeferReason.CALIBRATION else None
+        agrees = None if agent is None else is_correct(job.small_answer, agent, job.options)
         if item.expected is not None:
             right = is_correct(job.small_answer, item.expected, job.options)
             agent_right = None if agent is None else is_correct(agent, item.expected, job.options)
-        elif agent is not None:
-            right, agent_right = is_correct(job.small_answer, agent, job.options), None
+        elif agrees is not None:
+            right, agent_right = agrees, None
         else:
             continue
+        tool_free = job.screen_needs_tools is not True
+        gate = dict(job.gate or {})
         found.append(
-            CalibrationItem(
-                job.confidence,
-                right,
-                dict(job.gate or {}),
-                job.replay,
-                job.screen_needs_tools is not True,
-                agent_right,
-            )
+            CalibrationItem(job.confidence, right, gate, job.replay, tool_free, agent_right, agrees)
         )
     return found
 

@@ -125,3 +125,17 @@ def test_the_reply_is_read_as_the_reference_reads_it():
     assert read_verdict("pope", "1") and not read_verdict("pope", "1.")  # exactly "1"
     assert read_verdict("hr", "The answer is 1.")  # judge_hr.py: a 1 anywhere
     assert not read_verdict("vstar", "consistent")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_annotate_asks_the_judge_named_by_its_flags(sessions, stand_in, capsys):
+    from cli.annotate import _judge
+    from common.config import Settings
+
+    batch_id = answered_batch(sessions, "b3", ["red", "blue"])
+    settings = Settings(judge_url=stand_in.url, judge_model="judge-72b", judge_api_key="k")
+    _judge(sessions, batch_id, settings)
+    assert "2 asked, 0 from the cache (judge-72b)" in capsys.readouterr().out
+    with sessions() as session:
+        (score,) = reads.split_scores(session, batch_id)
+    assert (score.reference_correct, score.undecided) == (1, 0)
