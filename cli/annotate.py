@@ -28,7 +28,10 @@ JSONL with one {"image": ..., "question": ..., "options": [...], "id": ...} per 
 CSV with the same columns (options as a JSON list). Image paths are relative to the
 manifest. A row's optional "answer" (the right option's text or letter, or yes/no) adds
 an accuracy line to the summary. Broken rows are reported, recorded as failed jobs, and
-the rest goes on.
+the rest goes on. The paper's benchmarks are read in their published layouts, detected
+from the path: a V* folder (direct_attributes/, relative_position/), an HR-Bench .tsv, a
+POPE .parquet or POPE folder (Full/*.parquet); the summary then scores each split by our
+rules and by the reference's (--judge-url / --judge-model: its LLM judge for the rest).
 
 Running the same command again resumes: finished jobs are kept, the rest is done. The
 exit code is 0 when every job succeeded, 1 when any failed, 2 for bad usage, 130 when
