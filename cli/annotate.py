@@ -205,7 +205,7 @@ def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -
         timeout_s=settings.judge_timeout_s,
     )  # fmt: skip
     try:
-        counts = judge_batch(sessions, batch_id, judge)
+        counts = judge_batch(sessions, batch_id, judge, concurrency=settings.judge_concurrency)
     finally:
         judge.close()
     print(f"judge        {counts.asked} asked, {counts.cached} from the cache ({judge.model})")

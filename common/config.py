@@ -151,6 +151,7 @@ class Settings(BaseSettings):
         None, description="The judge endpoint's key (SPECEYES_JUDGE_API_KEY; never logged)."
     )
     judge_timeout_s: float = Field(120.0, gt=0.0, description="Seconds per judge request.")
+    judge_concurrency: int = Field(8, ge=1, description="Judge requests in flight at once.")
 
     # -- infrastructure -----------------------------------------------------------
     database_url: str = Field(

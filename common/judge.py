@@ -12,6 +12,7 @@ nothing twice; each row keeps its verdict (``batch_items.judge_verdict``).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,37 +100,57 @@ class Judge:
         self.http.close()
 
 
-def judge_batch(sessions: sessionmaker[Session], batch_id: str, judge: Judge) -> JudgeCounts:
+def judge_batch(
+    sessions: sessionmaker[Session], batch_id: str, judge: Judge, *, concurrency: int = 8
+) -> JudgeCounts:
     """Judge every finished benchmark row of the batch that the reference's rules leave
-    undecided and that has no verdict yet; each verdict is committed as it comes."""
+    undecided and that has no verdict yet. Prompts not in the cache go out ``concurrency``
+    at a time (an inference server batches them); each verdict is committed as it comes,
+    so an interrupted judging resumes where it stopped."""
     counts = JudgeCounts()
     with sessions() as session:
-        pending = [
+        rows = [
             (item.position, item.split, item.expected, job.question, job.options, job.final_answer)
             for item, job in reads.batch_results(session, batch_id)
             if item.split and item.expected and item.judge_verdict is None
             and job.status == JobStatus.DONE and job.final_answer is not None
         ]  # fmt: skip
-    for position, split, expected, question, options, answer in pending:
+    pending: dict[str, tuple[str, str, list[int]]] = {}  # key -> (benchmark, prompt, rows)
+    for position, split, expected, question, options, answer in rows:
         benchmark = split.split("/")[0]
         if reference_verdict(benchmark, answer, expected, options) is not None:
             continue
-        truth = standard_answer(benchmark, expected, options)
-        prompt = judge_prompt(benchmark, question, truth, answer)
+        prompt = judge_prompt(
+            benchmark, question, standard_answer(benchmark, expected, options), answer
+        )
         key = idempotency_key("judge", judge.model, prompt)
+        pending.setdefault(key, (benchmark, prompt, []))[2].append(position)
+
+    def settle(key: str, verdict: bool) -> None:
         with sessions.begin() as session:
-            cached = session.get(JudgeVerdict, key)
-        if cached is None:
-            response = judge.ask(prompt)
-            cached = JudgeVerdict(
-                key=key, model=judge.model, verdict=read_verdict(benchmark, response),
-                response=response, created_at=utcnow(),
-            )  # fmt: skip
-            with sessions.begin() as session:
-                session.merge(cached)
-            counts.asked += 1
-        else:
+            for position in pending[key][2]:
+                reads.set_judge_verdict(session, batch_id, position, verdict)
+
+    with sessions() as session:
+        cached = {key: session.get(JudgeVerdict, key) for key in pending}
+    for key, found in cached.items():
+        if found is not None:
+            settle(key, found.verdict)
             counts.cached += 1
-        with sessions.begin() as session:
-            reads.set_judge_verdict(session, batch_id, position, cached.verdict)
+
+    def ask(key: str) -> JudgeVerdict:
+        benchmark, prompt, _ = pending[key]
+        response = judge.ask(prompt)
+        return JudgeVerdict(
+            key=key, model=judge.model, verdict=read_verdict(benchmark, response),
+            response=response, created_at=utcnow(),
+        )  # fmt: skip
+
+    to_ask = [key for key, found in cached.items() if found is None]
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for record in pool.map(ask, to_ask):
+            with sessions.begin() as session:
+                session.merge(record)
+            settle(record.key, record.verdict)
+            counts.asked += 1
     return counts
