@@ -130,7 +130,12 @@ class TransformersModel:
         if self.pad_id is None:
             self.pad_id = self.tokenizer.pad_token_id
         self.eos_ids = [token for token in eos_ids if token is not None]
-        self.end_ids = set(self.eos_ids) | {self.pad_id}
+        # phases I and IV end at the protocol's end tokens, or at the checkpoint's own
+        self.turn_end_ids = (
+            [self.tokenizer.convert_tokens_to_ids(t) for t in protocol.end_tokens]
+            if protocol.end_tokens is not None
+            else self.eos_ids
+        )
         image_processor = self.processor.image_processor
         self.processor_rule = ResizeRule(
             factor=image_processor.patch_size * image_processor.merge_size,
@@ -144,7 +149,10 @@ class TransformersModel:
     # -- the protocol ---------------------------------------------------------------
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
         chats = [self.screen_chat(query) for query in queries]
-        rows = self._generate(chats, max_new_tokens=max_new_tokens, stop=self.protocol.screen_stop)
+        rows = self._generate(
+            chats, max_new_tokens=max_new_tokens, stop=self.protocol.screen_stop,
+            end_ids=self.turn_end_ids,
+        )  # fmt: skip
         return [ScreenResult(not screen_says_tool_free(row.text), row.text) for row in rows]
 
     def speculate(
@@ -180,7 +188,10 @@ class TransformersModel:
     def generate(
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation:
-        (row,) = self._generate([conversation.messages], max_new_tokens=max_new_tokens, stop=stop)
+        (row,) = self._generate(
+            [conversation.messages], max_new_tokens=max_new_tokens, stop=stop,
+            end_ids=self.turn_end_ids,
+        )  # fmt: skip
         return Generation(row.text, row.finish_reason, len(row.token_ids))
 
     # -- the one generation path --------------------------------------------------------
@@ -192,9 +203,12 @@ class TransformersModel:
         max_new_tokens: int,
         stop: Sequence[str] = (),
         top_k: int | None = None,
+        end_ids: Sequence[int] | None = None,
     ) -> list[_Row]:
+        """``end_ids``: the tokens that end a row (default: the checkpoint's own)."""
         from transformers import GenerationConfig, LogitsProcessorList
 
+        ends = list(end_ids) if end_ids is not None else self.eos_ids
         texts: list[str] = []
         images: list[Image.Image] = []
         for chat in chats:
@@ -206,7 +220,7 @@ class TransformersModel:
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
             do_sample=False,
-            eos_token_id=self.eos_ids,
+            eos_token_id=ends,
             pad_token_id=self.pad_id,
             output_logits=top_k is not None,
             return_dict_in_generate=True,
@@ -223,7 +237,7 @@ class TransformersModel:
         if top_k is not None:
             top_values, log_norm = _top_scores(output.logits, top_k)
         return [
-            self._row(tokens, stop, top_values, log_norm, index, max_new_tokens)
+            self._row(tokens, stop, top_values, log_norm, index, max_new_tokens, set(ends))
             for index, tokens in enumerate(new_tokens)
         ]
 
@@ -235,8 +249,10 @@ class TransformersModel:
         log_norm: list[list[float]] | None,
         index: int,
         max_new_tokens: int,
+        ends: set[int],
     ) -> _Row:
-        length = next((i for i, token in enumerate(tokens) if token in self.end_ids), len(tokens))
+        # a row ends at its first end token; the padding after it comes only after one
+        length = next((i for i, token in enumerate(tokens) if token in ends), len(tokens))
         answer = tokens[:length]
         text = self.tokenizer.decode(answer, skip_special_tokens=True)
         ended = length < len(tokens) or length < max_new_tokens

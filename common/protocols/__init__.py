@@ -60,6 +60,8 @@ class Protocol:
     agent_first_turn: str  # fields {question}, {suffix}
     agent_suffix: str  # the instruction that ends every user turn
     agent_stop: tuple[str, ...]
+    # the tokens that end phases I and IV; None: the checkpoint's end-of-sequence tokens
+    end_tokens: tuple[str, ...] | None
     malformed: MalformedPolicy
     box_rule: BoxRule
     min_box_side: int  # boxes with a side <= this are refused (0: none)
@@ -143,6 +145,7 @@ REFERENCE = Protocol(
     agent_first_turn=reference.AGENT_FIRST_TURN,
     agent_suffix=reference.AGENT_SUFFIX,
     agent_stop=reference.STOP_STRINGS,
+    end_tokens=reference.END_TOKENS,
     malformed="reference",
     box_rule="truncate",
     min_box_side=0,
@@ -169,6 +172,7 @@ V0 = Protocol(
     agent_first_turn=v0.AGENT_FIRST_TURN,
     agent_suffix=v0.AGENT_SUFFIX,
     agent_stop=v0.AGENT_STOP_STRINGS,
+    end_tokens=None,
     malformed="observe",
     box_rule="cover",
     min_box_side=v0.MIN_BOX_SIDE,

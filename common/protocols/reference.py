@@ -90,6 +90,9 @@ AGENT_FIRST_TURN = "{question}{suffix}"  # init_messages: question_prompt + USER
 
 # Generation stops of phases I and IV (SpecEyes.py get_response / get_batch_response).
 STOP_STRINGS = ("</tool_call>", "</answer>", "<|im_end|>")
+# Those calls pass eos_token_id=None: only the stop strings end them, so <|im_end|> ends a
+# turn and <|endoftext|> does not (phase II keeps the checkpoint's own end tokens).
+END_TOKENS = ("<|im_end|>",)
 
 # utils.py IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS.
 IMAGE_FACTOR = 28

@@ -155,3 +155,14 @@ def test_an_unreachable_hub_model_is_one_clear_error(monkeypatch):
         TransformersModel("no-such-org/no-such-model", device="cpu")
     assert "cannot load model 'no-such-org/no-such-model'" in str(error.value)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(("protocol", "expected"), [(REFERENCE, "no tools"), (V0, "no")])
+def test_only_the_end_of_turn_ends_a_reference_screen(tiny_paths, protocol, expected):
+    """The evaluation generates phases I and IV with eos_token_id=None and <|im_end|> as a
+    stop string: <|endoftext|> does not end them there (v0 stops at either)."""
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu", protocol=protocol)
+    forced = ["no<|endoftext|> tools"]
+    large.logits_processors = [ForceText(large.tokenizer, forced, large.eos_ids[0])]
+    (screen,) = large.screen(sample_queries()[:1], max_new_tokens=12)
+    assert screen.raw_text == expected
