@@ -212,11 +212,10 @@ def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -
 
 
 def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
-    from common.store.reads import batch_accuracy, split_scores
+    from common.store.reads import batch_scores
 
     with sessions() as session:
-        scored, correct = batch_accuracy(session, batch_id)
-        splits = split_scores(session, batch_id)
+        (scored, correct), splits = batch_scores(session, batch_id)
     if scored:
         print(
             f"accuracy     {correct / scored:.1%} ({correct} of {scored} rows with a known answer)"

@@ -55,12 +55,8 @@ def run(args: argparse.Namespace) -> int:
     recorder = _Recorder(models.large)
     sent: dict[str, Any] = {}
     if args.explain:
-        for phase, model, build in (
-            ("screen", models.large, models.large.protocol.screen_chat),
-            ("speculate", models.small, models.small.protocol.speculate_chat),
-        ):
-            image = model.protocol.view(query.image)
-            sent[phase] = model.render(build(image, query.question, query.options))
+        sent["screen"] = models.large.render(models.large.protocol.screen_query(query))
+        sent["speculate"] = models.small.render(models.small.protocol.speculate_query(query))
         models.large = cast("VisionLanguageModel", recorder)
     (outcome,) = run_fast_stage(
         [query],

@@ -25,6 +25,7 @@ import csv
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -152,16 +153,12 @@ def _keep_struct(image: Any, image_store: Path) -> tuple[str, str] | str:
 
 
 def _with_image(row: SourceRow, stored: tuple[str, str] | str) -> SourceRow:
-    from dataclasses import replace
-
     if isinstance(stored, str):
         return replace(row, error=("image_invalid", f"{row.item_id}: {stored}"))
-    return replace(row, image_path=stored[0])
+    return replace(row, image_path=stored[0], image_hash=stored[1])
 
 
 def _numbered(rows: Iterator[SourceRow]) -> Iterator[SourceRow]:
-    from dataclasses import replace
-
     for position, row in enumerate(rows):
         yield replace(row, position=position)
 

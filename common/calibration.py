@@ -96,9 +96,7 @@ def pick_tau(
     choice = TauChoice(max_error, delta, None)
     walking = True
     for tau in sorted(set(taus), reverse=True):
-        first = bisect.bisect_right(values, tau)
-        while first < len(values) and not accepts(values[first], tau):
-            first += 1  # (bisect_right already gives confidence > tau; this guards it)
+        first = bisect.bisect_right(values, tau)  # from here on: confidence > tau (accepts)
         n, k = len(values) - first, wrong_after[first]
         # Too few accepted items to reject even with none wrong: untestable, passed over.
         testable = binomial_cdf(0, n, max_error) <= delta

@@ -31,6 +31,7 @@ class SourceRow:
     expected: str | None = None  # the row's known answer ("answer" column), for accuracy
     split: str | None = None  # a benchmark row's split ("pope/random", ...)
     category: str | None = None
+    image_hash: str | None = None  # known already when the reader kept the image
 
 
 def read_source(

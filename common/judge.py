@@ -21,19 +21,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from common.contracts import JobStatus
 from common.errors import BackendUnavailable, ConfigurationError
-from common.protocols import OPTION_LETTERS
 from common.protocols.judge import SYSTEM, judge_prompt
-from common.scoring import reference_verdict
+from common.scoring import reference_verdict, standard_answer
 from common.store import reads
 from common.store.submission import idempotency_key
 from common.store.tables import JudgeVerdict, utcnow
-
-
-def standard_answer(benchmark: str, expected: str, options: list[str] | None) -> str:
-    """The "[Standard Answer]" the reference shows its judge."""
-    if benchmark == "vstar" and options and expected in options:
-        return f"{OPTION_LETTERS[options.index(expected)]}. {expected}"
-    return expected
 
 
 def read_verdict(benchmark: str, response: str) -> bool:

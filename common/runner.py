@@ -154,10 +154,6 @@ class EmbeddedRunner(Dispatcher):
         self._serving = True
         return self._start_threads(None)
 
-    def notify(self) -> None:
-        """New jobs are queued: stop waiting for them."""
-        self._wake.set()
-
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()

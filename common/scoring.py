@@ -42,6 +42,14 @@ def is_correct(answer: str | None, expected: str, options: Sequence[str] | None 
     return got == want
 
 
+def standard_answer(benchmark: str, expected: str, options: Sequence[str] | None) -> str:
+    """The right answer as the reference writes it: V*'s ``LETTER. TEXT`` (its correct
+    option is A), otherwise the expected answer itself (HR-Bench's letter, POPE's word)."""
+    if benchmark == "vstar" and options and expected in options:
+        return f"{OPTION_LETTERS[list(options).index(expected)]}. {expected}"
+    return expected
+
+
 def reference_verdict(
     benchmark: str, answer: str, expected: str, options: Sequence[str] | None = None
 ) -> bool | None:
@@ -61,11 +69,11 @@ def reference_verdict(
         answer = answer.split("\\boxed{")[1].split("}")[0]
     if benchmark == "pope":
         return answer == expected if len(answer) == len(expected) else None
-    if benchmark == "vstar" and options and expected in options:
-        letter = OPTION_LETTERS[list(options).index(expected)]
-        whole = f"{letter}. {expected}"
+    whole = standard_answer(benchmark, expected, options)
+    if benchmark == "vstar" and whole != expected:
+        letter = whole[0]
     elif benchmark == "hr":
-        letter = whole = expected
+        letter = expected
     else:
         return None
     if len(answer) == 1:

@@ -74,6 +74,8 @@ def to_item(row: SourceRow, settings: Settings) -> NewItem:
     )  # fmt: skip
     if row.error is not None or row.image_path is None:
         return replace(item, error=row.error or ("image_missing", "no image"))
+    if row.image_hash is not None:  # the reader kept the image and hashed it already
+        return replace(item, image_hash=row.image_hash)
     try:
         digest = content_hash(read_image_bytes(row.image_path, settings.image_limits))
     except ImageError as exc:

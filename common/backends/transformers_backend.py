@@ -148,7 +148,7 @@ class TransformersModel:
 
     # -- the protocol ---------------------------------------------------------------
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
-        chats = [self.screen_chat(query) for query in queries]
+        chats = [self.protocol.screen_query(query) for query in queries]
         rows = self._generate(
             chats, max_new_tokens=max_new_tokens, stop=self.protocol.screen_stop,
             end_ids=self.turn_end_ids,
@@ -158,20 +158,12 @@ class TransformersModel:
     def speculate(
         self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
     ) -> list[Speculation]:
-        chats = [self.speculate_chat(query) for query in queries]
+        chats = [self.protocol.speculate_query(query) for query in queries]
         rows = self._generate(chats, max_new_tokens=max_new_tokens, top_k=top_k)
         return [
             Speculation(_final_answer(row.text), row.token_ids, row.scores or TokenScores([], []))
             for row in rows
         ]
-
-    def screen_chat(self, query: Query) -> list[Message]:
-        protocol = self.protocol
-        return protocol.screen_chat(protocol.view(query.image), query.question, query.options)
-
-    def speculate_chat(self, query: Query) -> list[Message]:
-        protocol = self.protocol
-        return protocol.speculate_chat(protocol.view(query.image), query.question, query.options)
 
     def render(self, chat: Sequence[Message]) -> str:
         """The exact text the chat template makes of ``chat`` (before the processor

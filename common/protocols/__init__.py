@@ -23,6 +23,7 @@ from typing import Literal
 from PIL import Image
 
 from common.backends.base import Message
+from common.contracts import Query
 from common.errors import ConfigurationError
 from common.images import ResizeRule
 from common.protocols import reference, v0
@@ -102,6 +103,14 @@ class Protocol:
     ) -> list[Message]:
         """Phase II: the small model answers directly."""
         return _chat(self.speculate_system, image, self.speculate_text(question, options))
+
+    def screen_query(self, query: Query) -> list[Message]:
+        """Phase I for a job: its image on this protocol's grid, its question."""
+        return self.screen_chat(self.view(query.image), query.question, query.options)
+
+    def speculate_query(self, query: Query) -> list[Message]:
+        """Phase II for a job: its image on this protocol's grid, its question."""
+        return self.speculate_chat(self.view(query.image), query.question, query.options)
 
     def agent_start(
         self, image: Image.Image, question: str, options: Sequence[str] | None

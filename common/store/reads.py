@@ -137,15 +137,7 @@ def batch_results(session: Session, batch_id: str) -> Iterator[tuple[BatchItem, 
 
 def batch_accuracy(session: Session, batch_id: str) -> tuple[int, int]:
     """(rows with a known answer that are finished, of those answered right)."""
-    from common.scoring import is_correct
-
-    scored = correct = 0
-    for item, job in batch_results(session, batch_id):
-        if item.expected is None or job.status not in (JobStatus.DONE, JobStatus.FAILED):
-            continue
-        scored += 1
-        correct += is_correct(job.final_answer, item.expected, job.options)
-    return scored, correct
+    return batch_scores(session, batch_id)[0]
 
 
 @dataclass
@@ -181,27 +173,36 @@ def set_judge_verdict(session: Session, batch_id: str, position: int, verdict: b
 
 def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
     """Per benchmark split, the finished rows with a known answer, scored both ways."""
+    return batch_scores(session, batch_id)[1]
+
+
+def batch_scores(session: Session, batch_id: str) -> tuple[tuple[int, int], list[SplitScore]]:
+    """One pass over the batch: (finished rows with a known answer, of those right by our
+    rules), and each benchmark split's scores both ways."""
     from common.scoring import is_correct, reference_verdict
 
+    scored = correct = 0
     scores: dict[str, SplitScore] = {}
     for item, job in batch_results(session, batch_id):
-        if item.split is None or item.expected is None:
+        if item.expected is None or job.status not in (JobStatus.DONE, JobStatus.FAILED):
             continue
-        if job.status not in (JobStatus.DONE, JobStatus.FAILED):
+        right = is_correct(job.final_answer, item.expected, job.options)
+        scored, correct = scored + 1, correct + right
+        if item.split is None:
             continue
         score = scores.setdefault(item.split, SplitScore(item.split))
         score.rows += 1
         if job.status == JobStatus.FAILED or job.final_answer is None:
             score.failed += 1
             continue
-        score.strict_correct += is_correct(job.final_answer, item.expected, job.options)
+        score.strict_correct += right
         benchmark = item.split.split("/")[0]
         verdict = reference_verdict(benchmark, job.final_answer, item.expected, job.options)
         if verdict is None:
             verdict = item.judge_verdict  # the LLM judge's, when one was asked
         score.undecided += verdict is None
         score.reference_correct += bool(verdict)
-    return [scores[split] for split in sorted(scores)]
+    return (scored, correct), [scores[split] for split in sorted(scores)]
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def test_phase_i_asks_the_agent_model_what_the_evaluation_asks(tiny_large, query
         SCREEN_SYSTEM,
         prompt + "\nWould tools significantly improve answer reliability? yes or no.",
     )
-    assert tiny_large.render(tiny_large.screen_chat(query)) == expected
+    assert tiny_large.render(tiny_large.protocol.screen_query(query)) == expected
 
 
 @pytest.mark.parametrize(("query", "prompt"), [(CHOICE, CHOICE_PROMPT), (YES_NO, YES_NO_PROMPT)])
@@ -102,7 +102,8 @@ def test_phase_ii_asks_the_small_model_what_the_evaluation_asks(tiny_small, quer
         "You are a helpful assistant. Output only the final answer itself. Do not include "
         "explanations, reasoning, labels, or any extra text."
     )
-    assert tiny_small.render(tiny_small.speculate_chat(query)) == chat(system, prompt + "\nAnswer:")
+    sent = tiny_small.render(tiny_small.protocol.speculate_query(query))
+    assert sent == chat(system, prompt + "\nAnswer:")
 
 
 def test_deepeyes_turns_before_and_after_a_zoom(tiny_paths):
@@ -156,6 +157,6 @@ def test_an_8k_image_gives_each_model_the_evaluations_visual_tokens():
 
 
 def test_every_image_reaches_the_processor_on_the_reference_grid(tiny_small):
-    seen = tiny_small.speculate_chat(Query("q", Image.new("RGB", (1000, 617)), "Q?"))
+    seen = tiny_small.protocol.speculate_query(Query("q", Image.new("RGB", (1000, 617)), "Q?"))
     image = seen[-1].images[0]
     assert image.size == REFERENCE.image_grid.size_for(1000, 617) == (1008, 616)

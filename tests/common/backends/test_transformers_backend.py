@@ -64,7 +64,7 @@ def test_recorded_logits_are_the_models_own_and_their_argmax_is_the_token(tiny_s
     assert len(speculation.scores.top_values) == len(speculation.token_ids) > 0
     assert all(len(row) == 8 for row in speculation.scores.top_values)
     # Re-run the prompt plus the answer through a plain forward pass.
-    chat = tiny_small.speculate_chat(query)
+    chat = tiny_small.protocol.speculate_query(query)
     text, images = tiny_small.render(chat), [part for m in chat for part in m.images]
     inputs = tiny_small.processor(text=[text], images=images, return_tensors="pt")
     answer = torch.tensor([speculation.token_ids])
