@@ -40,7 +40,10 @@ def register(commands: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
+    parser.add_argument(
+        "batches", nargs="+", metavar="BATCH",
+        help="batch ids or names (the newest of each); several are pooled (one per split)",
+    )  # fmt: skip
     parser.add_argument(
         "--max-error", type=float, help="epsilon: pick tau so accepted answers err at most this"
     )
@@ -60,23 +63,27 @@ def run(args: argparse.Namespace) -> int:
     from common.store.reads import calibration_items, find_batch, stage_costs
 
     sessions = open_store(settings_from_args(args).database_url)
+    items, ids, fast, agent = [], [], 0.0, 0.0
     with sessions() as session:
-        batch = find_batch(session, args.batch)
-        if batch is None:
-            raise InvalidInput(f"no batch {args.batch!r} in this job store")
-        items = calibration_items(session, batch.id)
-        costs = stage_costs(session, batch.id)
+        for name in args.batches:
+            batch = find_batch(session, name)
+            if batch is None:
+                raise InvalidInput(f"no batch {name!r} in this job store")
+            found = calibration_items(session, batch.id)
+            batch_fast, batch_agent = stage_costs(session, batch.id)
+            fast, agent = fast + batch_fast * len(found), agent + batch_agent * len(found)
+            items += found
+            ids.append(batch.id)
     if not items:
-        raise InvalidInput(
-            f"batch {batch.id} has no rows the small model answered with a known answer"
-        )
+        raise InvalidInput(f"{', '.join(ids)}: no rows the small model answered and can be scored")
+    costs = (fast / len(items), agent / len(items))  # per job, pooled over the batches
     if args.max_error is None:
         return _sweep(items, costs, args.json, args.plot)
     # the funnel only ever accepts what the screen called tool-free (a calibration run
     # speculates the rest too, for the sweep)
     items = [item for item in items if item.tool_free]
     if not items:
-        raise InvalidInput(f"batch {batch.id}: the screen sent every answered row to the agent")
+        raise InvalidInput("the screen sent every answered row to the agent")
     gates = {(i.gate.get("mode"), i.gate.get("top_k")) for i in items}
     if len(gates) > 1:
         raise InvalidInput(f"the batch mixes gate settings {sorted(gates)}: calibrate one")
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
-    print(f"batch {batch.id} ({batch.name}): {len(items)} answered rows, gate {mode}, K={top_k}")
+    print(f"{', '.join(args.batches)}: {len(items)} answered rows, gate {mode}, K={top_k}")
     print("   tau  accepted  wrong  p-value")
     for test in choice.tests:
         if test.p_value == test.p_value:  # tested (not NaN)
@@ -112,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         record = {
             "gate": {"mode": mode, "top_k": top_k, "threshold": choice.tau},
-            "max_error": args.max_error, "delta": args.delta, "batch": batch.id,
+            "max_error": args.max_error, "delta": args.delta, "batches": ids,
             "items": len(items), "accepted": accepted.accepted, "wrong": accepted.wrong,
         }  # fmt: skip
         args.out.write_text(json.dumps(record, indent=2) + "\n")
