@@ -7,7 +7,7 @@ Values come from keyword arguments, then ``SPECEYES_*`` environment variables, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Literal
@@ -217,22 +217,15 @@ class Settings(BaseSettings):
     @property
     def agent_limits(self) -> AgentLimits:
         return AgentLimits(
-            max_steps=self.agent_max_steps,
-            max_new_tokens=self.agent_max_new_tokens,
-            min_box_side=self.min_box_side,
-            max_box_aspect=self.max_box_aspect,
-        )
+            self.agent_max_steps, self.agent_max_new_tokens, self.min_box_side,
+            self.max_box_aspect,
+        )  # fmt: skip
 
     @property
     def funnel(self) -> FunnelSettings:
-        return FunnelSettings(
-            gate=self.gate,
-            screener=self.screener,
-            baseline=self.baseline,
-            calibrate=self.calibrate,
-            screen_max_new_tokens=self.screen_max_new_tokens,
-            speculate_max_new_tokens=self.speculate_max_new_tokens,
-        )
+        # every field but the gate has the same name here
+        named = {f.name: getattr(self, f.name) for f in fields(FunnelSettings)}
+        return FunnelSettings(**named)
 
 
 # -- what each part needs, built from Settings -------------------------------------------

@@ -17,7 +17,8 @@ A checkpoint folder may name the protocol it was trained with in ``speceyes.json
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from types import ModuleType
 from typing import Literal
 
 from PIL import Image
@@ -137,57 +138,13 @@ def _chat(system: str | None, image: Image.Image, text: str) -> list[Message]:
     return [*turns, Message("user", [image, text])]
 
 
-REFERENCE = Protocol(
-    name="reference",
-    question_with_options=reference.QUESTION_WITH_OPTIONS,
-    question_without_options=reference.QUESTION_WITHOUT_OPTIONS,
-    options_prefix=reference.OPTIONS_PREFIX,
-    option_line=reference.OPTION_LINE,
-    strip_question=False,
-    screen_system=reference.SCREEN_SYSTEM,
-    screen_suffix=reference.SCREEN_SUFFIX,
-    screen_stop=reference.STOP_STRINGS,
-    speculate_system=reference.SPECULATE_SYSTEM,
-    speculate_suffix=reference.SPECULATE_SUFFIX,
-    speculate_suffix_with_options=reference.SPECULATE_SUFFIX,
-    agent_system=reference.AGENT_SYSTEM,
-    agent_first_turn=reference.AGENT_FIRST_TURN,
-    agent_suffix=reference.AGENT_SUFFIX,
-    agent_stop=reference.STOP_STRINGS,
-    end_tokens=reference.END_TOKENS,
-    malformed="reference",
-    box_rule="truncate",
-    min_box_side=0,
-    max_box_aspect=float("inf"),
-    image_grid=ResizeRule(
-        reference.IMAGE_FACTOR, reference.IMAGE_MIN_PIXELS, reference.IMAGE_MAX_PIXELS
-    ),
-)
+def _from_module(module: ModuleType) -> Protocol:
+    """The protocol a module declares: one upper-case constant per field."""
+    return Protocol(**{f.name: getattr(module, f.name.upper()) for f in fields(Protocol)})
 
-V0 = Protocol(
-    name="v0",
-    question_with_options=v0.QUESTION_WITH_OPTIONS,
-    question_without_options=v0.QUESTION_WITHOUT_OPTIONS,
-    options_prefix=v0.OPTIONS_PREFIX,
-    option_line=v0.OPTION_LINE,
-    strip_question=True,
-    screen_system=v0.SCREEN_SYSTEM,
-    screen_suffix=v0.SCREEN_SUFFIX,
-    screen_stop=v0.SCREEN_STOP_STRINGS,
-    speculate_system=v0.SPECULATE_SYSTEM,
-    speculate_suffix=v0.SPECULATE_SUFFIX,
-    speculate_suffix_with_options=v0.SPECULATE_SUFFIX_WITH_OPTIONS,
-    agent_system=v0.AGENT_SYSTEM,
-    agent_first_turn=v0.AGENT_FIRST_TURN,
-    agent_suffix=v0.AGENT_SUFFIX,
-    agent_stop=v0.AGENT_STOP_STRINGS,
-    end_tokens=None,
-    malformed="observe",
-    box_rule="cover",
-    min_box_side=v0.MIN_BOX_SIDE,
-    max_box_aspect=v0.MAX_BOX_ASPECT,
-    image_grid=None,
-)
+
+REFERENCE = _from_module(reference)
+V0 = _from_module(v0)
 
 PROTOCOLS: dict[str, Protocol] = {"reference": REFERENCE, "v0": V0}
 

@@ -19,6 +19,8 @@ Do not reformat these strings: a checkpoint answers the text it is shown.
 
 from __future__ import annotations
 
+from common.images import ResizeRule
+
 # Phase I (eval_code_deepeyes/prompt.py, PROMPT_TEMPLATES_JTC["reliability_weighted"]).
 SCREEN_SYSTEM = (
     "You decide based on answer reliability.\n"
@@ -98,3 +100,15 @@ END_TOKENS = ("<|im_end|>",)
 IMAGE_FACTOR = 28
 IMAGE_MIN_PIXELS = 4 * 28 * 28
 IMAGE_MAX_PIXELS = 16384 * 28 * 28
+
+# -- every field of a Protocol, by name (common.protocols builds it from this module) ----
+NAME = "reference"
+STRIP_QUESTION = False
+SCREEN_STOP = STOP_STRINGS
+SPECULATE_SUFFIX_WITH_OPTIONS = SPECULATE_SUFFIX
+AGENT_STOP = STOP_STRINGS
+MALFORMED = "reference"  # the evaluation's loop (common/agents/deepeyes.py)
+BOX_RULE = "truncate"  # utils.py map_box: int() of the scaled edges, clamped, unsorted
+MIN_BOX_SIDE = 0  # the evaluation refuses no box for its size ...
+MAX_BOX_ASPECT = float("inf")  # ... or its shape
+IMAGE_GRID = ResizeRule(IMAGE_FACTOR, IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS)

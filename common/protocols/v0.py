@@ -75,3 +75,13 @@ AGENT_STOP_STRINGS = ("</tool_call>", "</answer>")
 # DeepEyes' training environment refused these boxes (an error goes back to the model).
 MIN_BOX_SIDE = 30
 MAX_BOX_ASPECT = 100.0
+
+# -- every field of a Protocol, by name (common.protocols builds it from this module) ----
+NAME = "v0"
+STRIP_QUESTION = True
+SCREEN_STOP = SCREEN_STOP_STRINGS
+AGENT_STOP = AGENT_STOP_STRINGS
+END_TOKENS = None  # the checkpoint's own end-of-sequence tokens
+MALFORMED = "observe"  # every problem goes back to the model as an observation
+BOX_RULE = "cover"  # floor / ceil of the sorted edges
+IMAGE_GRID = None  # images reach the processor at their own size
