@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test lint format bench clean
+.PHONY: help setup sandbox demo test lint format bench clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
@@ -21,7 +21,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) sandbox
+
+# Thyme's code sandbox is bubblewrap (Debian's package), installed here where we can
+# (root, or passwordless sudo); without it Thyme refuses to start, DeepEyes runs as ever.
+sandbox:
+	@command -v bwrap >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+		$$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+		{ $$SUDO apt-get update -qq >/dev/null 2>&1 && \
+		  $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
+		echo "warning: could not install bubblewrap; --agent thyme will refuse to start"; }
 
 demo: setup
 	$(VENV)/bin/speceyes annotate samples/manifest.jsonl --small synth --large synth \

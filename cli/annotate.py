@@ -57,7 +57,6 @@ def register(commands: Any) -> None:
     parser.add_argument("--options", nargs="+", metavar="OPTION", help="options for a folder")
     parser.add_argument("--name", help="batch name (default: the SOURCE's name)")
     parser.add_argument("--out", type=Path, help="write results to FILE (.jsonl or .parquet)")
-    parser.add_argument("--agent", choices=["deepeyes"], help="tool protocol of the large model")
     parser.add_argument("--batch-size", type=int, metavar="N", help="fast-stage micro-batch")
     parser.add_argument(
         "--agent-workers",

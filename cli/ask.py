@@ -41,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from common.backends import load_models
     from common.contracts import Accepted, AnsweredBy, Deferred, Failed, JobStatus
     from common.funnel import prepare_query, run_agent_stage, run_fast_stage
+    from common.sandbox import require_code_sandbox
 
     settings = settings_from_args(args)
+    require_code_sandbox(settings)
     job_id = uuid.uuid4().hex
     query = prepare_query(job_id, args.image, args.question, args.options, settings.image_limits)
     if isinstance(query, Failed):
@@ -102,7 +104,7 @@ class _Recorder:
         return getattr(self._model, name)
 
     def generate(self, conversation: Conversation, **kwargs: Any) -> Generation:
-        self.sent.append(self._model.render(conversation.messages))
+        self.sent.append(self._model.render(conversation.messages, conversation.continue_cut))
         return self._model.generate(conversation, **kwargs)
 
 

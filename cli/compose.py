@@ -19,5 +19,7 @@ def make_dispatcher(settings: Settings, sessions: sessionmaker[Session]) -> Disp
         return CeleryDispatcher(settings)
     from common.backends import load_models
     from common.runner import EmbeddedRunner
+    from common.sandbox import require_code_sandbox
 
+    require_code_sandbox(settings)  # this process will run the agent
     return EmbeddedRunner(sessions, lambda: load_models(settings), settings)

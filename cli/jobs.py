@@ -55,6 +55,13 @@ def run_show(args: argparse.Namespace) -> int:
         print(step["text"])
         if step.get("box_original"):
             print(f"    zoom {step['box_model']} (model view) -> {step['box_original']} (original)")
+        if step.get("code") is not None:
+            stopped = f", stopped: {step['sandbox_stop']}" if step.get("sandbox_stop") else ""
+            print(f"    code ran in the sandbox ({step['tool_seconds']:.2f} s{stopped})")
+            if step.get("code_output"):
+                print("    printed: " + step["code_output"][:500].replace("\n", "\n             "))
+            for image in step.get("images") or []:
+                print(f"    image {image['width']}x{image['height']} ({image['pixels_sha256']})")
         if step.get("observation"):
             print(f"    -> {step['observation']}")
     return 0

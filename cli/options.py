@@ -59,6 +59,12 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
         help="agentic model M_L: HF id, local folder, 'synth' or 'tiny' "
         f"(default {default('large_model')})",
     )
+    group.add_argument(
+        "--agent",
+        choices=["deepeyes", "thyme"],
+        help="the large model's agent: 'deepeyes' (zoom tool calls, default) or 'thyme' "
+        "(writes Python, run in the bubblewrap sandbox; tau 0.95, 5 steps of 2048 tokens)",
+    )
     group.add_argument("--backend", choices=["transformers", "scripted"], help="model backend")
     group.add_argument("--device", help="'auto', 'cpu', 'cuda', 'cuda:1', ...")
     group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])

@@ -57,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     logging.getLogger().setLevel(args.loglevel)
     open_store(settings.database_url).kw["bind"].dispose()  # fail now if the store is wrong
+    if args.pool == "slow":
+        from common.sandbox import require_code_sandbox
+
+        require_code_sandbox(settings)  # Thyme: fail now if its code cannot be isolated
     app = make_app(settings, metrics_port=args.metrics_port)
     queue = settings.fast_queue if args.pool == "fast" else settings.slow_queue
     # celery-batches only fills a batch if prefetch x concurrency >= the batch size.

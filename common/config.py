@@ -12,11 +12,11 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GateMode = Literal["min", "mean", "bottom20", "logprob"]
-AgentKind = Literal["deepeyes"]
+AgentKind = Literal["deepeyes", "thyme"]
 BackendKind = Literal["transformers", "scripted"]
 Screener = Literal["large", "small", "none"]
 
@@ -64,7 +64,13 @@ class Settings(BaseSettings):
         description="M_L, the agentic model: a Hugging Face id, a local folder, or 'tiny' "
         "(a random-weight Qwen2.5-VL built offline).",
     )
-    agent: AgentKind = Field("deepeyes", description="Tool protocol of the large model.")
+    agent: AgentKind = Field(
+        "deepeyes",
+        description="The large model's agent: 'deepeyes' (zoom tool calls) or 'thyme' (it "
+        "writes Python, run in the code sandbox). Thyme changes the defaults of "
+        "gate_threshold (0.95), agent_max_steps (5) and agent_max_new_tokens (2048) to "
+        "the reference's values for it.",
+    )
     protocol: Literal["auto", "reference", "v0"] = Field(
         "auto",
         description="What the models are shown (prompts, stops, tool-loop rules, image "
@@ -105,12 +111,14 @@ class Settings(BaseSettings):
     gate_mode: GateMode = Field("min", description="Aggregation of per-token separability.")
     gate_top_k: int = Field(64, ge=2, description="K: logits kept per token for the gate.")
     gate_threshold: float = Field(
-        0.98, gt=0.0, lt=1.0, description="tau: accept iff confidence > tau."
+        0.98, gt=0.0, lt=1.0, description="tau: accept iff confidence > tau (Thyme: 0.95)."
     )
     screen_max_new_tokens: int = Field(10, ge=1)
     speculate_max_new_tokens: int = Field(20, ge=1)
-    agent_max_steps: int = Field(6, ge=1, description="Generations per trajectory.")
-    agent_max_new_tokens: int = Field(512, ge=1, description="New tokens per agent step.")
+    agent_max_steps: int = Field(6, ge=1, description="Generations per trajectory (Thyme: 5).")
+    agent_max_new_tokens: int = Field(
+        512, ge=1, description="New tokens per agent step (Thyme: 2048)."
+    )
     fast_batch_size: int = Field(32, ge=1, description="Largest micro-batch of phases I-III.")
     fast_max_wait_s: float = Field(
         0.5, ge=0.0, description="Distributed fast pool: longest wait to fill a batch."
@@ -122,6 +130,21 @@ class Settings(BaseSettings):
         default_factory=ScriptedSettings,
         description="Scripted backend only: shares and simulated costs "
         "(SPECEYES_SCRIPTED__TOOL_FREE=0.7, ...).",
+    )
+
+    # -- the code sandbox (Thyme) ---------------------------------------------------
+    sandbox_wall_s: float = Field(10.0, gt=0, description="Wall clock of one code execution.")
+    sandbox_cpu_s: int = Field(10, ge=1, description="CPU seconds of one code execution.")
+    sandbox_memory_mb: int = Field(2048, ge=256, description="Address space of the code.")
+    sandbox_output_bytes: int = Field(
+        1 << 20, ge=1024, description="Most bytes one execution may print and return."
+    )
+    sandbox_bwrap: str = Field("bwrap", description="The bubblewrap executable.")
+    allow_unsandboxed_code: bool = Field(
+        False,
+        description="DANGER: run Thyme's model-written code without bubblewrap (still a "
+        "separate process with limits and seccomp, but it can read this machine's files "
+        "and reach its network). Only where bubblewrap cannot run.",
     )
 
     # -- images -------------------------------------------------------------------
@@ -201,6 +224,15 @@ class Settings(BaseSettings):
     max_options: int = Field(26, ge=2, description="Most multiple-choice options (A-Z).")
     max_batch_jobs: int = Field(10_000, ge=1, description="Most jobs in one batch request.")
 
+    @model_validator(mode="after")
+    def _agent_defaults(self) -> Settings:
+        """Thyme's reference values where the operator set none."""
+        if self.agent == "thyme":
+            for name, value in THYME_DEFAULTS.items():
+                if name not in self.model_fields_set:
+                    object.__setattr__(self, name, value)
+        return self
+
     @field_validator("cache_dir", "upload_dir")
     @classmethod
     def _expand_dir(cls, value: Path) -> Path:
@@ -216,9 +248,14 @@ class Settings(BaseSettings):
 
     @property
     def agent_limits(self) -> AgentLimits:
+        sandbox = SandboxLimits(
+            self.sandbox_wall_s, self.sandbox_cpu_s, self.sandbox_memory_mb,
+            output_bytes=self.sandbox_output_bytes,
+        )  # fmt: skip
         return AgentLimits(
             self.agent_max_steps, self.agent_max_new_tokens, self.min_box_side,
-            self.max_box_aspect,
+            self.max_box_aspect, sandbox,
+            "none" if self.allow_unsandboxed_code else "bubblewrap", self.sandbox_bwrap,
         )  # fmt: skip
 
     @property
@@ -226,6 +263,15 @@ class Settings(BaseSettings):
         # every field but the gate has the same name here
         named = {f.name: getattr(self, f.name) for f in fields(FunnelSettings)}
         return FunnelSettings(**named)
+
+
+# the reference's values for Thyme (eval_code_thyme: SpecEyes.py --score_threshold,
+# utils.py MAX_ITERATIONS and MAX_NEW_TOKENS_PER_STEP)
+THYME_DEFAULTS: dict[str, Any] = {
+    "gate_threshold": 0.95,
+    "agent_max_steps": 5,
+    "agent_max_new_tokens": 2048,
+}
 
 
 # -- what each part needs, built from Settings -------------------------------------------
@@ -254,13 +300,29 @@ class ImageLimits:
 
 
 @dataclass(frozen=True)
+class SandboxLimits:
+    """What one execution of model-written code may spend (``common.sandbox``)."""
+
+    wall_s: float = _default("sandbox_wall_s")
+    cpu_s: int = _default("sandbox_cpu_s")
+    memory_mb: int = _default("sandbox_memory_mb")
+    open_files: int = 64
+    file_mb: int = 64  # the largest file it may write
+    threads: int = 32  # RLIMIT_NPROC (new processes are refused by seccomp in any case)
+    output_bytes: int = _default("sandbox_output_bytes")  # stdout + stderr, report included
+
+
+@dataclass(frozen=True)
 class AgentLimits:
-    """What one trajectory may spend, and which zoom boxes it refuses."""
+    """What one trajectory may spend, which zoom boxes it refuses, where code runs."""
 
     max_steps: int = _default("agent_max_steps")
     max_new_tokens: int = _default("agent_max_new_tokens")
     min_box_side: int | None = _default("min_box_side")  # None: the protocol's
     max_box_aspect: float | None = _default("max_box_aspect")
+    sandbox: SandboxLimits = dataclass_field(default_factory=SandboxLimits)
+    isolation: Literal["bubblewrap", "none"] = "bubblewrap"
+    bwrap: str = _default("sandbox_bwrap")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from PIL import Image
 
 if TYPE_CHECKING:
-    from common.agents.deepeyes import Trajectory
+    from common.agents.trajectory import Trajectory
     from common.gate import TokenScores
 
 

@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from common.agents.deepeyes import Trajectory, run_deepeyes
+from common.agents.deepeyes import run_deepeyes
+from common.agents.thyme import run_thyme
+from common.agents.trajectory import Trajectory
 from common.backends.base import Speculation, VisionLanguageModel
 from common.config import AgentLimits, FunnelSettings, GateSettings, ImageLimits
 from common.contracts import (
@@ -249,8 +251,9 @@ def run_agent_stage(
     query: Query, large: VisionLanguageModel, limits: AgentLimits | None = None
 ) -> AgentOutcome:
     """Phase IV for one job: a final answer, or a clear error (never a guess)."""
+    agent = run_thyme if large.protocol.name == "thyme" else run_deepeyes
     try:
-        trajectory = run_deepeyes(query, large, limits)
+        trajectory = agent(query, large, limits)
     except RetryableError:
         raise
     except Exception as exc:

@@ -45,8 +45,8 @@ def run_config(settings: Settings) -> dict[str, Any]:
         ],
         "agent": settings.agent,
         "protocols": [
-            protocol_name(settings.small_model, "small", settings.protocol),
-            protocol_name(settings.large_model, "large", settings.protocol),
+            protocol_name(settings.small_model, "small", settings.protocol, settings.agent),
+            protocol_name(settings.large_model, "large", settings.protocol, settings.agent),
         ],
         "backend": settings.backend,
         "gate": {

@@ -31,48 +31,23 @@ import json
 import math
 import re
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from PIL import Image
 
+from common.agents.trajectory import AgentStep, Trajectory
 from common.backends.base import Conversation, Message, VisionLanguageModel
 from common.config import AgentLimits
 from common.contracts import Query
 from common.images import ResizeRule
 from common.protocols import Protocol
 
+__all__ = ["AgentStep", "Trajectory", "run_deepeyes"]
+
 TOOL_NAME = "image_zoom_in_tool"
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-
-@dataclass
-class AgentStep:
-    """One generation of the trajectory and what the tool made of it."""
-
-    index: int
-    text: str
-    finish_reason: str
-    new_tokens: int
-    generate_seconds: float
-    tool_call: dict[str, Any] | None = None
-    box_model: list[float] | None = None  # as the model wrote it, in its view's pixels
-    box_original: list[int] | None = None  # cropped from the original: [x1, y1, x2, y2]
-    observation: str = ""  # what went back to the model, in words
-    tool_seconds: float = 0.0
-
-
-@dataclass
-class Trajectory:
-    steps: list[AgentStep] = field(default_factory=list)
-    answer: str | None = None
-    error_code: str | None = None
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class ToolError(Exception):

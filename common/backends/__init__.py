@@ -23,7 +23,9 @@ def load_models(settings: Settings) -> Models:
     if settings.backend == "scripted":
         from common.backends.scripted import scripted_from_settings
 
-        shared = scripted_from_settings(settings.scripted, settings.protocol)
+        shared = scripted_from_settings(
+            settings.scripted, "thyme" if settings.agent == "thyme" else settings.protocol
+        )
         return Models(large=shared, small=shared)
 
     from common.backends.transformers_backend import TransformersModel
@@ -32,7 +34,7 @@ def load_models(settings: Settings) -> Models:
 
     def load(spec: str, role: Literal["small", "large"]) -> TransformersModel:
         path = resolve_model(spec, role, settings.cache_dir)
-        protocol = get_protocol(protocol_name(spec, role, settings.protocol))
+        protocol = get_protocol(protocol_name(spec, role, settings.protocol, settings.agent))
         return TransformersModel(
             path, name=spec, device=settings.device, dtype=settings.dtype, protocol=protocol
         )

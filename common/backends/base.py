@@ -56,6 +56,9 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     key: str = ""
     generations: int = 0  # the model's own turns so far (other turns may be any role)
+    # Thyme's later steps: render without a generation prompt and cut this end off the
+    # text (``"<|im_end|>\n"``), so the model continues the last turn, whoever wrote it
+    continue_cut: str | None = None
 
     def add(self, role: Role, *content: Part) -> None:
         self.messages.append(Message(role, list(content)))
@@ -94,12 +97,13 @@ class VisionLanguageModel(Protocol):
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation: ...
 
-    def render(self, chat: Sequence[Message]) -> str:
-        """The exact text the model is given for ``chat`` (its chat template's output)."""
+    def render(self, chat: Sequence[Message], continue_cut: str | None = None) -> str:
+        """The exact text the model is given for ``chat`` (its chat template's output;
+        with ``continue_cut``, see ``Conversation.continue_cut``)."""
         ...
 
 
-def plain_render(chat: Sequence[Message]) -> str:
+def plain_render(chat: Sequence[Message], continue_cut: str | None = None) -> str:
     """A chat in Qwen's turn layout with each image as ``<image WxH>``: for stand-ins that
     have no chat template of their own."""
     turns = []
@@ -109,4 +113,7 @@ def plain_render(chat: Sequence[Message]) -> str:
             for part in message.content
         ]
         turns.append(f"<|im_start|>{message.role}\n{''.join(parts)}<|im_end|>\n")
-    return "".join(turns) + "<|im_start|>assistant\n"
+    text = "".join(turns)
+    if continue_cut is not None:
+        return text.removesuffix(continue_cut)
+    return text + "<|im_start|>assistant\n"

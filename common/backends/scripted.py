@@ -140,8 +140,8 @@ class ScriptedModel:
             return Generation(text[: min(ends)], "stop", len(text.split()))
         return Generation(text, "eos", len(text.split()))
 
-    def render(self, chat: Sequence[Message]) -> str:
-        return plain_render(chat)
+    def render(self, chat: Sequence[Message], continue_cut: str | None = None) -> str:
+        return plain_render(chat, continue_cut)
 
     def _call(self, phase: Phase, job_ids: list[str]) -> list[JobScript]:
         with self._lock:

@@ -165,10 +165,15 @@ class TransformersModel:
             for row in rows
         ]
 
-    def render(self, chat: Sequence[Message]) -> str:
+    def render(self, chat: Sequence[Message], continue_cut: str | None = None) -> str:
         """The exact text the chat template makes of ``chat`` (before the processor
         expands each image into its visual tokens): what the model is asked."""
         rendered, _ = template_messages(chat)
+        if continue_cut is not None:  # Thyme's evaluation: no prompt, the turn's end cut
+            whole: str = self.processor.apply_chat_template(
+                rendered, tokenize=False, add_generation_prompt=False
+            )
+            return whole.removesuffix(continue_cut)
         text: str = self.processor.apply_chat_template(
             rendered,
             tokenize=False,
@@ -182,7 +187,7 @@ class TransformersModel:
     ) -> Generation:
         (row,) = self._generate(
             [conversation.messages], max_new_tokens=max_new_tokens, stop=stop,
-            end_ids=self.turn_end_ids,
+            end_ids=self.turn_end_ids, continue_cut=conversation.continue_cut,
         )  # fmt: skip
         return Generation(row.text, row.finish_reason, len(row.token_ids))
 
@@ -196,6 +201,7 @@ class TransformersModel:
         stop: Sequence[str] = (),
         top_k: int | None = None,
         end_ids: Sequence[int] | None = None,
+        continue_cut: str | None = None,
     ) -> list[_Row]:
         """``end_ids``: the tokens that end a row (default: the checkpoint's own)."""
         from transformers import GenerationConfig, LogitsProcessorList
@@ -204,7 +210,7 @@ class TransformersModel:
         texts: list[str] = []
         images: list[Image.Image] = []
         for chat in chats:
-            texts.append(self.render(chat))
+            texts.append(self.render(chat, continue_cut))
             images.extend(part for message in chat for part in message.images)
         inputs = self.processor(
             text=texts, images=images or None, padding=True, return_tensors="pt"

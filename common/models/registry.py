@@ -55,13 +55,22 @@ def declared_protocol(spec: str, role: Role) -> str | None:
     return str(name)
 
 
-def protocol_name(spec: str, role: Role, setting: str) -> str:
+def protocol_name(spec: str, role: Role, setting: str, agent: str = "deepeyes") -> str:
     """The protocol to serve ``spec`` with: the one it declares, else the setting's
-    (``auto``: ``reference``). A model is never served with a protocol it was not trained
-    with: a setting that contradicts its declaration is an error."""
+    (``auto``: ``reference``). ``reference`` means the SpecEyes evaluation of the agent in
+    use: ``thyme`` when the agent is Thyme. A model is never served with a protocol it
+    was not trained with: a setting that contradicts its declaration is an error."""
     declared = declared_protocol(spec, role)
+    wanted = "reference" if setting == "auto" else setting
+    if agent == "thyme":
+        if (declared or wanted) not in ("reference", "thyme"):
+            raise ConfigurationError(
+                f"--agent thyme needs the reference protocol (Thyme's evaluation), but "
+                f"model {spec!r} ({role}) is served with {declared or wanted!r}"
+            )
+        return "thyme"
     if declared is None:
-        return "reference" if setting == "auto" else setting
+        return wanted
     if setting not in ("auto", declared):
         raise ConfigurationError(
             f"model {spec!r} ({role}) was trained with the {declared!r} protocol; serving "

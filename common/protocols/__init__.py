@@ -7,6 +7,8 @@ image) and the image grid every image is resized to before a processor sees it.
 
 - ``reference`` (``common/protocols/reference.py``): the SpecEyes evaluation, exactly;
   the default for every checkpoint that names no protocol of its own;
+- ``thyme`` (``common/protocols/thyme.py``): the SpecEyes evaluation of Thyme, exactly
+  (chosen by ``--agent thyme``; its phase IV loop is ``common/agents/thyme.py``);
 - ``v0`` (``common/protocols/v0.py``): SpecEyes' first wording, which the shipped synth
   models were trained on.
 
@@ -27,11 +29,11 @@ from common.backends.base import Message
 from common.contracts import Query
 from common.errors import ConfigurationError
 from common.images import ResizeRule
-from common.protocols import reference, v0
+from common.protocols import reference, thyme, v0
 
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-ProtocolName = Literal["reference", "v0"]
+ProtocolName = Literal["reference", "thyme", "v0"]
 # "reference": the evaluation's loop (an unparsable call gets the instruction back as an
 # assistant turn, a call it cannot carry out ends the trajectory, an open <answer> ends
 # it); "observe": ours (every problem goes back to the model as an observation).
@@ -50,6 +52,9 @@ class Protocol:
     options_prefix: str
     option_line: str  # fields {letter}, {option}
     strip_question: bool
+    # phases I and II see the question text only up to this marker's first occurrence
+    # (Thyme's evaluation drops its "Please select ..." line there); None: all of it
+    fast_cut: str | None
     # phase I (screen), phase II (speculate)
     screen_system: str | None  # None: the chat template's default system prompt
     screen_suffix: str
@@ -86,12 +91,17 @@ class Protocol:
             question=question, options=self.options_prefix + lines
         )
 
+    def fast_question(self, question: str, options: Sequence[str] | None) -> str:
+        """The question as phases I and II show it."""
+        block = self.question_block(question, options)
+        return block.split(self.fast_cut)[0] if self.fast_cut is not None else block
+
     def screen_text(self, question: str, options: Sequence[str] | None) -> str:
-        return self.question_block(question, options) + self.screen_suffix
+        return self.fast_question(question, options) + self.screen_suffix
 
     def speculate_text(self, question: str, options: Sequence[str] | None) -> str:
         suffix = self.speculate_suffix_with_options if options else self.speculate_suffix
-        return self.question_block(question, options) + suffix
+        return self.fast_question(question, options) + suffix
 
     def screen_chat(
         self, image: Image.Image, question: str, options: Sequence[str] | None
@@ -144,9 +154,10 @@ def _from_module(module: ModuleType) -> Protocol:
 
 
 REFERENCE = _from_module(reference)
+THYME = _from_module(thyme)
 V0 = _from_module(v0)
 
-PROTOCOLS: dict[str, Protocol] = {"reference": REFERENCE, "v0": V0}
+PROTOCOLS: dict[str, Protocol] = {"reference": REFERENCE, "thyme": THYME, "v0": V0}
 
 
 def get_protocol(name: str) -> Protocol:

@@ -104,6 +104,7 @@ IMAGE_MAX_PIXELS = 16384 * 28 * 28
 # -- every field of a Protocol, by name (common.protocols builds it from this module) ----
 NAME = "reference"
 STRIP_QUESTION = False
+FAST_CUT = None  # phases I and II see the whole question
 SCREEN_STOP = STOP_STRINGS
 SPECULATE_SUFFIX_WITH_OPTIONS = SPECULATE_SUFFIX
 AGENT_STOP = STOP_STRINGS

@@ -79,6 +79,7 @@ MAX_BOX_ASPECT = 100.0
 # -- every field of a Protocol, by name (common.protocols builds it from this module) ----
 NAME = "v0"
 STRIP_QUESTION = True
+FAST_CUT = None  # phases I and II see the whole question
 SCREEN_STOP = SCREEN_STOP_STRINGS
 AGENT_STOP = AGENT_STOP_STRINGS
 END_TOKENS = None  # the checkpoint's own end-of-sequence tokens

@@ -1,0 +1,229 @@
+"""Phase IV for Thyme: the model writes Python that works on the image, and goes on.
+
+Following the SpecEyes evaluation of Thyme (``eval_code_thyme/utils.py``,
+``run_evaluation``), with the strings of ``common.protocols.thyme``:
+
+1. The image is saved as an RGB JPEG (quality 95) in the trajectory's private sandbox
+   folder; the first user turn shows the image, the question, that file's path and its
+   size "WxH", so the code opens the file and works in original pixels.
+2. Each iteration generates until ``</code>`` or ``</answer>`` (or the end of the turn).
+   The first renders with a generation prompt; later ones render without one and with
+   the final ``<|im_end|>\\n`` cut off, so the model continues the last turn.
+3. A code block runs in the sandbox (``common.sandbox``; a fresh process each time).
+   What it hands back (the images it saved and named, else its printed text) is appended
+   to the SAME assistant turn: the step's text, ``<sandbox_output>``, the images (on the
+   model's grid) or the text, ``</sandbox_output>``.
+4. An execution that hands nothing back (an exception, refused code, over a limit) drops
+   the step's text, as the evaluation does, and the next iteration generates again from
+   the same conversation (so the iteration still counts).
+5. An ``</answer>`` ends the trajectory; so does text with neither code nor an answer
+   (not added to the turn), or the end-of-turn token. The answer is the first
+   ``<answer>..</answer>`` of the last assistant turn; none means the trajectory ends
+   as an error (``no_answer``), never a guess.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+import time
+from typing import Any
+
+from PIL import Image
+
+from common.agents.trajectory import AgentStep, Trajectory
+from common.backends.base import Conversation, Message, Part, VisionLanguageModel
+from common.config import AgentLimits, ImageLimits
+from common.contracts import Query
+from common.errors import ImageError
+from common.images import decode_image
+from common.protocols import Protocol
+from common.protocols import thyme as THYME
+from common.sandbox import Execution, Sandbox, SandboxSession
+
+_CODE = re.compile(THYME.CODE_BLOCK, re.IGNORECASE)
+_ANSWER = re.compile(THYME.ANSWER, re.DOTALL)
+THUMBNAIL_SIDE = 256  # the trace keeps each produced image this small
+IMAGE_NAME = "image.jpg"
+OUTPUT_FOLDER = "temp_processed_images"  # in the sandbox: where THYME.OUTPUT_DIR points
+
+
+def run_thyme(
+    query: Query,
+    model: VisionLanguageModel,
+    limits: AgentLimits | None = None,
+    sandbox: Sandbox | None = None,
+) -> Trajectory:
+    """Run one Thyme trajectory to an answer or to a clear error."""
+    limits = limits or AgentLimits()
+    sandbox = sandbox or Sandbox.for_agent(limits)
+    with sandbox.session() as session:
+        return _Loop(query, model, limits, session).run()
+
+
+class _Loop:
+    def __init__(
+        self, query: Query, model: VisionLanguageModel, limits: AgentLimits,
+        session: SandboxSession,
+    ) -> None:  # fmt: skip
+        self.query, self.model, self.limits, self.session = query, model, limits, session
+        self.protocol: Protocol = model.protocol
+        self.conversation = Conversation(key=query.job_id)
+        self.trajectory = Trajectory()
+        self.image_limits = ImageLimits()
+
+    def run(self) -> Trajectory:
+        image = self._place_image()
+        protocol = self.protocol
+        first_turn = protocol.agent_first_turn.format(
+            question=protocol.question_block(self.query.question, self.query.options),
+            path=self.session.inside(IMAGE_NAME),
+            size=f"{image.width}x{image.height}",
+        )
+        self.conversation.messages += [
+            Message("system", [protocol.agent_system]),
+            Message("user", [protocol.view(image), first_turn]),
+        ]
+        for index in range(self.limits.max_steps):
+            step, finished = self._iterate(index)
+            self.trajectory.steps.append(step)
+            if finished:
+                break
+        return self._conclude()
+
+    def _place_image(self) -> Image.Image:
+        """The job's image as the sandbox's JPEG file, and as the model sees that file."""
+        buffer = io.BytesIO()
+        self.query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
+        (self.session.folder / IMAGE_NAME).write_bytes(buffer.getvalue())
+        return Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+
+    def _iterate(self, index: int) -> tuple[AgentStep, bool]:
+        """One generation and what follows it; True when the trajectory is over."""
+        started = time.perf_counter()
+        self.conversation.continue_cut = THYME.CONTINUE_CUT if index > 0 else None
+        generation = self.model.generate(
+            self.conversation,
+            stop=self.protocol.agent_stop,
+            max_new_tokens=self.limits.max_new_tokens,
+        )
+        self.conversation.generations += 1
+        text = generation.text
+        step = AgentStep(
+            index=index,
+            text=text,
+            finish_reason=generation.finish_reason,
+            new_tokens=generation.new_tokens,
+            generate_seconds=time.perf_counter() - started,
+        )
+        answered = "</answer>" in text
+        content: list[Part] = [text] if answered else []
+        match = _CODE.search(text)
+        if match is not None:
+            handed_back = self._execute(step, match.group(1).strip())
+            if handed_back is None:
+                return step, False  # dropped: the next iteration generates again
+            content += [text, THYME.SANDBOX_OPEN, *handed_back, THYME.SANDBOX_CLOSE]
+        elif not answered:
+            step.observation = "ended: neither code nor an answer"
+            return step, True
+        self._extend_turn(content)
+        return step, answered or generation.finish_reason == "eos"
+
+    def _execute(self, step: AgentStep, code: str) -> list[Part] | None:
+        """Run the step's code; what goes back to the model, or None when nothing does."""
+        step.code = code
+        started = time.perf_counter()
+        execution = self.session.run(
+            {
+                "code": code,
+                "image_path": self.session.inside(IMAGE_NAME),
+                "output_dir": self.session.inside(OUTPUT_FOLDER),
+                "model_output_dir": THYME.OUTPUT_DIR,
+                "refused": list(THYME.REFUSED_CODE),
+                "min_crop_side": THYME.MIN_CROP_SIDE,
+            }
+        )
+        step.tool_seconds = time.perf_counter() - started
+        outputs = _outputs(execution)
+        step.sandbox_stop = execution.stop
+        if execution.result is not None:
+            step.code_output = str(execution.result.get("printed") or "")
+        if not outputs:
+            step.observation = f"execution failed, step dropped: {_why(execution)}"
+            return None
+        first = self.session.outside(outputs[0])
+        if first is None:
+            step.observation = "printed text returned"
+            return [outputs[0]]
+        images = [image for image in map(self._read_image, outputs) if image is not None]
+        if not images:
+            step.observation = "execution failed, step dropped: its images are unreadable"
+            return None
+        step.images = [_describe(image) for image in images]
+        step.observation = f"{len(images)} image(s) returned"
+        return [self.protocol.view(image) for image in images]
+
+    def _read_image(self, path: str) -> Image.Image | None:
+        host = self.session.outside(path)
+        if host is None:
+            return None
+        try:
+            return decode_image(host.read_bytes(), self.image_limits)
+        except (ImageError, OSError):
+            return None
+
+    def _extend_turn(self, content: list[Part]) -> None:
+        """Start the assistant turn, or add to it (Thyme's output stays in one turn)."""
+        messages = self.conversation.messages
+        if messages[-1].role == "assistant":
+            messages[-1].content += content
+        else:
+            messages.append(Message("assistant", content))
+
+    def _conclude(self) -> Trajectory:
+        turns = [m for m in self.conversation.messages if m.role == "assistant"]
+        text = "".join(p for p in turns[-1].content if isinstance(p, str)) if turns else ""
+        match = _ANSWER.search(text)
+        if match is not None:
+            self.trajectory.answer = match.group(1).strip()
+        else:
+            self.trajectory.error_code = "no_answer"
+            self.trajectory.error = (
+                f"no <answer> after {len(self.trajectory.steps)} generation(s) "
+                f"(at most {self.limits.max_steps})"
+            )
+        return self.trajectory
+
+
+def _outputs(execution: Execution) -> list[str]:
+    if execution.result is None:
+        return []
+    outputs = execution.result.get("outputs")
+    if not isinstance(outputs, list) or not all(isinstance(item, str) for item in outputs):
+        return []
+    return outputs
+
+
+def _why(execution: Execution) -> str:
+    if execution.result is None:
+        return execution.detail
+    return str(execution.result.get("error") or "it handed nothing back")
+
+
+def _describe(image: Image.Image) -> dict[str, Any]:
+    """A produced image as the trace keeps it: size, digest, a small PNG thumbnail."""
+    digest = hashlib.sha256(image.tobytes()).hexdigest()[:16]
+    thumbnail = image.copy()
+    thumbnail.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+    buffer = io.BytesIO()
+    thumbnail.save(buffer, format="PNG")
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    return {
+        "width": image.width,
+        "height": image.height,
+        "pixels_sha256": digest,
+        "thumbnail": f"data:image/png;base64,{encoded}",
+    }
