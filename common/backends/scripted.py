@@ -82,7 +82,25 @@ class SimulatedCost:
             time.sleep(seconds)  # simulates model time; this is the work, not a wait
 
 
-def mixture(tool_free: float, confident: float, *, answer: str = "A") -> Callable[[str], JobScript]:
+# a Thyme trajectory for the scripted backend: code that crops (run in the sandbox), then
+# the answer
+THYME_STEPS = (
+    "<think>Zoom in on the centre.</think><code>\n```python\nfrom PIL import Image\n"
+    "image = Image.open(image_path)\nwidth, height = image.size\n"
+    'processed_path = "/mnt/data/temp_processed_images/centre.png"\n'
+    "image.crop((width // 4, height // 4, 3 * width // 4, 3 * height // 4))"
+    ".save(processed_path)\nprint(processed_path)\n```\n</code>",
+    "<think>Seen.</think><answer>A</answer>",
+)
+
+
+def mixture(
+    tool_free: float,
+    confident: float,
+    *,
+    answer: str = "A",
+    agent_steps: tuple[str, ...] | None = None,
+) -> Callable[[str], JobScript]:
     """Scripts drawn per job id: a share ``tool_free`` screened tool-free, and of those a
     share ``confident`` gated confidently. Deterministic in the job id."""
 
@@ -94,6 +112,7 @@ def mixture(tool_free: float, confident: float, *, answer: str = "A") -> Callabl
             answer=answer,
             confidence=0.999 if second < confident else 0.6,
             agent_answer=answer,
+            agent_steps=agent_steps,
         )
 
     return script
@@ -177,7 +196,8 @@ def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
 
 def scripted_from_settings(settings: ScriptedSettings, protocol: str = "auto") -> ScriptedModel:
     """The scripted model the settings describe (shares and simulated costs); its agent
-    loop follows ``protocol`` (``auto``: reference)."""
+    loop follows ``protocol`` (``auto``: reference; ``thyme``: its trajectories crop in
+    the sandbox before they answer)."""
     half_fast = SimulatedCost(settings.fast_batch_s / 2, settings.fast_job_s / 2)
     scripts = {}
     if settings.scripts_file is not None:
@@ -186,7 +206,11 @@ def scripted_from_settings(settings: ScriptedSettings, protocol: str = "auto") -
     return ScriptedModel(
         protocol=get_protocol("reference" if protocol == "auto" else protocol),
         scripts=scripts,
-        default=mixture(settings.tool_free, settings.confident),
+        default=mixture(
+            settings.tool_free,
+            settings.confident,
+            agent_steps=THYME_STEPS if protocol == "thyme" else None,
+        ),
         costs={
             "screen": half_fast,
             "speculate": half_fast,

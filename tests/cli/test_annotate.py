@@ -260,3 +260,67 @@ def test_new_weights_in_the_same_checkpoint_folder_make_new_jobs(tmp_path: Path,
     (checkpoint / "model.safetensors").write_bytes(b"new weights")  # re-trained in place
     assert annotate(*args, "--db", f"sqlite:///{db}") == 0
     assert len(db_rows(db, "select id from jobs")) == 4  # not the old weights' answers
+
+
+def test_deepeyes_and_thyme_batches_keep_each_jobs_agent(tmp_path: Path, capsys):
+    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+
+    bubblewrap_or_skip()
+    write_images(tmp_path / "c", 3)
+    db = tmp_path / "s.db"
+    common = [str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--baseline", "--db", f"sqlite:///{db}"]
+    assert annotate(*common, "--agent", "deepeyes", "--name", "de") == 0
+    assert annotate(*common, "--agent", "thyme", "--name", "th") == 0
+    configs = dict(db_rows(db, "select name, config from batches"))
+    assert json.loads(configs["de"])["agent"] == "deepeyes"
+    assert json.loads(configs["th"])["agent"] == "thyme"
+    assert json.loads(configs["th"])["gate"]["threshold"] == 0.95  # Thyme's reference tau
+    jobs = db_rows(
+        db,
+        "select b.name, j.id, j.status, j.trajectory from jobs j "
+        "join batch_items i on i.job_id = j.id join batches b on b.id = i.batch_id",
+    )
+    assert len({job_id for _, job_id, _, _ in jobs}) == 6  # the agent is part of the key
+    for name, _, status, trajectory in jobs:
+        steps = json.loads(trajectory)["steps"]
+        assert status == "done"
+        if name == "th":  # it cropped in the sandbox, then answered
+            assert steps[0]["code"] and steps[0]["images"][0]["width"] > 0
+        else:
+            assert all(step.get("code") is None for step in steps)
+    thyme_job = next(job_id for name, job_id, _, _ in jobs if name == "th")
+    capsys.readouterr()
+    assert main(["jobs", "show", thyme_job, "--db", f"sqlite:///{db}"]) == 0
+    shown = capsys.readouterr().out
+    assert "code ran in the sandbox" in shown and "image " in shown
+
+
+def test_thyme_refuses_to_start_without_its_sandbox(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("SPECEYES_SANDBOX_BWRAP", "no-such-bwrap")
+    write_images(tmp_path / "c", 1)
+    db = tmp_path / "s.db"
+    code = annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--agent", "thyme",
+                    "--db", f"sqlite:///{db}")  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "needs bubblewrap" in err and "SPECEYES_ALLOW_UNSANDBOXED_CODE" in err
+
+
+def test_thyme_runs_the_tiny_checkpoints_end_to_end(tmp_path: Path, tiny_cache_dir, monkeypatch):
+    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+
+    bubblewrap_or_skip()
+    monkeypatch.setenv("SPECEYES_CACHE_DIR", str(tiny_cache_dir))
+    monkeypatch.setenv("SPECEYES_AGENT_MAX_NEW_TOKENS", "8")
+    write_images(tmp_path / "c", 2, size=(96, 80))
+    db = tmp_path / "s.db"
+    out = tmp_path / "out.jsonl"
+    args = ["--small", "tiny", "--large", "tiny", "--device", "cpu", "--baseline"]
+    code = annotate(str(tmp_path / "c"), "-q", "Q?", *args, "--agent", "thyme",
+                    "--max-steps", "2", "--db", f"sqlite:///{db}", "--out", str(out))  # fmt: skip
+    assert code in (0, 1)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:  # random weights: stopping and routing, never the text
+        assert row["answered_by"] == "large" or row["error_code"] == "no_answer", row
+        assert 1 <= row["agent_steps"] <= 2

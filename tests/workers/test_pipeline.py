@@ -233,8 +233,60 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
 
 
 @pytest.mark.slow
-def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny_cache_dir):
+def test_a_thyme_slow_worker_runs_code_in_the_sandbox_and_survives_hostile_code(
+    tmp_path, deployment
+):
+    from tests.common.agents.test_thyme import ANSWER, CROP, LOOPS, RAISES
+    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+
+    bubblewrap_or_skip()
+    setup = deployment(agent="thyme", baseline="true", fast_max_wait_s="0.2",
+                       sandbox_wall_s="2", sandbox_cpu_s="2")  # fmt: skip
+    folder = tmp_path / "corpus"
+    write_images(folder, 4)
+    batch_id = setup.submit(folder)
+    steal = "<code>\n```python\nprint(open('/proc/1/environ').read() or 'empty')\n```\n</code>"
+    jobs = setup.script(
+        batch_id,
+        {
+            "img000.png": JobScript(agent_steps=(CROP, ANSWER)),
+            "img001.png": JobScript(agent_steps=(LOOPS, ANSWER)),
+            "img002.png": JobScript(agent_steps=(RAISES, ANSWER)),
+            "img003.png": JobScript(agent_steps=(steal, ANSWER)),
+        },
+    )
+    setup.start("fast")
+    slow = setup.start("slow")
+
+    counts = setup.run(batch_id, deadline_s=90).counts
+
+    assert counts.by_answerer == {"large": 4}, counts
+    assert slow.process.poll() is None  # the worker carried on
+    by_job = setup.jobs()
+    steps = {item: by_job[job_id].trajectory["steps"] for item, job_id in jobs.items()}
+    assert steps["img000.png"][0]["images"][0]["width"] == 64
+    assert steps["img001.png"][0]["sandbox_stop"] in ("timeout", "killed")
+    assert "ValueError" in steps["img002.png"][0]["observation"]
+    printed = steps["img003.png"][0]["code_output"]
+    assert "SPECEYES" not in printed and "redis://" not in printed
+
+
+def test_a_thyme_slow_worker_refuses_to_start_without_its_sandbox(tmp_path, deployment):
+    setup = deployment(agent="thyme", sandbox_bwrap="no-such-bwrap")
+    worker = setup.start("slow", wait=False)
+    assert worker.process.wait(timeout=60) == 2
+    log = worker.log_path.read_text()
+    assert "needs bubblewrap" in log and "Traceback" not in log
+
+
+@pytest.mark.parametrize("agent", ["deepeyes", "thyme"])
+def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny_cache_dir, agent):
+    if agent == "thyme":
+        from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+
+        bubblewrap_or_skip()
     setup = deployment(
+        agent=agent,
         backend="transformers",
         small_model="tiny",
         large_model="tiny",
@@ -258,7 +310,8 @@ def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny
     counts = setup.run(batch_id, deadline_s=120).counts
 
     assert counts.jobs == counts.speculated == 6
-    assert 0 < counts.accepted < 6, counts  # both routes taken
+    if agent == "deepeyes":  # (Thyme's phase II text gives other confidences)
+        assert 0 < counts.accepted < 6, counts  # both routes taken
     assert counts.by_defer_reason == {"low_confidence": 6 - counts.accepted}
     jobs = setup.jobs().values()
     for job in jobs:
@@ -269,7 +322,8 @@ def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny
             assert job.answered_by == "large" and job.trajectory["steps"]
         else:  # random text rarely follows the DeepEyes protocol: a clear error, not a guess
             assert job.confidence <= 0.862, job.confidence
-            assert job.error_code in ("step_limit", "tool_call_invalid"), job.error_code
+            assert job.error_code in ("step_limit", "tool_call_invalid", "no_answer"), job
+            assert len(job.trajectory["steps"]) <= 2
 
 
 def _free_port() -> int:

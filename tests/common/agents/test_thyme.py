@@ -1,0 +1,120 @@
+"""The Thyme loop with the scripted backend: code that crops, raises, loops forever."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+
+from common.agents.thyme import run_thyme
+from common.backends.base import Conversation, Generation
+from common.backends.scripted import JobScript, ScriptedModel
+from common.config import AgentLimits, SandboxLimits
+from common.contracts import Query
+from common.protocols import THYME
+from common.sandbox.guest.rewrite import clamp_box, rewrite
+from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+
+CROP = """<think>look closer</think><code>
+```python
+from PIL import Image
+image = Image.open(image_path)
+x1, y1, x2, y2 = 10, 10, 20, 20
+processed_path = "/mnt/data/temp_processed_images/crop_1.png"
+image.crop((x1, y1, x2, y2)).save(processed_path)
+print(processed_path)
+```
+</code>"""
+COUNT = (
+    "<code>\n```python\nwidth, height = Image.open(image_path).size\n"
+    "print(width * height)\n```\n</code>"
+)
+RAISES = "<code>\n```python\nraise ValueError('nope')\n```\n</code>"
+LOOPS = "<code>\n```python\nx = 0\nwhile True:\n    x += 1\n```\n</code>"
+ANSWER = "<think>done</think><answer>B</answer>"
+LIMITS = AgentLimits(max_steps=5, max_new_tokens=64, sandbox=SandboxLimits(wall_s=2.0, cpu_s=2))
+
+
+class Recording(ScriptedModel):
+    """The scripted model, keeping what each step was shown."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(protocol=THYME, **kwargs)
+        self.shown: list[str] = []
+
+    def generate(self, conversation: Conversation, **kwargs) -> Generation:
+        self.shown.append(self.render(conversation.messages, conversation.continue_cut))
+        return super().generate(conversation, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _sandbox() -> None:
+    bubblewrap_or_skip()
+
+
+def run(*steps: str, model: ScriptedModel | None = None):
+    model = model or Recording(scripts={"job": JobScript(agent_steps=steps)})
+    image = Image.new("RGB", (300, 200), (10, 200, 30))
+    return run_thyme(Query("job", image, "What colour?", ("red", "green")), model, LIMITS)
+
+
+def test_a_crop_goes_back_inside_the_same_assistant_turn():
+    model = Recording(scripts={"job": JobScript(agent_steps=(CROP, ANSWER))})
+    trajectory = run(model=model)
+    assert trajectory.answer == "B" and trajectory.error is None
+    first, _ = trajectory.steps
+    assert first.code and first.code.startswith("from PIL import Image")
+    assert first.images and (first.images[0]["width"], first.images[0]["height"]) == (64, 64)
+    assert first.images[0]["thumbnail"].startswith("data:image/png;base64,")
+    # the user turn names the file and its size; the second step continues the turn
+    assert '### User Image Path:** "/mnt/data/image.jpg"' in model.shown[0]
+    assert '### User Image Size:** "300x200"' in model.shown[0]
+    assert model.shown[0].endswith("<|im_start|>assistant\n")
+    # (the 64 px crop on the model's 28 px grid: 56 px)
+    assert model.shown[1].endswith(f"{CROP}<sandbox_output><image 56x56></sandbox_output>")
+
+
+def test_printed_text_is_the_output_when_no_image_is_made():
+    model = Recording(scripts={"job": JobScript(agent_steps=(COUNT, ANSWER))})
+    trajectory = run(model=model)
+    assert trajectory.answer == "B" and trajectory.steps[0].code_output == "60000"
+    assert model.shown[1].endswith(f"{COUNT}<sandbox_output>60000</sandbox_output>")
+
+
+def test_a_failed_execution_drops_its_step_and_the_loop_goes_on():
+    model = Recording(scripts={"job": JobScript(agent_steps=(RAISES, ANSWER))})
+    trajectory = run(model=model)
+    assert trajectory.answer == "B"
+    assert "ValueError: nope" in trajectory.steps[0].observation
+    # the step's text was dropped: the next generation sees the user turn, continued
+    assert RAISES not in model.shown[1] and model.shown[1].endswith("goes here.</answer>\n")
+
+
+def test_code_that_loops_forever_is_killed_and_the_trajectory_ends_cleanly():
+    trajectory = run(LOOPS, LOOPS, ANSWER)
+    killed = trajectory.steps[:2]
+    assert all(step.sandbox_stop in ("timeout", "killed") for step in killed), killed
+    assert trajectory.answer == "B"
+
+
+def test_no_answer_within_the_iterations_is_an_error_not_a_guess():
+    trajectory = run(RAISES)  # the last step repeats: every iteration fails
+    assert trajectory.answer is None and trajectory.error_code == "no_answer"
+    assert len(trajectory.steps) == LIMITS.max_steps
+
+
+def test_text_with_neither_code_nor_answer_ends_the_trajectory():
+    trajectory = run("<think>hmm</think>", ANSWER)
+    assert len(trajectory.steps) == 1 and trajectory.error_code == "no_answer"
+
+
+def test_the_rewrite_clamps_boxes_as_the_evaluation_does():
+    assert clamp_box(10, 10, 20, 20, 300, 200, 64) == [10, 10, 74, 74]
+    assert clamp_box(290, -5, 250, 400, 300, 200, 64) == [236, 0, 300, 200]
+    assert clamp_box(5, 5, 6, 6, 40, 30, 64) == [0, 0, 40, 30]  # smaller than a side
+    code = rewrite(
+        "image_path = 'nowhere.png'\ncrop_box = (0, 0, 5, 5)\ncv.imread(image_path)",
+        "/mnt/data/image.jpg", (300, 200), model_output_dir="/mnt/data/temp_processed_images/",
+        output_dir="/mnt/data/out", min_side=64,
+    )  # fmt: skip
+    assert "image_path = '/mnt/data/image.jpg'" in code
+    assert "crop_box = (0, 0, 64, 64)" in code and "cv2.imread" in code
