@@ -160,3 +160,82 @@ def test_every_image_reaches_the_processor_on_the_reference_grid(tiny_small):
     seen = tiny_small.protocol.speculate_query(Query("q", Image.new("RGB", (1000, 617)), "Q?"))
     image = seen[-1].images[0]
     assert image.size == REFERENCE.image_grid.size_for(1000, 617) == (1008, 616)
+
+
+# -- Thyme (eval_code_thyme/: SpecEyes.py build_mc_question_text, utils.py) ---------------
+# utils.py SYSTEM_PROMPT
+THYME_SYSTEM = """You are a helpful assistant.
+
+Solve the following problem step by step, and optionally write Python code for image manipulation to enhance your reasoning process. The Python code will be executed by an external sandbox, and the processed image or result (wrapped in <sandbox_output></sandbox_output>) can be returned to aid your reasoning and help you arrive at the final answer.
+
+**Reasoning & Image Manipulation (Optional but Encouraged):**
+    * You have the capability to write executable Python code to perform image manipulations (e.g., cropping to a Region of Interest (ROI), resizing, rotation, adjusting contrast) or perform calculation for better reasoning.
+    * The code will be executed in a secure sandbox, and its output will be provided back to you for further analysis.
+    * All Python code snippets **must** be wrapped as follows:
+    <code>
+    ```python
+    # your code.
+    ```
+    </code>
+    * At the end of the code, print the path of the processed image (processed_path) or the result for further processing in a sandbox environment."""  # noqa: E501
+THYME_QUESTION = (
+    "Question: What is the color of the umbrella?\nOptions:\nA. red\nB. blue\nC. green\n"
+    "D. yellow\nPlease select the correct answer from the options above."
+)
+
+
+def test_thyme_phases_i_and_ii_see_the_question_before_its_please(tiny_paths):
+    from common.protocols import THYME
+
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32",
+                              protocol=THYME)  # fmt: skip
+    cut = THYME_QUESTION.split("Please")[0]  # init_messages_judge_tc(question_text.split(...))
+    screen = cut + "\nWould tools significantly improve answer reliability? yes or no."
+    assert large.render(THYME.screen_query(CHOICE)) == chat(SCREEN_SYSTEM, screen)
+    yes_no = "Question: Is there a dog in the image?\n"  # POPE's line, before its "Please"
+    assert THYME.speculate_text(YES_NO.question, None) == yes_no + "\nAnswer:"
+
+
+def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
+    from common.agents.thyme import run_thyme
+    from common.protocols import THYME
+    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+
+    bubblewrap_or_skip()
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32",
+                              protocol=THYME)  # fmt: skip
+    code = (
+        "<think>crop</think><code>\n```python\nfrom PIL import Image\n"
+        "image = Image.open(image_path)\nx1, y1, x2, y2 = 112, 84, 336, 252\n"
+        'processed_path = "/mnt/data/temp_processed_images/crop.png"\n'
+        "image.crop((x1, y1, x2, y2)).save(processed_path)\nprint(processed_path)\n```\n</code>"
+    )
+    large.logits_processors = [
+        ForceText(large.tokenizer, [code, "<answer>B</answer>"], large.eos_ids[0])
+    ]
+    rendered: list[str] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        rendered.append(large.render(conversation.messages, conversation.continue_cut))
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
+    trajectory = run_thyme(query, large, AgentLimits(max_steps=5, max_new_tokens=200))
+
+    assert trajectory.answer == "B", trajectory
+    # utils.py generate_prompt_final_qa
+    user = (
+        f"<image>\n{THYME_QUESTION}\n\n"
+        '### User Image Path:** "/mnt/data/image.jpg"\n'
+        '### User Image Size:** "448x336"\n\n'
+        "### **Output Format (strict adherence required):**\n\n"
+        "<think>Your detailed reasoning process, including any code, should go here.</think>\n"
+        "<answer>Your final answer to the user's question goes here.</answer>\n"
+    )
+    first = chat(THYME_SYSTEM, user)
+    assert rendered[0] == first
+    # run_evaluation: the same assistant turn, continued (no generation prompt, the final
+    # "<|im_end|>\n" cut off)
+    assert rendered[1] == first + f"{code}<sandbox_output>{IMAGE}</sandbox_output>"
