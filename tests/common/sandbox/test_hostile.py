@@ -178,3 +178,15 @@ def test_without_isolation_the_limits_and_seccomp_still_hold(tmp_path):
         failed_with(run(opened, "os.fork()"), "not permitted")
         execution = run(opened, "import time\ntime.sleep(100)")
         assert execution.stop == "timeout"
+
+
+def test_a_link_out_of_its_folder_is_never_followed_by_the_host(session, tmp_path):
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"host only")
+    code = f"os.symlink({str(secret)!r}, '/mnt/data/leak.png')\nprint('/mnt/data/leak.png')"
+    run(session, code)
+    assert (session.folder / "leak.png").is_symlink()  # the guest made it ...
+    assert session.outside("/mnt/data/leak.png") is None  # ... the host will not read it
+    (session.folder / "own.png").write_bytes(b"x")
+    assert session.outside("/mnt/data/own.png") == (session.folder / "own.png").resolve()
+    assert session.outside("/etc/passwd") is None
