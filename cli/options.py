@@ -65,7 +65,12 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
         help="the large model's agent: 'deepeyes' (zoom tool calls, default) or 'thyme' "
         "(writes Python, run in the bubblewrap sandbox; tau 0.95, 5 steps of 2048 tokens)",
     )
-    group.add_argument("--backend", choices=["transformers", "scripted"], help="model backend")
+    group.add_argument(
+        "--backend",
+        choices=["transformers", "scripted", "openai"],
+        help="model backend: in-process transformers, scripted (tests), or openai (models "
+        "behind an OpenAI-compatible server: SPECEYES_LARGE_SERVER_URL, ...)",
+    )
     group.add_argument("--device", help="'auto', 'cpu', 'cuda', 'cuda:1', ...")
     group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
     group.add_argument(

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GateMode = Literal["min", "mean", "bottom20", "logprob"]
 AgentKind = Literal["deepeyes", "thyme"]
-BackendKind = Literal["transformers", "scripted"]
+BackendKind = Literal["transformers", "scripted", "openai"]
 Screener = Literal["large", "small", "none"]
 
 
@@ -130,6 +130,23 @@ class Settings(BaseSettings):
         default_factory=ScriptedSettings,
         description="Scripted backend only: shares and simulated costs "
         "(SPECEYES_SCRIPTED__TOOL_FREE=0.7, ...).",
+    )
+
+    # -- models behind an OpenAI-compatible server (backend "openai") ----------------
+    large_server_url: str | None = Field(
+        None, description="M_L's server, e.g. http://gpu-1:8000/v1 (served as large_model)."
+    )
+    small_server_url: str | None = Field(
+        None, description="M_S's server (unset: the large model's), served as small_model."
+    )
+    large_server_key: SecretStr | None = Field(None, description="M_L's server key.")
+    small_server_key: SecretStr | None = Field(None, description="M_S's server key.")
+    server_timeout_s: float = Field(120.0, gt=0, description="Per request.")
+    server_retries: int = Field(
+        3, ge=0, description="Retries on 429, 5xx and lost connections, with backoff."
+    )
+    server_concurrency: int = Field(
+        16, ge=1, description="Requests in flight at once, per micro-batch."
     )
 
     # -- the code sandbox (Thyme) ---------------------------------------------------

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from common.backends.base import VisionLanguageModel
+from common.backends.server_backend import Endpoint
 from common.config import Settings
 
 
@@ -28,9 +29,21 @@ def load_models(settings: Settings) -> Models:
         )
         return Models(large=shared, small=shared)
 
-    from common.backends.transformers_backend import TransformersModel
-    from common.models.registry import protocol_name, resolve_model
+    from common.models.registry import protocol_name
     from common.protocols import get_protocol
+
+    if settings.backend == "openai":
+        from common.backends.server_backend import ServerModel
+
+        def serve(spec: str, role: Literal["small", "large"]) -> ServerModel:
+            protocol = get_protocol(protocol_name(spec, role, settings.protocol, settings.agent))
+            return ServerModel(server_endpoint(settings, role), protocol=protocol)
+
+        return Models(large=serve(settings.large_model, "large"),
+                      small=serve(settings.small_model, "small"))  # fmt: skip
+
+    from common.backends.transformers_backend import TransformersModel
+    from common.models.registry import resolve_model
 
     def load(spec: str, role: Literal["small", "large"]) -> TransformersModel:
         path = resolve_model(spec, role, settings.cache_dir)
@@ -41,3 +54,26 @@ def load_models(settings: Settings) -> Models:
 
     large = load(settings.large_model, "large")
     return Models(large=large, small=load(settings.small_model, "small"))
+
+
+def server_endpoint(settings: Settings, role: Literal["small", "large"]) -> Endpoint:
+    """Where a role's model is served (backend ``openai``)."""
+    from common.errors import ConfigurationError
+
+    url = settings.large_server_url if role == "large" else settings.small_server_url
+    key = settings.large_server_key if role == "large" else settings.small_server_key
+    if role == "small" and url is None:
+        url, key = settings.large_server_url, key or settings.large_server_key
+    if url is None:
+        raise ConfigurationError(
+            "the openai backend needs a server: set SPECEYES_LARGE_SERVER_URL (and "
+            "SPECEYES_SMALL_SERVER_URL where M_S is served elsewhere)"
+        )
+    return Endpoint(
+        url,
+        settings.large_model if role == "large" else settings.small_model,
+        key.get_secret_value() if key is not None else None,
+        timeout_s=settings.server_timeout_s,
+        retries=settings.server_retries,
+        concurrency=settings.server_concurrency,
+    )

@@ -202,15 +202,17 @@ class TransformersModel:
         top_k: int | None = None,
         end_ids: Sequence[int] | None = None,
         continue_cut: str | None = None,
+        rendered: Sequence[str] | None = None,
     ) -> list[_Row]:
-        """``end_ids``: the tokens that end a row (default: the checkpoint's own)."""
+        """``end_ids``: the tokens that end a row (default: the checkpoint's own);
+        ``rendered``: the chats' texts when the caller rendered them already."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         ends = list(end_ids) if end_ids is not None else self.eos_ids
         texts: list[str] = []
         images: list[Image.Image] = []
-        for chat in chats:
-            texts.append(self.render(chat, continue_cut))
+        for index, chat in enumerate(chats):
+            texts.append(rendered[index] if rendered else self.render(chat, continue_cut))
             images.extend(part for message in chat for part in message.images)
         inputs = self.processor(
             text=texts, images=images or None, padding=True, return_tensors="pt"

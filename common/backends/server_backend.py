@@ -1,0 +1,278 @@
+"""A model behind an OpenAI-compatible server (vLLM, SGLang, or any that returns
+``top_logprobs``): every phase as ``POST {base}/chat/completions``.
+
+- Images go as PNG data URLs, already on the protocol's grid (what an in-process
+  processor would see), so the server's processor resizes nothing further.
+- Greedy (``temperature: 0``); stop strings via ``stop``, with the protocol's end tokens
+  appended (``"<|im_end|>"``: a server ends at its end-of-sequence tokens anyway, and a
+  server that matches special tokens ends where the in-process backend does); the text
+  comes back with its stop string (``include_stop_str_in_output``, or appended from
+  ``stop_reason`` when a server ignores that field).
+- Phase II asks for ``logprobs`` with ``top_logprobs: K``. The gate's score of a token is
+  unchanged by a shift of its row, so the K log-probabilities give exactly the K-logit
+  score (``TokenScores`` with a log-normaliser of 0). A server that caps K (vLLM's
+  ``--max-logprobs``, 20 by default) refuses with a 400; that becomes one clear
+  ``ConfigurationError`` saying how to raise the cap or lower K.
+- A conversation that ends with an assistant turn is continued, not answered anew:
+  ``continue_final_message: true, add_generation_prompt: false`` (vLLM's chat
+  extensions). The server's chat template cuts at the turn's last text, stripped; for
+  Thyme's continuation after a sandbox output (``</sandbox_output>``) that is exactly
+  the reference's cut. One edge differs: after a failed execution in Thyme's first step
+  the reference continues the *user* turn keeping its final newline; a server drops it.
+- The requests of a micro-batch go out at once (async httpx, at most ``concurrency`` in
+  flight); 429, 5xx and connection errors are retried with backoff, then raised as
+  ``BackendUnavailable`` (retryable: the job is tried again later); other 4xx are
+  errors of the request (``ModelError``), 401/403/404 of the configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from PIL import Image
+
+from common.backends.base import Conversation, Generation, Message, Speculation
+from common.contracts import Query, ScreenResult
+from common.errors import BackendUnavailable, ConfigurationError, ModelError
+from common.gate import TokenScores
+from common.images import ResizeRule
+from common.protocols import Protocol, screen_says_tool_free
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# a placeholder vLLM puts in top_logprobs for tokens it could not score
+PLACEHOLDER = -9999.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One served model: where, which, with what key (never logged or printed)."""
+
+    base_url: str  # e.g. http://gpu-1:8000/v1
+    model: str  # the name the server serves it under
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    concurrency: int = 16
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.base_url!r}, model={self.model!r})"
+
+
+class ServerModel:
+    """``VisionLanguageModel`` over an OpenAI-compatible chat completions API."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        protocol: Protocol,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.name = endpoint.model
+        self.protocol = protocol
+        self.resize_rule = protocol.image_grid or ResizeRule()
+        self._transport = transport
+
+    # -- the protocol ---------------------------------------------------------------
+    def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
+        stop = self._stops(self.protocol.screen_stop)
+        bodies = [
+            self._body(self.protocol.screen_query(query), max_new_tokens, stop) for query in queries
+        ]
+        replies = self._all(bodies)
+        texts = [_text(reply, stop) for reply in replies]
+        return [ScreenResult(not screen_says_tool_free(text), text) for text in texts]
+
+    def speculate(
+        self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
+    ) -> list[Speculation]:
+        bodies = [
+            self._body(self.protocol.speculate_query(query), max_new_tokens, ())
+            | {"logprobs": True, "top_logprobs": top_k}
+            for query in queries
+        ]
+        replies = self._all(bodies)
+        return [_speculation(reply, top_k) for reply in replies]
+
+    def generate(
+        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+    ) -> Generation:
+        stops = self._stops(stop)
+        (reply,) = self._all([self._body(conversation.messages, max_new_tokens, stops)])
+        choice = reply["choices"][0]
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        text = _text(reply, stops)
+        if finish == "stop" and not any(text.endswith(s) for s in stop):
+            finish = "eos"
+        tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
+        return Generation(text, finish, tokens)  # type: ignore[arg-type]
+
+    def render(self, chat: Sequence[Message], continue_cut: str | None = None) -> str:
+        """What is sent: the request's messages as JSON (the server renders them with the
+        model's chat template), images shown as ``<image WxH>``."""
+        return json.dumps(_messages(chat, images_as_text=True), indent=1, ensure_ascii=False)
+
+    # -- requests -------------------------------------------------------------------
+    def _stops(self, stop: Sequence[str]) -> list[str]:
+        ends = [t for t in (self.protocol.end_tokens or ()) if t not in stop]
+        return [*stop, *ends]
+
+    def _body(
+        self, chat: Sequence[Message], max_tokens: int, stop: Sequence[str]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "messages": _messages(chat),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "include_stop_str_in_output": True,
+        }
+        if stop:
+            body["stop"] = list(stop)
+        if chat and chat[-1].role == "assistant":
+            body |= {"continue_final_message": True, "add_generation_prompt": False}
+        return body
+
+    def _all(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send every body at once (at most ``concurrency`` in flight); replies in order."""
+        return asyncio.run(self._send_all(bodies))
+
+    async def _send_all(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        headers = {}
+        if self.endpoint.api_key:
+            headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
+        limit = asyncio.Semaphore(self.endpoint.concurrency)
+        async with httpx.AsyncClient(
+            base_url=self.endpoint.base_url.rstrip("/"),
+            headers=headers,
+            timeout=self.endpoint.timeout_s,
+            transport=self._transport,
+        ) as client:
+
+            async def one(body: dict[str, Any]) -> dict[str, Any]:
+                async with limit:
+                    return await self._post(client, body)
+
+            return list(await asyncio.gather(*(one(body) for body in bodies)))
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+        endpoint = self.endpoint
+        problem = ""
+        for attempt in range(endpoint.retries + 1):
+            if attempt:
+                await asyncio.sleep(endpoint.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = await client.post("/chat/completions", json=body)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code in RETRY_STATUSES:
+                problem = f"HTTP {response.status_code}: {_detail(response)}"
+                continue
+            if response.status_code >= 400:
+                raise _refusal(response, body, endpoint)
+            try:
+                reply: dict[str, Any] = response.json()
+                reply["choices"][0]
+            except (ValueError, KeyError, IndexError, TypeError):
+                text = response.text[:200]
+                raise ModelError(f"{endpoint!r}: not a chat completion: {text}") from None
+            return reply
+        tries = endpoint.retries + 1
+        raise BackendUnavailable(f"{endpoint!r}: {problem} ({tries} tries)")
+
+
+def _refusal(response: httpx.Response, body: dict[str, Any], endpoint: Endpoint) -> Exception:
+    detail = _detail(response)
+    if response.status_code in (401, 403):
+        return ConfigurationError(f"{endpoint!r} refused the key (HTTP {response.status_code})")
+    if response.status_code == 404:
+        return ConfigurationError(f"{endpoint!r}: HTTP 404 ({detail}); is the model served?")
+    if "logprobs" in detail.lower() and body.get("top_logprobs"):
+        return ConfigurationError(
+            f"{endpoint!r} refused top_logprobs={body['top_logprobs']} ({detail}): the gate "
+            f"needs K={body['top_logprobs']} log-probabilities per token; start vLLM with "
+            f"--max-logprobs {body['top_logprobs']} or more, or lower SPECEYES_GATE_TOP_K"
+        )
+    return ModelError(f"{endpoint!r}: HTTP {response.status_code}: {detail}")
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:300]
+    error = payload.get("error", payload) if isinstance(payload, dict) else payload
+    if isinstance(error, dict):
+        return str(error.get("message") or error)[:300]
+    return str(error)[:300]
+
+
+def _messages(chat: Sequence[Message], *, images_as_text: bool = False) -> list[dict[str, Any]]:
+    out = []
+    for message in chat:
+        parts: list[dict[str, Any]] = []
+        for part in message.content:
+            if isinstance(part, Image.Image):
+                url = f"<image {part.width}x{part.height}>" if images_as_text else _data_url(part)
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            else:
+                parts.append({"type": "text", "text": part})
+        out.append({"role": message.role, "content": parts})
+    return out
+
+
+def _data_url(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _text(reply: dict[str, Any], stop: Sequence[str]) -> str:
+    """The reply's text, cut right after its stop string (appended from ``stop_reason``
+    when the server left it out)."""
+    choice = reply["choices"][0]
+    text = str((choice.get("message") or {}).get("content") or "")
+    reason = choice.get("stop_reason")
+    if isinstance(reason, str) and reason in stop and not text.endswith(reason):
+        text += reason
+    ends = [text.find(s) + len(s) for s in stop if s and s in text]
+    return text[: min(ends)] if ends else text
+
+
+def _speculation(reply: dict[str, Any], top_k: int) -> Speculation:
+    choice = reply["choices"][0]
+    text = str((choice.get("message") or {}).get("content") or "")
+    content = (choice.get("logprobs") or {}).get("content") or []
+    rows: list[list[float]] = []
+    for entry in content:
+        values = sorted(
+            (float(top["logprob"]) for top in entry.get("top_logprobs") or []
+             if float(top["logprob"]) > PLACEHOLDER),
+            reverse=True,
+        )  # fmt: skip
+        returned = len(entry.get("top_logprobs") or [])
+        if returned < top_k or len(values) < 2:
+            raise ConfigurationError(
+                f"the server returned {returned} log-probabilities for a token, the gate "
+                f"needs K={top_k}: raise the server's cap (vLLM: --max-logprobs {top_k}) or "
+                "lower SPECEYES_GATE_TOP_K"
+            )
+        rows.append(values)
+    answer = text.strip()
+    if "<answer>" in answer and "</answer>" in answer:
+        answer = answer.split("<answer>")[1].split("</answer>")[0].strip()
+    scores = TokenScores(rows, [0.0] * len(rows))  # log-probabilities: normalised already
+    return Speculation(answer, list(range(len(rows))), scores)  # positions: no ids served
