@@ -50,6 +50,22 @@ def register(commands: Any) -> None:
     embedded.add_argument("--agent-workers", type=int, default=1, help="agent threads (1)")
     embedded.set_defaults(run=run_embedded)
 
+    agent = kinds.add_parser(
+        "agent",
+        help="trajectories/s of one agent worker against its concurrency (lockstep batching)",
+        description="Run the same --trajectories DeepEyes trajectories (random images and "
+        "questions; greedy) through the large model with N at once, for each N of "
+        "--concurrency: N threads whose steps share one batched generate (lockstep). "
+        "Prints trajectories/s, the speedup over N = 1 and the mean batch. Defaults to the "
+        "tiny checkpoint on this machine; --large names any Qwen2.5-VL checkpoint.",
+    )
+    agent.add_argument("--concurrency", default="1,2,4,8", help="comma-separated N (1,2,4,8)")
+    agent.add_argument("--trajectories", type=int, default=16, help="trajectories per N (16)")
+    agent.add_argument("--steps", type=int, default=3, help="generations per trajectory (3)")
+    agent.add_argument("--tokens", type=int, default=32, help="new tokens per step (32)")
+    add_model_flags(agent)
+    agent.set_defaults(run=run_agent, large="tiny", small="tiny")
+
     sandbox = kinds.add_parser(
         "sandbox",
         help="the code sandbox's overhead per execution (Thyme), start to result",
@@ -325,4 +341,60 @@ def run_sandbox(args: argparse.Namespace) -> int:
                 cold.append(sandbox.run(request, Path(folder)).seconds)
         figures(f"{name}, spare started ahead", warm)
         figures(f"{name}, cold start", cold)
+    return 0
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    import threading
+
+    from PIL import Image, ImageDraw
+
+    from common.backends.lockstep import Lockstep
+    from common.backends.transformers_backend import TransformersModel
+    from common.config import AgentLimits
+    from common.contracts import Query
+    from common.funnel import run_agent_stage
+    from common.models.registry import protocol_name, resolve_model
+    from common.protocols import get_protocol
+
+    settings = settings_from_args(args)
+    path = resolve_model(settings.large_model, "large", settings.cache_dir)
+    protocol = get_protocol(protocol_name(settings.large_model, "large", settings.protocol))
+    model = TransformersModel(path, device=settings.device, dtype=settings.dtype,
+                              protocol=protocol)  # fmt: skip
+    limits = AgentLimits(max_steps=args.steps, max_new_tokens=args.tokens)
+    queries = []
+    for index in range(args.trajectories):
+        image = Image.new("RGB", (448, 336), (index * 13 % 256, 80, 160))
+        ImageDraw.Draw(image).ellipse((40 + index, 30, 200, 180), fill=(250, 250, 250))
+        queries.append(Query(f"b{index}", image, f"What is at spot {index}?", ("a", "b")))
+    print(f"agent: {args.trajectories} trajectories x {args.steps} steps x {args.tokens} "
+          f"tokens, {settings.large_model} on {model.device}")  # fmt: skip
+    run_agent_stage(queries[0], model, AgentLimits(max_steps=1, max_new_tokens=2))  # warm up
+    base = None
+    for n in (int(part) for part in args.concurrency.split(",")):
+        engine = Lockstep(model, max_batch=n, max_wait_s=1.0) if n > 1 else model
+        pending = list(queries)
+        lock = threading.Lock()
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    query = pending.pop()
+                run_agent_stage(query, engine, limits)  # type: ignore[arg-type]
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        rate = args.trajectories / (time.perf_counter() - started)
+        base = base or rate
+        sizes = engine.batch_sizes if isinstance(engine, Lockstep) else [1]
+        mean = sum(sizes) / max(1, len(sizes))
+        print(f"  N = {n:<3} {rate:7.2f} trajectories/s   x{rate / base:5.2f}   "
+              f"mean batch {mean:4.1f}")  # fmt: skip
     return 0

@@ -15,7 +15,10 @@ Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKE
          SPECEYES_FAST_MAX_WAIT_S; accepted answers are written at once, the rest are
          sent to the slow queue. One process, one batch at a time; it prefetches two
          batches' worth of messages so the next batch fills while this one runs.
-  slow   one agent trajectory at a time, one message prefetched.
+  slow   --concurrency N agent trajectories at once (default 1), one message prefetched
+         per trajectory. In-process models batch the N trajectories' steps into one
+         generate (lockstep, the same trajectories as one by one); with --backend
+         openai they are N requests in flight at the server.
 
 Scale out by starting more workers, on this machine or others, against the same Redis
 and database; with GPUs, one worker per GPU (--device cuda:N). A worker loads its models
@@ -42,6 +45,13 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on PORT"
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        dest="agent_workers",
+        help=f"slow: trajectories at once (default {default('agent_workers')})",
+    )
     parser.add_argument("--name", help="worker node name (default: fast@HOST / slow@HOST)")
     parser.add_argument("--loglevel", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     add_pipeline_flags(parser)
@@ -65,11 +75,12 @@ def run(args: argparse.Namespace) -> int:
     queue = settings.fast_queue if args.pool == "fast" else settings.slow_queue
     # celery-batches only fills a batch if prefetch x concurrency >= the batch size.
     prefetch = 2 * settings.fast_batch_size if args.pool == "fast" else 1
+    threads = settings.agent_workers if args.pool == "slow" else 1
     app.worker_main(
         [
             "worker",
-            "--pool=solo",
-            "--concurrency=1",
+            "--pool=solo" if threads == 1 else "--pool=threads",
+            f"--concurrency={threads}",
             f"--queues={queue}",
             f"--prefetch-multiplier={prefetch}",
             f"--hostname={args.name or args.pool + '@%h'}",

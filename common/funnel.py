@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -28,6 +29,7 @@ from common.agents.deepeyes import run_deepeyes
 from common.agents.thyme import run_thyme
 from common.agents.trajectory import Trajectory
 from common.backends.base import Speculation, VisionLanguageModel
+from common.backends.lockstep import Lockstep
 from common.config import AgentLimits, FunnelSettings, GateSettings, ImageLimits
 from common.contracts import (
     Accepted,
@@ -252,8 +254,10 @@ def run_agent_stage(
 ) -> AgentOutcome:
     """Phase IV for one job: a final answer, or a clear error (never a guess)."""
     agent = run_thyme if large.protocol.name == "thyme" else run_deepeyes
+    in_flight = large.trajectory() if isinstance(large, Lockstep) else nullcontext()
     try:
-        trajectory = agent(query, large, limits)
+        with in_flight:
+            trajectory = agent(query, large, limits)
     except RetryableError:
         raise
     except Exception as exc:

@@ -53,7 +53,12 @@ def load_models(settings: Settings) -> Models:
         )
 
     large = load(settings.large_model, "large")
-    return Models(large=large, small=load(settings.small_model, "small"))
+    small = load(settings.small_model, "small")
+    if settings.agent_workers > 1:  # their steps share one batched generate
+        from common.backends.lockstep import Lockstep
+
+        return Models(large=Lockstep(large, max_batch=settings.agent_workers), small=small)  # type: ignore[arg-type]
+    return Models(large=large, small=small)
 
 
 def server_endpoint(settings: Settings, role: Literal["small", "large"]) -> Endpoint:

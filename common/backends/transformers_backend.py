@@ -241,6 +241,12 @@ class TransformersModel:
             for index, tokens in enumerate(new_tokens)
         ]
 
+    def _stop_length(self, tokens: list[int], stop: Sequence[str]) -> int:
+        def decode(part: list[int]) -> str:
+            return str(self.tokenizer.decode(part, skip_special_tokens=True))
+
+        return _shortest_with_stop(decode, tokens, stop)
+
     def _row(
         self,
         tokens: list[int],
@@ -260,6 +266,9 @@ class TransformersModel:
         cut = _cut_after_stop(text, stop)
         if cut is not None:
             text, finish = cut, "stop"
+            # in a batch, a row that stopped early goes on (padded) while others run:
+            # its tokens are those up to the one that completed the stop string
+            answer = answer[: self._stop_length(answer, stop)]
         scores = None
         if top_values is not None and log_norm is not None:
             scores = TokenScores(
@@ -267,6 +276,19 @@ class TransformersModel:
                 [step[index] for step in log_norm[:length]],
             )
         return _Row(answer, text, finish, scores)
+
+
+def _shortest_with_stop(decode: Any, tokens: list[int], stop: Sequence[str]) -> int:
+    """The fewest leading tokens whose text already holds a stop string (binary search:
+    once a prefix holds one, every longer prefix does)."""
+    low, high = 1, len(tokens)
+    while low < high:
+        middle = (low + high) // 2
+        if _cut_after_stop(decode(tokens[:middle]), stop) is not None:
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 def _top_scores(

@@ -271,6 +271,20 @@ def test_a_thyme_slow_worker_runs_code_in_the_sandbox_and_survives_hostile_code(
     assert "SPECEYES" not in printed and "redis://" not in printed
 
 
+def test_one_slow_worker_runs_concurrent_trajectories(tmp_path, deployment):
+    setup = deployment(baseline="true", fast_max_wait_s="0.2", scripted__agent_step_s="0.5")
+    folder = tmp_path / "corpus"
+    write_images(folder, 4)
+    batch_id = setup.submit(folder)
+    setup.start("fast")
+    setup.start("slow", "--concurrency", "4")
+
+    assert setup.run(batch_id).counts.by_answerer == {"large": 4}
+    spans = [(job.agent_started_at, job.finished_at) for job in setup.jobs().values()]
+    overlapping = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+    assert overlapping >= 2, spans  # trajectories ran at the same time, in one worker
+
+
 def test_a_thyme_slow_worker_refuses_to_start_without_its_sandbox(tmp_path, deployment):
     setup = deployment(agent="thyme", sandbox_bwrap="no-such-bwrap")
     worker = setup.start("slow", wait=False)
