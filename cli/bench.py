@@ -345,8 +345,6 @@ def run_sandbox(args: argparse.Namespace) -> int:
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    import threading
-
     from PIL import Image, ImageDraw
 
     from common.backends.lockstep import Lockstep
@@ -374,23 +372,8 @@ def run_agent(args: argparse.Namespace) -> int:
     base = None
     for n in (int(part) for part in args.concurrency.split(",")):
         engine = Lockstep(model, max_batch=n, max_wait_s=1.0) if n > 1 else model
-        pending = list(queries)
-        lock = threading.Lock()
-
-        def worker() -> None:
-            while True:
-                with lock:
-                    if not pending:
-                        return
-                    query = pending.pop()
-                run_agent_stage(query, engine, limits)  # type: ignore[arg-type]
-
         started = time.perf_counter()
-        threads = [threading.Thread(target=worker) for _ in range(n)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _run_concurrently(engine, queries, n, limits)
         rate = args.trajectories / (time.perf_counter() - started)
         base = base or rate
         sizes = engine.batch_sizes if isinstance(engine, Lockstep) else [1]
@@ -398,3 +381,27 @@ def run_agent(args: argparse.Namespace) -> int:
         print(f"  N = {n:<3} {rate:7.2f} trajectories/s   x{rate / base:5.2f}   "
               f"mean batch {mean:4.1f}")  # fmt: skip
     return 0
+
+
+def _run_concurrently(engine: Any, queries: list[Any], threads: int, limits: Any) -> None:
+    """Every query's trajectory, ``threads`` at a time."""
+    import threading
+
+    from common.funnel import run_agent_stage
+
+    pending = list(queries)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                query = pending.pop()
+            run_agent_stage(query, engine, limits)
+
+    running = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()

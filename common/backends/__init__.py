@@ -57,7 +57,7 @@ def load_models(settings: Settings) -> Models:
     if settings.agent_workers > 1:  # their steps share one batched generate
         from common.backends.lockstep import Lockstep
 
-        return Models(large=Lockstep(large, max_batch=settings.agent_workers), small=small)  # type: ignore[arg-type]
+        return Models(large=Lockstep(large, max_batch=settings.agent_workers), small=small)
     return Models(large=large, small=small)
 
 
