@@ -222,6 +222,7 @@ def run_embedded(args: argparse.Namespace) -> int:
                 f"{label:<9} {run.jobs} jobs in {run.seconds:7.1f} s = {run.jobs_per_s:6.2f} "
                 f"jobs/s   answered by the small model: {run.small_share:.1%}"
             )
+            _print_bound(run)
     funnel, baseline = figures["funnel"], figures["baseline"]
     beta, alpha = funnel.beta or 0.0, funnel.alpha or 0.0
     print(f"measured  beta {beta:.3f}, alpha {alpha:.3f}")
@@ -268,6 +269,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             f"{figures.jobs_per_s:.1f} jobs/s; submit-to-done p50 {figures.p50_s:.2f} s, "
             f"p99 {figures.p99_s:.2f} s; small model answered {figures.small_share:.1%}"
         )
+        _print_bound(figures)
     if args.simulate:
         funnel, base = results["funnel"], results["baseline"]
         beta, alpha = funnel.beta or 0.0, funnel.alpha or 0.0
@@ -405,3 +407,13 @@ def _run_concurrently(engine: Any, queries: list[Any], threads: int, limits: Any
         thread.start()
     for thread in running:
         thread.join()
+
+
+def _print_bound(run: Any) -> None:
+    """The overlap bound of a run, its efficiency, and the reference's serial loop."""
+    print(
+        f"          bound {run.bound_jobs_per_s:6.2f} jobs/s (fast busy {run.fast_busy_s:.1f} s, "
+        f"agents busy {run.agent_busy_s:.1f} s / {run.agent_workers}), efficiency "
+        f"{run.efficiency:.2f}; the reference's serial loop on the same work "
+        f"{run.serial_jobs_per_s:.2f} jobs/s"
+    )

@@ -132,8 +132,13 @@ def run_fast_stage(
     large: VisionLanguageModel,
     small: VisionLanguageModel,
     settings: FunnelSettings,
+    on_screened: Callable[[list[Deferred]], None] | None = None,
 ) -> FastBatchResult:
-    """Phases I-III over one micro-batch; one outcome per query, in order."""
+    """Phases I-III over one micro-batch; one outcome per query, in order.
+
+    ``on_screened`` receives the jobs screening sent to the agent as soon as phase I is
+    over, so that they need not wait for phases II-III of their batch-mates.
+    """
     if settings.baseline:
         return FastBatchResult([Deferred(q.job_id, DeferReason.BASELINE) for q in queries])
     if settings.calibrate:
@@ -155,6 +160,9 @@ def run_fast_stage(
             if screen.needs_tools:
                 outcomes[query.job_id] = Deferred(query.job_id, DeferReason.TOOLS_NEEDED, screen)
         result.seconds["screen"] = time.perf_counter() - started
+        early = [o for o in outcomes.values() if isinstance(o, Deferred)]
+        if on_screened is not None and early:
+            on_screened(early)
 
     tool_free = [q for q in queries if q.job_id not in outcomes]
     started = time.perf_counter()

@@ -170,6 +170,12 @@ def confidence(logits: torch.Tensor, *, top_k: int = 64, mode: GateMode = "min")
     return result.confidence
 
 
+def warm_up(gate: GateSettings) -> None:
+    """Gate one made-up answer, so that the first real batch does not pay for importing
+    and first running torch (seconds): for processes that start before their work."""
+    score_answers([TokenScores([[float(-v) for v in range(gate.top_k)]], [0.0])], gate)
+
+
 def score_answers(answers: Sequence[TokenScores], gate: GateSettings) -> list[GateResult]:
     """Gate a batch of answers at once; the order of ``answers`` is kept."""
     import torch

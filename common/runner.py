@@ -214,9 +214,13 @@ class EmbeddedRunner(Dispatcher):
                 return claims.claim(session, stage, limit, batch_id)
 
     def _fast_loop(self, batch_id: str | None) -> None:
+        # The first batch is small, so that the agents (idle until it is gated) start at
+        # once; the rest are full (each batch has a fixed cost).
+        size = max(1, self.settings.fast_batch_size // 4)
         try:
             while not self._stop.is_set():
-                tickets = self._claim(Stage.FAST, self.settings.fast_batch_size, batch_id)
+                tickets = self._claim(Stage.FAST, size, batch_id)
+                size = self.settings.fast_batch_size
                 if not tickets and self._serving:
                     self._wake.wait(timeout=1.0)  # until notify(), or look again anyway
                     self._wake.clear()

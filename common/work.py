@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -209,12 +209,21 @@ class FastWork(_Work):
 
     def _run_group(self, group: list[Ticket], delivery: Delivery) -> None:
         """Compute and commit one group; on an error, halve it until the culprit is alone."""
-        try:
-            outcomes, seconds = self._compute(group)
+        sent: set[str] = set()  # deferred by screening and sent on already
+
+        def send_screened(deferred: list[Deferred]) -> None:
             with self.dispatcher.transaction(self.sessions) as tx:
-                claims.record_fast(tx.session, outcomes, self.settings.gate)
-                deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
-                tx.to_slow(deferred)
+                claims.record_fast(tx.session, deferred, self.settings.gate)
+                tx.to_slow([outcome.job_id for outcome in deferred])
+            sent.update(outcome.job_id for outcome in deferred)
+
+        try:
+            outcomes, seconds = self._compute(group, send_screened)
+            with self.dispatcher.transaction(self.sessions) as tx:
+                rest = [o for o in outcomes if o.job_id not in sent]
+                claims.record_fast(tx.session, rest, self.settings.gate)
+                tx.to_slow([o.job_id for o in rest if isinstance(o, Deferred)])
+            deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
         except RetryableError as exc:
             log.warning("fast batch of %d will be retried: %s", len(group), exc)
             self._release(group, delivery, count_attempt=False)
@@ -229,15 +238,18 @@ class FastWork(_Work):
             return
         delivery.merge(Delivery(to_slow=deferred, outcomes=outcomes, seconds=seconds))
 
-    def _compute(self, group: list[Ticket]) -> tuple[list[FastOutcome], dict[str, float]]:
+    def _compute(
+        self, group: list[Ticket], on_screened: Callable[[list[Deferred]], None] | None = None
+    ) -> tuple[list[FastOutcome], dict[str, float]]:
         started = time.perf_counter()
         loaded = [load_query(ticket, self.settings) for ticket in group]
         queries = [query for query in loaded if isinstance(query, Query)]
         outcomes: list[FastOutcome] = [query for query in loaded if isinstance(query, Failed)]
         load_s = time.perf_counter() - started
         result = run_fast_stage(
-            queries, large=self.models.large, small=self.models.small, settings=self.settings.funnel
-        )
+            queries, large=self.models.large, small=self.models.small,
+            settings=self.settings.funnel, on_screened=on_screened,
+        )  # fmt: skip
         return outcomes + result.outcomes, {"load": load_s, **result.seconds}
 
 

@@ -45,10 +45,33 @@ class EmbeddedFigures:
     beta: float | None
     alpha: float | None
     small_share: float
+    fast_busy_s: float = 0.0  # the fast stage's working time (its batches, summed)
+    agent_busy_s: float = 0.0  # the agents' working time (trajectories, summed)
+    agent_workers: int = 1
 
     @property
     def jobs_per_s(self) -> float:
         return self.jobs / self.seconds if self.seconds else 0.0
+
+    @property
+    def bound_jobs_per_s(self) -> float:
+        """The overlap bound: with the stages overlapping perfectly, the run takes as long
+        as its busier stage (the agents' time shared by the workers)."""
+        longest = max(self.fast_busy_s, self.agent_busy_s / self.agent_workers)
+        return self.jobs / longest if longest else 0.0
+
+    @property
+    def efficiency(self) -> float:
+        bound = self.bound_jobs_per_s
+        return self.jobs_per_s / bound if bound else 0.0
+
+    @property
+    def serial_jobs_per_s(self) -> float:
+        """The reference's serial loop on the same work: a batch through phases I-III,
+        then its rejects one by one through the agent, then the next batch (no overlap,
+        one agent)."""
+        total = self.fast_busy_s + self.agent_busy_s
+        return self.jobs / total if total else 0.0
 
 
 def write_corpus(folder: Path, count: int) -> None:
@@ -63,7 +86,9 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
     """Annotate ``corpus`` with the embedded runner under ``settings``; time the run."""
     from common.backends import load_models
     from common.corpus import read_source
+    from common.gate import warm_up
     from common.runner import EmbeddedRunner
+    from common.store import reads
     from common.store.db import open_store
     from common.submit import submit_corpus
 
@@ -71,8 +96,11 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
     rows = read_source(corpus, "What colour is the image?")
     submitted = submit_corpus(sessions, rows, source=str(corpus), name="bench", settings=settings)
     runner = EmbeddedRunner(sessions, load_models(settings), settings)
+    warm_up(settings.gate)  # a started service has paid this already
     result = runner.run(submitted.batch_id, poll_s=0.2)
     counts = result.counts
+    with sessions() as session:
+        busy = reads.stage_busy(session, submitted.batch_id)
     sessions.kw["bind"].dispose()
     return EmbeddedFigures(
         jobs=result.finished_now,
@@ -80,4 +108,7 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
         beta=counts.beta,
         alpha=counts.alpha,
         small_share=counts.small_share,
+        fast_busy_s=busy.fast_s,
+        agent_busy_s=busy.agent_s,
+        agent_workers=settings.agent_workers,
     )

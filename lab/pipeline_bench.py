@@ -97,7 +97,7 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
                 )
                 if result.counts.finished < result.counts.jobs:
                     raise KeyboardInterrupt
-            return figures(sessions, batch_id)
+            return figures(sessions, batch_id, plan.slow_workers)
         finally:
             dispatcher.delete_keys()
             dispatcher.close()
@@ -139,9 +139,10 @@ def submit_synthetic(
     return batch_id
 
 
-def figures(sessions: Any, batch_id: str) -> PipelineFigures:
+def figures(sessions: Any, batch_id: str, slow_workers: int = 1) -> PipelineFigures:
     with sessions() as session:
         counts = reads.batch_counts(session, batch_id)
+        busy = reads.stage_busy(session, batch_id)
         rows = session.execute(
             select(Job.created_at, Job.finished_at)
             .join(BatchItem, BatchItem.job_id == Job.id)
@@ -159,6 +160,9 @@ def figures(sessions: Any, batch_id: str) -> PipelineFigures:
         beta=counts.beta,
         alpha=counts.alpha,
         small_share=counts.small_share,
+        fast_busy_s=busy.fast_s,
+        agent_busy_s=busy.agent_s,
+        agent_workers=slow_workers,
     )
 
 

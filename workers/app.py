@@ -24,6 +24,7 @@ from celery_batches import Batches, SimpleRequest
 
 from common.backends import Models, load_models
 from common.config import Settings
+from common.gate import warm_up
 from common.store.db import open_store
 from common.work import AgentWork, FastWork
 from workers import metrics
@@ -104,6 +105,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
     @worker_ready.connect(weak=False)
     def start(**_: Any) -> None:
         runtime.models  # noqa: B018 -- load now, not on the first message
+        warm_up(settings.gate)
         if metrics_port:
             metrics.serve(metrics_port, runtime.dispatcher)
             log.info("metrics on :%d/metrics", metrics_port)

@@ -224,6 +224,23 @@ def stage_costs(session: Session, batch_id: str) -> tuple[float, float]:
     """(fast-stage seconds per job, agent seconds per job) measured in a batch: a fast
     batch's time (claim to record) is shared by the jobs claimed with it; an agent job's
     is its claim to its result."""
+    busy = stage_busy(session, batch_id)
+    fast = busy.fast_s / busy.fast_jobs if busy.fast_jobs else 0.0
+    return fast, (busy.agent_s / busy.agent_jobs if busy.agent_jobs else 0.0)
+
+
+@dataclass(frozen=True)
+class StageBusy:
+    """How long each stage worked on a batch: the sum of its fast batches' claim-to-record
+    times, and of its trajectories' claim-to-result times."""
+
+    fast_s: float
+    fast_jobs: int
+    agent_s: float
+    agent_jobs: int
+
+
+def stage_busy(session: Session, batch_id: str) -> StageBusy:
     rows = session.execute(
         select(Job.fast_started_at, Job.gated_at, Job.agent_started_at, Job.finished_at).where(
             Job.id.in_(batch_jobs(batch_id))
@@ -237,9 +254,12 @@ def stage_costs(session: Session, batch_id: str) -> tuple[float, float]:
             batches[fast_started] = ((gated - fast_started).total_seconds(), jobs + 1)
         if agent_started is not None and finished is not None:
             agent.append((finished - agent_started).total_seconds())
-    fast_jobs = sum(jobs for _, jobs in batches.values())
-    fast = sum(seconds for seconds, _ in batches.values()) / fast_jobs if fast_jobs else 0.0
-    return fast, (sum(agent) / len(agent) if agent else 0.0)
+    return StageBusy(
+        sum(seconds for seconds, _ in batches.values()),
+        sum(jobs for _, jobs in batches.values()),
+        sum(agent),
+        len(agent),
+    )
 
 
 def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
