@@ -109,8 +109,13 @@ def register(commands: Any) -> None:
     pipeline.add_argument(
         "--simulate",
         action="store_true",
-        help="fast stage 0.2 s per batch + 0.01 s per job, agent 1.0 s; funnel vs baseline",
+        help="simulated costs (below); funnel vs baseline",
     )
+    pipeline.add_argument(
+        "--fast-batch-s", type=float, default=0.2, help="--simulate: fast s per batch (0.2)"
+    )
+    pipeline.add_argument("--fast-job-s", type=float, default=0.01, help="... + s per job (0.01)")
+    pipeline.add_argument("--agent-s", type=float, default=1.0, help="agent s per trajectory (1.0)")
     add_store_flags(pipeline)
     add_broker_flags(pipeline)
     pipeline.set_defaults(run=run_pipeline)
@@ -244,9 +249,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
     shares = {"SPECEYES_SCRIPTED__TOOL_FREE": str(beta), "SPECEYES_SCRIPTED__CONFIDENT": str(alpha)}
     if args.simulate:
         shares |= {
-            "SPECEYES_SCRIPTED__FAST_BATCH_S": "0.2",
-            "SPECEYES_SCRIPTED__FAST_JOB_S": "0.01",
-            "SPECEYES_SCRIPTED__AGENT_STEP_S": "1.0",
+            "SPECEYES_SCRIPTED__FAST_BATCH_S": str(args.fast_batch_s),
+            "SPECEYES_SCRIPTED__FAST_JOB_S": str(args.fast_job_s),
+            "SPECEYES_SCRIPTED__AGENT_STEP_S": str(args.agent_s),
         }
     runs = [("funnel", False), ("baseline", True)] if args.simulate else [("funnel", False)]
     cost = "simulated costs" if args.simulate else "zero-cost scripted backend"
