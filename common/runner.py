@@ -70,7 +70,7 @@ class EmbeddedRunner(Dispatcher):
 
     @cached_property
     def fast(self) -> FastWork:
-        return FastWork(self.sessions, self.models, self.settings, self)
+        return FastWork(self.sessions, self.models, self.settings, self, split_first=True)
 
     @cached_property
     def agent(self) -> AgentWork:
@@ -214,13 +214,9 @@ class EmbeddedRunner(Dispatcher):
                 return claims.claim(session, stage, limit, batch_id)
 
     def _fast_loop(self, batch_id: str | None) -> None:
-        # The first batch is small, so that the agents (idle until it is gated) start at
-        # once; the rest are full (each batch has a fixed cost).
-        size = max(1, self.settings.fast_batch_size // 4)
         try:
             while not self._stop.is_set():
-                tickets = self._claim(Stage.FAST, size, batch_id)
-                size = self.settings.fast_batch_size
+                tickets = self._claim(Stage.FAST, self.settings.fast_batch_size, batch_id)
                 if not tickets and self._serving:
                     self._wake.wait(timeout=1.0)  # until notify(), or look again anyway
                     self._wake.clear()

@@ -53,7 +53,7 @@ class Runtime:
     @cached_property
     def fast(self) -> FastWork:
         sessions = open_store(self.settings.database_url)
-        return FastWork(sessions, self.models, self.settings, self.dispatcher)
+        return FastWork(sessions, self.models, self.settings, self.dispatcher, split_first=True)
 
     @cached_property
     def slow(self) -> AgentWork:
