@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from common.backends.base import VisionLanguageModel
-from common.backends.server_backend import Endpoint
 from common.config import Settings
+
+if TYPE_CHECKING:
+    from common.backends.server_backend import Endpoint
 
 
 @dataclass
@@ -63,6 +65,7 @@ def load_models(settings: Settings) -> Models:
 
 def server_endpoint(settings: Settings, role: Literal["small", "large"]) -> Endpoint:
     """Where a role's model is served (backend ``openai``)."""
+    from common.backends.server_backend import Endpoint
     from common.errors import ConfigurationError
 
     url = settings.large_server_url if role == "large" else settings.small_server_url
