@@ -85,6 +85,10 @@ class WorkerProcess:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
+        self.wait_stopped()
+
+    def wait_stopped(self) -> None:
+        if self.process.poll() is None:
             try:
                 self.process.wait(timeout=20)
             except Exception:
