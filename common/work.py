@@ -161,7 +161,7 @@ class _Work:
 class FastWork(_Work):
     """Phases I-III over a micro-batch of jobs.
 
-    ``split_first``: this process's first batch runs a quarter of its jobs first, so that
+    ``split_first``: this process's first batch runs half of its jobs first, so that
     the agents, idle until a screen is done, start sooner (the runner and the workers
     set it; a batch has a fixed cost, so the later ones stay whole).
     """
@@ -180,7 +180,7 @@ class FastWork(_Work):
         fresh = [ticket for ticket in tickets if ticket.attempts == 1]
         if fresh and self._split_next:
             self._split_next = False
-            head = max(1, len(fresh) // 4)
+            head = max(1, len(fresh) // 2)
             self._run_group(fresh[:head], delivery)
             fresh = fresh[head:]
         if fresh:

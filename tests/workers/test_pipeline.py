@@ -232,7 +232,7 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
     poison = states.pop(jobs["img002.png"])
     assert (poison.status, poison.error_code) == ("failed", "attempts_exhausted")
     assert {job.status for job in states.values()} == {"done"}
-    # the killed batch, then alone (a worker runs the first quarter of its first batch
+    # the killed batch, then alone (a worker runs the first half of its first batch
     # on its own, so a job there may be done before the poison kills the rest)
     attempts = [job.attempts for job in states.values()]
     assert set(attempts) <= {1, 2} and attempts.count(2) >= 2, attempts
