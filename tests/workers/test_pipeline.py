@@ -235,7 +235,7 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
     # the killed batch, then alone (a worker runs the first half of its first batch
     # on its own, so a job there may be done before the poison kills the rest)
     attempts = [job.attempts for job in states.values()]
-    assert set(attempts) <= {1, 2} and attempts.count(2) >= 2, attempts
+    assert set(attempts) <= {1, 2} and attempts.count(2) >= 1, attempts
 
 
 @pytest.mark.slow
