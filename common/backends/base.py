@@ -103,6 +103,14 @@ class VisionLanguageModel(Protocol):
         ...
 
 
+def final_answer(text: str) -> str:
+    """The small model's answer: inside ``<answer>`` tags if it wrote them (as the
+    reference does with its output), else the whole text, stripped."""
+    if "<answer>" in text and "</answer>" in text:
+        return text.split("<answer>")[1].split("</answer>")[0].strip()
+    return text.strip()
+
+
 def plain_render(chat: Sequence[Message], continue_cut: str | None = None) -> str:
     """A chat in Qwen's turn layout with each image as ``<image WxH>``: for stand-ins that
     have no chat template of their own."""

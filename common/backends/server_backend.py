@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from common.backends.base import Conversation, Generation, Message, Speculation
+from common.backends.base import Conversation, Generation, Message, Speculation, final_answer
 from common.contracts import Query, ScreenResult
 from common.errors import BackendUnavailable, ConfigurationError, ModelError
 from common.gate import TokenScores
@@ -271,8 +271,6 @@ def _speculation(reply: dict[str, Any], top_k: int) -> Speculation:
                 "lower SPECEYES_GATE_TOP_K"
             )
         rows.append(values)
-    answer = text.strip()
-    if "<answer>" in answer and "</answer>" in answer:
-        answer = answer.split("<answer>")[1].split("</answer>")[0].strip()
+    answer = final_answer(text)
     scores = TokenScores(rows, [0.0] * len(rows))  # log-probabilities: normalised already
     return Speculation(answer, list(range(len(rows))), scores)  # positions: no ids served

@@ -29,6 +29,7 @@ from common.backends.base import (
     Generation,
     Message,
     Speculation,
+    final_answer,
 )
 from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError
@@ -161,7 +162,7 @@ class TransformersModel:
         chats = [self.protocol.speculate_query(query) for query in queries]
         rows = self._generate(chats, max_new_tokens=max_new_tokens, top_k=top_k)
         return [
-            Speculation(_final_answer(row.text), row.token_ids, row.scores or TokenScores([], []))
+            Speculation(final_answer(row.text), row.token_ids, row.scores or TokenScores([], []))
             for row in rows
         ]
 
@@ -308,14 +309,6 @@ def _top_scores(
 def _cut_after_stop(text: str, stop: Sequence[str]) -> str | None:
     ends = [text.find(s) + len(s) for s in stop if s and s in text]
     return text[: min(ends)] if ends else None
-
-
-def _final_answer(text: str) -> str:
-    """The small model's answer: inside ``<answer>`` tags if it wrote them (as the
-    reference does with its output), else the whole text, stripped."""
-    if "<answer>" in text and "</answer>" in text:
-        return text.split("<answer>")[1].split("</answer>")[0].strip()
-    return text.strip()
 
 
 def template_messages(chat: Sequence[Message]) -> tuple[list[dict[str, Any]], list[Image.Image]]:
