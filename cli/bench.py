@@ -422,3 +422,11 @@ def _print_bound(run: Any) -> None:
         f"{run.efficiency:.2f}; the reference's serial loop on the same work "
         f"{run.serial_jobs_per_s:.2f} jobs/s"
     )
+    if run.agents_bound and run.efficiency < 1:
+        gap = run.seconds - run.agent_busy_s / run.agent_workers
+        print(
+            f"          gap to the bound {gap:.1f} s: {run.fill_s:.1f} s before the first "
+            f"trajectory (a screen must come first), {run.tail_s:.1f} s whole trajectories "
+            f"({run.agent_jobs} on {run.agent_workers} agent(s)), "
+            f"{gap - run.fill_s - run.tail_s:.1f} s the rest"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,8 @@ class EmbeddedFigures:
     fast_busy_s: float = 0.0  # the fast stage's working time (its batches, summed)
     agent_busy_s: float = 0.0  # the agents' working time (trajectories, summed)
     agent_workers: int = 1
+    agent_jobs: int = 0  # trajectories run
+    fill_s: float = 0.0  # first fast batch's start to the first trajectory's
 
     @property
     def jobs_per_s(self) -> float:
@@ -64,6 +67,21 @@ class EmbeddedFigures:
     def efficiency(self) -> float:
         bound = self.bound_jobs_per_s
         return self.jobs_per_s / bound if bound else 0.0
+
+    @property
+    def agents_bound(self) -> bool:
+        """Whether the agents, not the fast stage, set the bound."""
+        return self.agent_busy_s / self.agent_workers >= self.fast_busy_s > 0
+
+    @property
+    def tail_s(self) -> float:
+        """What whole trajectories cost beyond an even share: with ``n`` of them on ``w``
+        agents, one agent runs ceil(n / w), so the run outlasts busy / w by the rest."""
+        if not self.agent_jobs:
+            return 0.0
+        mean = self.agent_busy_s / self.agent_jobs
+        share = self.agent_jobs / self.agent_workers
+        return (math.ceil(share) - share) * mean
 
     @property
     def serial_jobs_per_s(self) -> float:
@@ -111,4 +129,6 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
         fast_busy_s=busy.fast_s,
         agent_busy_s=busy.agent_s,
         agent_workers=settings.agent_workers,
+        agent_jobs=busy.agent_jobs,
+        fill_s=busy.fill_s,
     )

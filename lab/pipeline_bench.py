@@ -163,6 +163,8 @@ def figures(sessions: Any, batch_id: str, slow_workers: int = 1) -> PipelineFigu
         fast_busy_s=busy.fast_s,
         agent_busy_s=busy.agent_s,
         agent_workers=slow_workers,
+        agent_jobs=busy.agent_jobs,
+        fill_s=busy.fill_s,
     )
 
 

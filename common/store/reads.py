@@ -238,6 +238,7 @@ class StageBusy:
     fast_jobs: int
     agent_s: float
     agent_jobs: int
+    fill_s: float = 0.0  # from the first fast batch's start to the first trajectory's
 
 
 def stage_busy(session: Session, batch_id: str) -> StageBusy:
@@ -248,6 +249,8 @@ def stage_busy(session: Session, batch_id: str) -> StageBusy:
     ).all()
     batches: dict[Any, tuple[float, int]] = {}
     agent = []
+    first_fast = min((row[0] for row in rows if row[0] is not None), default=None)
+    first_agent = min((row[2] for row in rows if row[2] is not None), default=None)
     for fast_started, gated, agent_started, finished in rows:
         if fast_started is not None and gated is not None:
             _seconds, jobs = batches.get(fast_started, (0.0, 0))
@@ -259,6 +262,7 @@ def stage_busy(session: Session, batch_id: str) -> StageBusy:
         sum(jobs for _, jobs in batches.values()),
         sum(agent),
         len(agent),
+        (first_agent - first_fast).total_seconds() if first_agent and first_fast else 0.0,
     )
 
 

@@ -112,3 +112,23 @@ def test_claims_count_attempts_and_an_interrupt_gives_them_back(sessions):
         claims.release_running(session, batch_id, count_attempt=False)
     (third,) = claim_all(sessions)
     assert (first.attempts, second.attempts, third.attempts) == (1, 2, 2)
+
+
+def test_stage_busy_sums_each_fast_batch_once_and_measures_the_fill(sessions):
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        submission.submit_items(session, batch, items("a", "b", "c"), "cfg")
+        batch_id = batch.id
+    with sessions.begin() as session:
+        a, b, c = session.scalars(select(Job).order_by(Job.idempotency_key)).all()
+        for job in (a, b):  # one fast batch of two, 2 s
+            job.fast_started_at, job.gated_at = t0, t0 + timedelta(seconds=2)
+        c.fast_started_at, c.gated_at = t0 + timedelta(seconds=3), t0 + timedelta(seconds=4)
+        b.agent_started_at, b.finished_at = t0 + timedelta(seconds=1), t0 + timedelta(seconds=6)
+    with sessions() as session:
+        busy = reads.stage_busy(session, batch_id)
+    assert (busy.fast_s, busy.fast_jobs) == (3.0, 3)
+    assert (busy.agent_s, busy.agent_jobs, busy.fill_s) == (5.0, 1, 1.0)
