@@ -273,6 +273,7 @@ class Settings(BaseSettings):
             self.agent_max_steps, self.agent_max_new_tokens, self.min_box_side,
             self.max_box_aspect, sandbox,
             "none" if self.allow_unsandboxed_code else "bubblewrap", self.sandbox_bwrap,
+            self.image_limits,
         )  # fmt: skip
 
     @property
@@ -340,6 +341,7 @@ class AgentLimits:
     sandbox: SandboxLimits = dataclass_field(default_factory=SandboxLimits)
     isolation: Literal["bubblewrap", "none"] = "bubblewrap"
     bwrap: str = _default("sandbox_bwrap")
+    images: ImageLimits = dataclass_field(default_factory=ImageLimits)  # images code wrote
 
 
 @dataclass(frozen=True)

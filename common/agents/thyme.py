@@ -35,7 +35,7 @@ from PIL import Image
 
 from common.agents.trajectory import AgentStep, Trajectory
 from common.backends.base import Conversation, Message, Part, VisionLanguageModel
-from common.config import AgentLimits, ImageLimits
+from common.config import AgentLimits
 from common.contracts import Query
 from common.errors import ImageError
 from common.images import decode_image
@@ -72,7 +72,6 @@ class _Loop:
         self.protocol: Protocol = model.protocol
         self.conversation = Conversation(key=query.job_id)
         self.trajectory = Trajectory()
-        self.image_limits = ImageLimits()
 
     def run(self) -> Trajectory:
         image = self._place_image()
@@ -171,7 +170,7 @@ class _Loop:
         if host is None:
             return None
         try:
-            return decode_image(host.read_bytes(), self.image_limits)
+            return decode_image(host.read_bytes(), self.limits.images)
         except (ImageError, OSError):
             return None
 

@@ -118,3 +118,18 @@ def test_the_rewrite_clamps_boxes_as_the_evaluation_does():
     )  # fmt: skip
     assert "image_path = '/mnt/data/image.jpg'" in code
     assert "crop_box = (0, 0, 64, 64)" in code and "cv2.imread" in code
+
+
+def test_images_the_code_writes_meet_the_configured_pixel_limit():
+    from dataclasses import replace
+
+    from common.config import ImageLimits
+
+    # the crop is 64x64 (4,096 pixels): over a limit of 4,000 it is unreadable, the step dropped
+    tight = replace(LIMITS, images=ImageLimits(max_pixels=4_000))
+    model = Recording(scripts={"job": JobScript(agent_steps=(CROP, ANSWER))})
+    image = Image.new("RGB", (300, 200), (10, 200, 30))
+    trajectory = run_thyme(Query("job", image, "What colour?", ("red", "green")), model, tight)
+    assert trajectory.answer == "B"
+    assert trajectory.steps[0].observation.endswith("its images are unreadable")
+    assert CROP not in model.shown[1]
