@@ -21,8 +21,9 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.deps import limit_body, require_key
+from api.deps import Limiters, require_key
 from api.errors import install_handlers
+from api.middleware import BodyLimit
 from api.routes import batches, health, jobs
 from common.config import Settings
 from common.dispatch import Dispatcher, StoreOnly
@@ -63,8 +64,10 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.limiters = Limiters.of(settings)
     install_handlers(app)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key), Depends(limit_body)])
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
     v1.include_router(jobs.router)
     v1.include_router(batches.router)
     app.include_router(v1)

@@ -7,7 +7,8 @@
 
 Errors come back as exceptions carrying the server's ``error`` code and ``detail``:
 ``Unauthorized`` (401), ``NotFound`` (404), ``Conflict`` (409), ``LimitExceeded`` (413),
-``InvalidRequest`` (other 4xx), ``ServerError`` (5xx), ``Timeout`` (``wait`` ran out).
+``RateLimited`` (429, with ``retry_after_s``), ``InvalidRequest`` (other 4xx),
+``ServerError`` (5xx), ``Timeout`` (``wait`` ran out).
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ class LimitExceeded(ApiClientError): ...
 class InvalidRequest(ApiClientError): ...
 
 
+class RateLimited(ApiClientError):
+    """429: over a rate or quota; ``retry_after_s`` says when to come back."""
+
+    retry_after_s: float = 1.0
+
+
 class ServerError(ApiClientError): ...
 
 
@@ -55,7 +62,9 @@ class Timeout(Exception):
     """``wait`` passed its deadline; the job goes on."""
 
 
-_BY_STATUS = {401: Unauthorized, 404: NotFound, 409: Conflict, 413: LimitExceeded}
+_BY_STATUS: dict[int, type[ApiClientError]] = {
+    401: Unauthorized, 404: NotFound, 409: Conflict, 413: LimitExceeded, 429: RateLimited,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -192,4 +201,7 @@ class SpecEyesClient:
             error, detail = "error", response.text[:500]
         status = response.status_code
         kind = _BY_STATUS.get(status, ServerError if status >= 500 else InvalidRequest)
-        raise kind(status, error, detail)
+        failure = kind(status, error, detail)
+        if isinstance(failure, RateLimited):
+            failure.retry_after_s = float(response.headers.get("retry-after", "1"))
+        raise failure

@@ -1,4 +1,4 @@
-"""What routes depend on: the settings, the store, the dispatcher and the caller's key.
+"""What routes depend on: the settings, the store, the dispatcher and the caller.
 
 Everything lives on ``app.state`` (set by ``create_app``); the ``...Dep`` aliases are what
 a route's signature names, so a route reads as what it needs.
@@ -6,12 +6,14 @@ a route's signature names, so a route reads as what it needs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
+from api.limiter import RateLimiter
 from common.config import Settings
 from common.dispatch import Dispatcher
 from common.store.keys import check_key
@@ -37,26 +39,63 @@ SessionsDep = Annotated[sessionmaker[Session], Depends(sessions)]
 DispatcherDep = Annotated[Dispatcher, Depends(dispatcher)]
 
 
-def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> None:
-    """A live API key: ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``."""
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the key's tenant, and whether it may read every tenant's work."""
+
+    tenant: str | None  # None: keys are off (api_require_keys false): one open tenant
+    admin: bool
+
+    def may_read(self, owner: str | None) -> bool:
+        return self.admin or owner == self.tenant
+
+
+@dataclass
+class Limiters:
+    """The API's per-process rate limits (``api.limiter``)."""
+
+    requests: RateLimiter  # per API key
+    auth_failures: RateLimiter  # per client address
+
+    @classmethod
+    def of(cls, config: Settings) -> Limiters:
+        per_s = config.api_auth_failures_per_min / 60.0
+        return cls(
+            RateLimiter(config.api_rate_per_s, config.api_rate_burst),
+            RateLimiter(per_s, config.api_auth_failures_per_min),
+        )
+
+
+def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Caller:
+    """A live API key (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``) within its
+    rate; an address that keeps failing to authenticate is turned away for a while."""
     if not config.api_require_keys:
-        return
+        return Caller(tenant=None, admin=True)
+    limiters: Limiters = request.app.state.limiters
+    address = request.client.host if request.client else "unknown"
+    if wait := limiters.auth_failures.wait_s(address):
+        raise too_many("auth_failures", "too many failed authentications from here", wait)
     header = request.headers.get("authorization", "")
     key = header.removeprefix("Bearer ").strip() or request.headers.get("x-api-key", "")
-    if not key:
-        raise ApiError(401, "unauthorized", "missing API key: Authorization: Bearer KEY")
     with store() as session:
-        if check_key(session, key) is None:
-            raise ApiError(401, "unauthorized", "unknown or revoked API key")
+        row = check_key(session, key) if key else None
+    if row is None:
+        limiters.auth_failures.take(address)
+        if not key:
+            raise ApiError(401, "unauthorized", "missing API key: Authorization: Bearer KEY")
+        raise ApiError(401, "unauthorized", "unknown or revoked API key")
+    if wait := limiters.requests.take(row.id):
+        raise too_many(
+            "rate_limited", f"over {config.api_rate_per_s:g} requests/s for this key "
+            "(api_rate_per_s)", wait,
+        )  # fmt: skip
+    return Caller(tenant=row.tenant, admin=row.admin)
 
 
-def limit_body(request: Request, config: SettingsDep) -> None:
-    """Refuse a body whose declared length is over ``max_request_bytes``."""
-    length = int(request.headers.get("content-length") or 0)
-    if length > config.max_request_bytes:
-        raise ApiError(
-            413,
-            "max_request_bytes",
-            f"the request has {length} bytes; the limit (max_request_bytes) is "
-            f"{config.max_request_bytes}",
-        )
+CallerDep = Annotated[Caller, Depends(require_key)]
+
+
+def too_many(error: str, detail: str, wait_s: float) -> ApiError:
+    """A 429 telling the client when to come back (whole seconds, at least 1)."""
+    seconds = max(1, int(wait_s + 0.999))
+    return ApiError(429, error, f"{detail}; retry after {seconds} s", {"Retry-After": str(seconds)})

@@ -21,14 +21,24 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
-from PIL import Image
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.orm import Session
 
+from api.deps import Caller, too_many
 from api.errors import ApiError, summary
 from api.schemas import BatchRequest, JobSpec
 from common.config import Settings
 from common.errors import ImageError
-from common.images import content_hash, decode_image, image_suffix, keep_bytes, read_image_bytes
+from common.images import (
+    PixelBudget,
+    check_image,
+    content_hash,
+    image_suffix,
+    keep_bytes,
+    read_image_bytes,
+)
+from common.limits import check_id, check_name, check_query
+from common.store import reads
 from common.store.submission import NewItem
 
 
@@ -38,25 +48,14 @@ class StoredImage:
     digest: str
 
 
-def check_question(question: str, options: list[str] | None, settings: Settings) -> None:
-    if not question.strip():
-        raise ApiError(422, "question_empty", "the question is empty")
-    if len(question) > settings.max_question_chars:
-        raise ApiError(
-            413,
-            "max_question_chars",
-            f"the question has {len(question)} characters; the limit "
-            f"(max_question_chars) is {settings.max_question_chars}",
-        )
-    if options is not None:
-        if len(options) > settings.max_options:
-            raise ApiError(
-                413,
-                "max_options",
-                f"{len(options)} options; the limit (max_options) is {settings.max_options}",
-            )
-        if len(options) < 2:
-            raise ApiError(422, "options_too_few", "multiple choice needs at least 2 options")
+def check_spec(spec: JobSpec, settings: Settings) -> None:
+    """A job's texts within the limits every entry point shares (``common.limits``)."""
+    limits = settings.request_limits
+    check_query(spec.question, spec.options, limits)
+    for field in ("id", "idempotency_key", "batch_id", "image_path", "answer"):
+        value = getattr(spec, field)
+        if value is not None:
+            check_id(value, field, limits)
 
 
 def image_from_bytes(data: bytes, settings: Settings) -> StoredImage:
@@ -114,13 +113,19 @@ def image_from_path(path: str, settings: Settings) -> StoredImage:
     return StoredImage(str(resolved), content_hash(data))
 
 
-def _decode(data: bytes, settings: Settings) -> Image.Image:
+# One budget per process (per setting): the uploads of every request share it.
+_DECODE_BUDGETS: dict[int, PixelBudget] = {}
+
+
+def _decode(data: bytes, settings: Settings) -> None:
+    limit = settings.api_decode_pixels
+    budget = _DECODE_BUDGETS.setdefault(limit, PixelBudget(limit))
     try:
-        return decode_image(data, settings.image_limits)
+        check_image(data, settings.image_limits, budget)
     except ImageError as exc:
         if exc.code == "image_too_large":
-            limit = "max_image_pixels" if "pixels" in str(exc) else "max_image_bytes"
-            raise ApiError(413, limit, f"{exc} (the {limit} setting)") from None
+            limit_name = "max_image_pixels" if "pixels" in str(exc) else "max_image_bytes"
+            raise ApiError(413, limit_name, f"{exc} (the {limit_name} setting)") from None
         raise ApiError(422, "image_invalid", str(exc)) from None
 
 
@@ -141,11 +146,11 @@ async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, Store
         options = form.get("options")
         try:
             option_list = json.loads(str(options)) if options else None
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise ApiError(422, "invalid_request", "options must be a JSON list") from None
         fields = ("question", "idempotency_key", "batch_id", "id")
         spec = validated(JobSpec, {"options": option_list, **{f: form.get(f) for f in fields}})
-        check_question(spec.question, spec.options, settings)
+        check_spec(spec, settings)
         stored = await run_in_threadpool(image_from_bytes, data, settings)
         return spec, stored
     spec = validated(JobSpec, await _json(request))
@@ -162,11 +167,14 @@ async def read_batch(request: Request, settings: Settings) -> BatchRequest:
             if line.strip():
                 try:
                     jobs.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ApiError(422, "invalid_jsonl", f"line {number}: {exc.msg}") from None
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    why = getattr(exc, "msg", "nested too deep")
+                    raise ApiError(422, "invalid_jsonl", f"line {number}: {why}") from None
         batch = validated(BatchRequest, {"name": request.query_params.get("name"), "jobs": jobs})
     else:
         batch = validated(BatchRequest, await _json(request))
+    if batch.name is not None:
+        check_name(batch.name, settings.request_limits)
     if len(batch.jobs) > settings.max_batch_jobs:
         raise ApiError(
             413,
@@ -181,6 +189,8 @@ async def _json(request: Request) -> Any:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(422, "invalid_json", f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(422, "invalid_json", "the body's JSON is nested too deep") from None
 
 
 def validated(model: type[Model], data: Any) -> Model:
@@ -192,7 +202,7 @@ def validated(model: type[Model], data: Any) -> Model:
 
 def store_image(spec: JobSpec, settings: Settings) -> StoredImage:
     """A JSON job's image (base64 or a server-side path), checked and kept."""
-    check_question(spec.question, spec.options, settings)
+    check_spec(spec, settings)
     if spec.image_url is not None:
         raise ApiError(
             422, "url_fetching_disabled", "this server fetches no URLs; upload the image"
@@ -218,3 +228,25 @@ def parse_id(value: str, field: str) -> str:
         return uuid.UUID(value).hex
     except ValueError:
         raise ApiError(422, "invalid_request", f"{field}: not an id ({value!r})") from None
+
+
+def check_in_flight(session: Session, caller: Caller, settings: Settings, adding: int) -> None:
+    """Refuse (429) work that would take the caller's tenant over its unfinished jobs.
+    Called inside the creating transaction, after its jobs were added, so they count."""
+    limit = settings.api_max_jobs_in_flight
+    if not adding or caller.tenant is None:
+        return
+    unfinished = reads.unfinished_jobs(session, caller.tenant)
+    if unfinished > limit:
+        raise too_many(
+            "max_jobs_in_flight", f"{unfinished - adding} unfinished jobs and {adding} new; the "
+            f"limit (api_max_jobs_in_flight) is {limit} per tenant", 5.0,
+        )  # fmt: skip
+
+
+def public_path(path: str | None, settings: Settings) -> str | None:
+    """What a client may see of a job's image path: the server path it named itself (inside
+    ``image_roots``), never where an upload is kept."""
+    if path is None or Path(path).resolve().is_relative_to(settings.upload_dir.resolve()):
+        return None
+    return path

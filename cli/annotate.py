@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from cli.compose import make_dispatcher
     from common.corpus import read_source
     from common.export import check_format
+    from common.limits import check_name, check_query
     from common.store.db import open_store
     from common.submit import submit_corpus
 
@@ -95,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.out is not None:
         check_format(args.out)
+    check_name(args.name or args.source.name, settings.request_limits)
+    if args.question is not None:  # (each row is checked as it is submitted)
+        check_query(args.question, args.options, settings.request_limits)
     rows = read_source(args.source, args.question, args.options, image_store=settings.upload_dir)
     for row in rows:
         if row.error is not None:

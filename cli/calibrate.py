@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from common.store.db import open_store
     from common.store.reads import calibration_items, find_batch, stage_costs
 
-    sessions = open_store(settings_from_args(args).database_url)
+    sessions = open_store(settings_from_args(args).database_url, create=False)
     items, ids, fast, agent = [], [], 0.0, 0.0
     with sessions() as session:
         for name in args.batches:

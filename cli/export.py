@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from common.store.reads import find_batch
 
     check_format(args.out)
-    sessions = open_store(settings_from_args(args).database_url)
+    sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions() as session:
         batch = find_batch(session, args.batch)
         if batch is None:

@@ -34,7 +34,7 @@ def run_show(args: argparse.Namespace) -> int:
     from common.store.db import open_store
     from common.store.reads import get_job
 
-    sessions = open_store(settings_from_args(args).database_url)
+    sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions() as session:
         job = get_job(session, args.job_id)
         if job is None:

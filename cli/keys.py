@@ -11,8 +11,18 @@ from cli.options import add_store_flags, settings_from_args
 def register(commands: Any) -> None:
     parser = commands.add_parser("keys", help="create, list and revoke API keys")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    create = actions.add_parser("create", help="create a key and print it (only this once)")
+    create = actions.add_parser(
+        "create", help="create a key and print it (only this once)",
+        description="Create an API key. A key submits and reads the jobs and batches of its "
+        "tenant only (another tenant's ids answer 404); an --admin key reads every tenant's, "
+        "and what the command line made.",
+    )  # fmt: skip
     create.add_argument("name", help="who or what the key is for")
+    create.add_argument(
+        "--tenant", help="whose jobs the key submits and reads (default: the key's NAME); "
+        "keys of one tenant share its jobs and idempotency keys",
+    )  # fmt: skip
+    create.add_argument("--admin", action="store_true", help="may read every tenant's jobs")
     create.set_defaults(run=run_create)
     listing = actions.add_parser("list", help="names, ids and states of the keys")
     listing.set_defaults(run=run_list)
@@ -23,19 +33,20 @@ def register(commands: Any) -> None:
         add_store_flags(sub)
 
 
-def _sessions(args: argparse.Namespace) -> Any:
+def _sessions(args: argparse.Namespace, *, create: bool = False) -> Any:
     from common.store.db import open_store
 
-    return open_store(settings_from_args(args).database_url)
+    return open_store(settings_from_args(args).database_url, create=create)
 
 
 def run_create(args: argparse.Namespace) -> int:
     from common.store.keys import create_key
 
-    with _sessions(args).begin() as session:
-        row, secret = create_key(session, args.name)
+    with _sessions(args, create=True).begin() as session:
+        row, secret = create_key(session, args.name, tenant=args.tenant, admin=args.admin)
         print(secret)
-        print(f"key {row.id} for {row.name!r}: shown once, keep it safe", flush=True)
+        role = "admin, reads every tenant" if row.admin else f"tenant {row.tenant!r}"
+        print(f"key {row.id} for {row.name!r} ({role}): shown once, keep it safe", flush=True)
     return 0
 
 
@@ -45,7 +56,8 @@ def run_list(args: argparse.Namespace) -> int:
     with _sessions(args)() as session:
         for row in list_keys(session):
             state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
-            print(f"{row.id}  {row.name:<30} {row.created_at:%Y-%m-%d %H:%M}  {state}")
+            role = "admin" if row.admin else f"tenant {row.tenant}"
+            print(f"{row.id}  {row.name:<30} {row.created_at:%Y-%m-%d %H:%M}  {state}  {role}")
     return 0
 
 

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from common.store.db import open_store
     from common.store.reads import SplitRun, find_batch, split_runs
 
-    sessions = open_store(settings_from_args(args).database_url)
+    sessions = open_store(settings_from_args(args).database_url, create=False)
 
     def runs_of(names: list[str]) -> dict[str, SplitRun]:
         found: dict[str, SplitRun] = {}

@@ -237,9 +237,36 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         256 * 1024 * 1024, ge=1, description="Largest request body (a batch with images)."
     )
-    max_question_chars: int = Field(2000, ge=1)
-    max_options: int = Field(26, ge=2, description="Most multiple-choice options (A-Z).")
+    max_question_chars: int = Field(2000, ge=1, description="Longest question (API and CLI).")
+    max_options: int = Field(
+        26, ge=2, le=26, description="Most multiple-choice options (the letters run A-Z)."
+    )
+    max_option_chars: int = Field(1000, ge=1, description="Longest multiple-choice option.")
+    max_id_chars: int = Field(
+        1000, ge=1, description="Longest row id, image path or known answer in a job."
+    )
     max_batch_jobs: int = Field(10_000, ge=1, description="Most jobs in one batch request.")
+    api_rate_per_s: float = Field(
+        50.0, gt=0.0, description="Requests a second per API key (then 429 with Retry-After)."
+    )
+    api_rate_burst: int = Field(100, ge=1, description="Requests a key may make at once.")
+    api_max_jobs_in_flight: int = Field(
+        100_000,
+        ge=1,
+        description="Unfinished jobs (queued, deferred, running) per tenant; a submission "
+        "beyond it answers 429.",
+    )
+    api_auth_failures_per_min: int = Field(
+        30,
+        ge=1,
+        description="Failed authentications per client address a minute; more answer 429.",
+    )
+    api_decode_pixels: int = Field(
+        100_000_000,
+        ge=1,
+        description="Pixels the API decodes at once to validate uploads (3-4 bytes each); "
+        "more wait their turn. An image over it alone is decoded alone.",
+    )
 
     @model_validator(mode="after")
     def _agent_defaults(self) -> Settings:
@@ -262,6 +289,11 @@ class Settings(BaseSettings):
     @property
     def image_limits(self) -> ImageLimits:
         return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
+
+    @property
+    def request_limits(self) -> RequestLimits:
+        named = {f.name: getattr(self, f.name) for f in fields(RequestLimits) if f.init}
+        return RequestLimits(**named)
 
     @property
     def agent_limits(self) -> AgentLimits:
@@ -328,6 +360,17 @@ class SandboxLimits:
     file_mb: int = 64  # the largest file it may write
     threads: int = 32  # RLIMIT_NPROC (new processes are refused by seccomp in any case)
     output_bytes: int = _default("sandbox_output_bytes")  # stdout + stderr, report included
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request's texts may hold (``common.limits`` checks them)."""
+
+    max_question_chars: int = _default("max_question_chars")
+    max_options: int = _default("max_options")
+    max_option_chars: int = _default("max_option_chars")
+    max_id_chars: int = _default("max_id_chars")
+    max_name_chars: int = dataclass_field(default=200, init=False)  # batches.name's width
 
 
 @dataclass(frozen=True)

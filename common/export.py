@@ -53,6 +53,9 @@ def batch_rows(session: Session, batch_id: str) -> Iterator[dict[str, Any]]:
 
 
 def check_format(path: Path) -> None:
+    """Refuse, before any work, an output that cannot be written as asked."""
+    if path.is_dir():
+        raise InvalidInput(f"cannot write {path}: it is a folder; name a file in it")
     if path.suffix.lower() not in FORMATS:
         raise InvalidInput(f"cannot write {path}: the output must end in {' or '.join(FORMATS)}")
 
@@ -62,7 +65,17 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> int:
     check_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")  # a reader never sees half a file
-    if path.suffix.lower() == ".parquet":
+    try:
+        count = _write(rows, path.suffix.lower(), partial)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, path)
+    return count
+
+
+def _write(rows: Iterable[dict[str, Any]], suffix: str, partial: Path) -> int:
+    if suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -75,5 +88,4 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> int:
             for row in rows:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 count += 1
-    os.replace(partial, path)
     return count

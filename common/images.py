@@ -4,7 +4,13 @@ Loading checks the byte size and the pixel count *before* decoding (a small PNG 
 declare a 50,000 x 50,000 canvas), applies the EXIF orientation, keeps the first frame of
 an animation and converts every mode to RGB (transparency over white). Anything that is
 not a readable image raises ``ImageError`` with the reason; nothing here raises another
-exception for bad bytes.
+exception for bad bytes. The pixel limit is ours (``max_image_pixels``): Pillow's own
+decompression-bomb check is switched off, since every decode here applies ours first.
+
+Memory: a decoded image costs 3-4 bytes a pixel however small its file. A
+``PixelBudget`` bounds what one process decodes at once (the API's uploads wait their
+turn), and ``check_image`` validates a JPEG at 1/8 scale (the whole stream is still
+decoded, so a truncated file is still caught).
 
 ``smart_resize`` is Qwen-VL's rule (both sides multiples of ``factor``, pixel count
 clamped to [min_pixels, max_pixels], aspect ratio kept). transformers has the same
@@ -19,7 +25,9 @@ import io
 import math
 import os
 import tempfile
-import warnings
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +35,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from common.config import ImageLimits
 from common.errors import ImageError
+
+Image.MAX_IMAGE_PIXELS = None  # ours applies instead (decode_image), before any decode
 
 # Qwen2.5-VL (DeepEyes, Thyme): 14 px patches merged 2 x 2.
 QWEN25_FACTOR = 28
@@ -123,8 +133,46 @@ def read_image_bytes(path: str | Path, limits: ImageLimits) -> bytes:
     return path.read_bytes()
 
 
-def decode_image(data: bytes, limits: ImageLimits) -> Image.Image:
+class PixelBudget:
+    """At most ``limit`` pixels decoded at once in this process; a larger image waits
+    until it is alone."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0  # the most held at once (for tests and metrics)
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def hold(self, pixels: int) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: self.held == 0 or self.held + pixels <= self.limit)
+            self.held += pixels
+            self.peak = max(self.peak, self.held)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.held -= pixels
+                self._changed.notify_all()
+
+
+def decode_image(
+    data: bytes, limits: ImageLimits, budget: PixelBudget | None = None
+) -> Image.Image:
     """Decode and validate image bytes into an RGB image (first frame, EXIF-rotated)."""
+    return _decode(data, limits, budget, draft=False)
+
+
+def check_image(data: bytes, limits: ImageLimits, budget: PixelBudget | None = None) -> None:
+    """Validate image bytes as ``decode_image`` does, at less memory: a JPEG is decoded at
+    1/8 scale; the image is dropped."""
+    _decode(data, limits, budget, draft=True)
+
+
+def _decode(
+    data: bytes, limits: ImageLimits, budget: PixelBudget | None, *, draft: bool
+) -> Image.Image:
     if not data:
         raise ImageError("image is empty (0 bytes)")
     if len(data) > limits.max_bytes:
@@ -133,30 +181,27 @@ def decode_image(data: bytes, limits: ImageLimits) -> Image.Image:
             code="image_too_large",
         )
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            opened = Image.open(io.BytesIO(data))
-            width, height = opened.size
-            if width * height > limits.max_pixels:
-                raise ImageError(
-                    f"image is {width}x{height} = {width * height} pixels, above the limit "
-                    f"of {limits.max_pixels}",
-                    code="image_too_large",
-                )
+        opened = Image.open(io.BytesIO(data))
+        width, height = opened.size
+        if width * height > limits.max_pixels:
+            raise ImageError(
+                f"image is {width}x{height} = {width * height} pixels, above the limit "
+                f"of {limits.max_pixels}",
+                code="image_too_large",
+            )
+        if draft and opened.format == "JPEG":
+            opened.draft(opened.mode, (max(1, width // 8), max(1, height // 8)))
+        decoded = opened.size[0] * opened.size[1]  # (a draft's smaller size)
+        with budget.hold(decoded) if budget else nullcontext():
             opened.seek(0)  # animated: the first frame
             opened.load()
-            image = ImageOps.exif_transpose(opened)
+            return to_rgb(ImageOps.exif_transpose(opened))
     except ImageError:
         raise
     except UnidentifiedImageError:
         raise ImageError("not an image, or an unsupported image format") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageError(
-            f"image rejected as a decompression bomb: {exc}", code="image_too_large"
-        ) from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(f"corrupt or truncated image: {exc}") from None
-    return to_rgb(image)
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

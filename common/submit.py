@@ -15,11 +15,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from common.config import Settings
+from common.config import RequestLimits, Settings
 from common.corpus import SourceRow
 from common.dispatch import Dispatcher, StoreOnly, send_waiting
-from common.errors import ImageError
+from common.errors import ImageError, InvalidInput
 from common.images import content_hash, read_image_bytes
+from common.limits import check_id, check_query, printable
 from common.models.registry import protocol_name, weights_fingerprint
 from common.store.submission import NewItem, get_or_create_batch, idempotency_key, submit_items
 
@@ -67,13 +68,20 @@ def run_config(settings: Settings) -> dict[str, Any]:
 
 
 def to_item(row: SourceRow, settings: Settings) -> NewItem:
-    """A source row with its image hashed; an unreadable image makes a failed item."""
-    item = NewItem(
-        row.position, row.item_id, row.question, row.options, row.image_path,
-        expected=row.expected, split=row.split, category=row.category,
-    )  # fmt: skip
+    """A source row with its image hashed. A row over the limits or with text the store
+    cannot keep (``common.limits``), or with an unreadable image, makes a failed item."""
+    limits = settings.request_limits
+    item = _storable_item(row, limits)
     if row.error is not None or row.image_path is None:
         return replace(item, error=row.error or ("image_missing", "no image"))
+    try:
+        check_query(row.question, row.options, limits)
+        check_id(row.item_id, "the row's id", limits)
+        check_id(row.image_path, "the image path", limits)
+        if row.expected is not None:
+            check_id(row.expected, "the answer", limits)
+    except InvalidInput as exc:
+        return replace(item, error=(exc.code, f"{item.item_id}: {exc}"))
     if row.image_hash is not None:  # the reader kept the image and hashed it already
         return replace(item, image_hash=row.image_hash)
     try:
@@ -81,6 +89,26 @@ def to_item(row: SourceRow, settings: Settings) -> NewItem:
     except ImageError as exc:
         return replace(item, error=(exc.code, f"{row.item_id}: {exc}"))
     return replace(item, image_hash=digest)
+
+
+def _storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
+    """The row as a ``NewItem`` whose texts the store can keep (for a row that may be
+    refused: its failed job still shows what it held)."""
+
+    def keep(value: str | None, limit: int) -> str | None:
+        return None if value is None else printable(value, limit)
+
+    options = row.options[: limits.max_options] if row.options else None
+    return NewItem(
+        row.position,
+        printable(row.item_id, limits.max_id_chars),
+        printable(row.question, limits.max_question_chars),
+        [printable(option, limits.max_option_chars) for option in options] if options else None,
+        keep(row.image_path, limits.max_id_chars),
+        expected=keep(row.expected, limits.max_id_chars),
+        split=keep(row.split, 100),  # (the columns' width)
+        category=keep(row.category, 100),
+    )
 
 
 def submit_corpus(

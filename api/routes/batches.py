@@ -11,8 +11,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
-from api.deps import DispatcherDep, SessionsDep, SettingsDep
-from api.intake import new_item, read_batch, store_image
+from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
+from api.intake import check_in_flight, new_item, public_path, read_batch, store_image
 from api.metrics import SUBMITTED
 from api.schemas import BatchSubmitted, BatchView
 from common.errors import NotFound
@@ -30,8 +30,9 @@ router = APIRouter(prefix="/batches", tags=["batches"])
     summary="Submit many jobs: JSON {name, jobs: [...]} or a JSONL body of jobs",
 )
 async def submit_batch(
-    request: Request, settings: SettingsDep, sessions: SessionsDep, dispatcher: DispatcherDep
-) -> BatchSubmitted:
+    request: Request, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep,
+    dispatcher: DispatcherDep,
+) -> BatchSubmitted:  # fmt: skip
     batch = await read_batch(request, settings)
     stored = await run_in_threadpool(lambda: [store_image(job, settings) for job in batch.jobs])
     items = [
@@ -43,38 +44,44 @@ async def submit_batch(
     def create() -> submission.SubmittedBatch:
         with dispatcher.transaction(sessions) as outbox:
             submitted = submission.submit_batch(
-                outbox.session, items, name=batch.name or "api", client_key=client_key
-            )
+                outbox.session, items, name=batch.name or "api", client_key=client_key,
+                tenant=caller.tenant,
+            )  # fmt: skip
+            if submitted.created:
+                check_in_flight(outbox.session, caller, settings, adding=len(submitted.queued))
             outbox.to_fast(submitted.queued)
         return submitted
 
-    submitted = await run_in_threadpool(create)
+    submitted = await run_in_threadpool(submission.resolving_races, create)
     SUBMITTED.labels("batches").inc(len(submitted.queued))
     return BatchSubmitted(id=submitted.id, job_ids=submitted.job_ids, created=submitted.created)
 
 
 @router.get("/{batch_id}", response_model=BatchView, summary="Counts, beta, alpha")
-def get_batch(batch_id: uuid.UUID, sessions: SessionsDep) -> BatchView:
+def get_batch(batch_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> BatchView:
     with sessions() as session:
-        batch = _batch_or_404(session, batch_id)
+        batch = _batch_or_404(session, batch_id, caller)
         return BatchView.of(batch, reads.batch_counts(session, batch.id))
 
 
 @router.get("/{batch_id}/results", summary="A batch's results, streamed as JSONL")
-def get_results(batch_id: uuid.UUID, sessions: SessionsDep) -> StreamingResponse:
+def get_results(
+    batch_id: uuid.UUID, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep
+) -> StreamingResponse:
     with sessions() as session:
-        found = _batch_or_404(session, batch_id).id
+        found = _batch_or_404(session, batch_id, caller).id
 
     def rows() -> Iterator[bytes]:
         with sessions() as session:
             for item, job in reads.batch_results(session, found):
-                yield (json.dumps(result_row(item, job), default=str) + "\n").encode()
+                row = {**result_row(item, job), "image": public_path(job.image_path, settings)}
+                yield (json.dumps(row, default=str) + "\n").encode()
 
     return StreamingResponse(rows(), media_type="application/x-ndjson")
 
 
-def _batch_or_404(session: Session, batch_id: uuid.UUID) -> Batch:
+def _batch_or_404(session: Session, batch_id: uuid.UUID, caller: Caller) -> Batch:
     batch = reads.get_batch(session, batch_id.hex)
-    if batch is None:
+    if batch is None or not caller.may_read(batch.tenant):
         raise NotFound(f"no batch {batch_id.hex}", code="batch_not_found")
     return batch

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from api.deps import DispatcherDep, SessionsDep, SettingsDep
-from api.intake import new_item, parse_id, read_job
+from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
+from api.intake import check_in_flight, new_item, parse_id, read_job
 from api.metrics import SUBMITTED
 from api.schemas import JobSpec, JobSubmitted, JobView
 from common.errors import NotFound
@@ -46,8 +46,9 @@ UPLOAD_FORM = {  # the multipart body, for the OpenAPI docs (FastAPI reads the f
     summary="Submit one job (multipart upload, or JSON with base64 or a server path)",
 )
 async def submit_job(
-    request: Request, settings: SettingsDep, sessions: SessionsDep, dispatcher: DispatcherDep
-) -> JobSubmitted:
+    request: Request, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep,
+    dispatcher: DispatcherDep,
+) -> JobSubmitted:  # fmt: skip
     spec, stored = await read_job(request, settings)
     batch_id = parse_id(spec.batch_id, "batch_id") if spec.batch_id else None
     item = new_item(spec, stored, 0, spec.id or "")
@@ -55,33 +56,36 @@ async def submit_job(
     def create() -> submission.SubmittedJob:
         with dispatcher.transaction(sessions) as outbox:
             job = submission.submit_job(
-                outbox.session, item, client_key=spec.idempotency_key, batch_id=batch_id
-            )
+                outbox.session, item, client_key=spec.idempotency_key, batch_id=batch_id,
+                tenant=caller.tenant,
+            )  # fmt: skip
             if job.created:
+                check_in_flight(outbox.session, caller, settings, adding=1)
                 outbox.to_fast([job.id])
         return job
 
-    job = await run_in_threadpool(create)
+    job = await run_in_threadpool(submission.resolving_races, create)
     if job.created:
         SUBMITTED.labels("jobs").inc()
     return JobSubmitted(id=job.id, status=job.status, created=job.created)
 
 
 @router.get("/{job_id}", response_model=JobView, summary="A job: status, answer, timings")
-def get_job(job_id: uuid.UUID, sessions: SessionsDep) -> JobView:
+def get_job(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> JobView:
     with sessions() as session:
-        return JobView.of(_job_or_404(session, job_id))
+        return JobView.of(_job_or_404(session, job_id, caller))
 
 
 @router.get("/{job_id}/trace", summary="A job's agent trajectory (null if none)")
-def get_trace(job_id: uuid.UUID, sessions: SessionsDep) -> dict[str, Any]:
+def get_trace(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> dict[str, Any]:
     with sessions() as session:
-        job = _job_or_404(session, job_id)
+        job = _job_or_404(session, job_id, caller)
         return {"id": job.id, "status": job.status, "trajectory": job.trajectory}
 
 
-def _job_or_404(session: Session, job_id: uuid.UUID) -> Job:
+def _job_or_404(session: Session, job_id: uuid.UUID, caller: Caller) -> Job:
+    """The job, if the caller may read it; another tenant's is as absent as a missing one."""
     job = reads.get_job(session, job_id.hex)
-    if job is None:
+    if job is None or not caller.may_read(job.tenant):
         raise NotFound(f"no job {job_id.hex}", code="job_not_found")
     return job

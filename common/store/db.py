@@ -58,10 +58,20 @@ def _alembic(engine: Engine, action: str, revision: str) -> None:
         getattr(command, action)(config, revision)
 
 
-def open_store(url: str) -> sessionmaker[Session]:
-    """Migrate the database at ``url`` and return its session factory."""
+def open_store(url: str, *, create: bool = True) -> sessionmaker[Session]:
+    """Migrate the database at ``url`` and return its session factory.
+
+    ``create=False`` (commands that only read): a SQLite file that does not exist is a
+    ``ConfigurationError``; no file or folder is made.
+    """
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        file = Path(url.removeprefix("sqlite:///")).expanduser()
+        if not create and not file.is_file():
+            raise ConfigurationError(
+                f"no job store at {file}: nothing has been written there (annotate, serve "
+                "or a worker creates it); check --db / SPECEYES_DATABASE_URL"
+            )
+        file.parent.mkdir(parents=True, exist_ok=True)
     engine = make_engine(url)
     try:
         migrate(engine)

@@ -1,4 +1,9 @@
-"""API keys: created once (the secret is shown then and never stored), checked by hash."""
+"""API keys: created once (the secret is shown then and never stored), checked by hash.
+
+Each key belongs to a tenant (by default one named as the key): what it submits is the
+tenant's, and it reads only the tenant's jobs and batches, unless it is an admin key,
+which reads everyone's (and what the command line made, which has no tenant).
+"""
 
 from __future__ import annotations
 
@@ -18,10 +23,16 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_key(session: Session, name: str) -> tuple[ApiKey, str]:
-    """A new key named ``name``; returns the row and the secret (shown once)."""
+def create_key(
+    session: Session, name: str, *, tenant: str | None = None, admin: bool = False
+) -> tuple[ApiKey, str]:
+    """A new key named ``name`` of ``tenant`` (default: ``name``); returns the row and the
+    secret (shown once)."""
     secret = PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(id=new_id(), name=name, key_hash=hash_key(secret), created_at=utcnow())
+    row = ApiKey(
+        id=new_id(), name=name, key_hash=hash_key(secret), created_at=utcnow(),
+        tenant=tenant or name, admin=admin,
+    )  # fmt: skip
     session.add(row)
     session.flush()
     return row, secret

@@ -114,6 +114,13 @@ def get_batch(session: Session, batch_id: str) -> Batch | None:
     return session.get(Batch, batch_id)
 
 
+def unfinished_jobs(session: Session, tenant: str | None) -> int:
+    """A tenant's jobs that wait or run (queued, deferred, running)."""
+    waiting = (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.RUNNING)
+    query = select(func.count()).select_from(Job).where(Job.status.in_(waiting))
+    return session.scalar(query.where(Job.tenant == tenant)) or 0
+
+
 def find_batch(session: Session, id_or_name: str) -> Batch | None:
     """A batch by id, else the newest batch of that name."""
     batch = session.get(Batch, id_or_name)

@@ -13,16 +13,19 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common.contracts import JobStatus, Stage
 from common.errors import IdempotencyConflict, NotFound
 from common.store.tables import Batch, BatchItem, Job, utcnow
+
+Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
@@ -65,14 +68,30 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def client_job_key(client_key: str, tenant: str | None) -> str:
+    """The job key of a client's idempotency key: one namespace per tenant."""
+    return idempotency_key("client", client_key, *_scope(tenant))
+
+
+def _scope(tenant: str | None) -> tuple[str, ...]:
+    # no tenant (keys off, or rows from before tenants): the key as it always was
+    return () if tenant is None else (f"tenant:{tenant}",)
+
+
 def get_or_create_batch(
-    session: Session, *, key: str, name: str, source: str, config: dict[str, Any]
+    session: Session,
+    *,
+    key: str,
+    name: str,
+    source: str,
+    config: dict[str, Any],
+    tenant: str | None = None,
 ) -> tuple[Batch, bool]:
     """The batch with ``key``, created if new. Returns (batch, created)."""
     batch = session.scalar(select(Batch).where(Batch.key == key))
     if batch is not None:
         return batch, False
-    batch = Batch(id=new_id(), key=key, name=name, source=source, config=config)
+    batch = Batch(id=new_id(), key=key, name=name, source=source, config=config, tenant=tenant)
     session.add(batch)
     session.flush()
     return batch, True
@@ -95,7 +114,7 @@ def submit_items(
     created = 0
     for item, key in zip(fresh, keys, strict=True):
         if key not in existing:
-            existing[key] = add_job(session, item, key)
+            existing[key] = add_job(session, item, key, batch.tenant)
             created += 1
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
     for position, (item, key) in enumerate(zip(fresh, keys, strict=True), first_position):
@@ -114,14 +133,20 @@ def submit_items(
 
 
 def submit_job(
-    session: Session, item: NewItem, *, client_key: str | None, batch_id: str | None
+    session: Session,
+    item: NewItem,
+    *,
+    client_key: str | None,
+    batch_id: str | None,
+    tenant: str | None = None,
 ) -> SubmittedJob:
-    """One job from a client (or the one its ``client_key`` already names).
+    """One job from a client (or the one its ``client_key`` already names in ``tenant``).
 
     The same key with another image, question or options is an ``IdempotencyConflict``.
-    With ``batch_id`` the new job is appended to that batch (``NotFound`` if none).
+    With ``batch_id`` the new job is appended to that batch (``NotFound`` if none, or if
+    it is another tenant's).
     """
-    key = idempotency_key("client", client_key) if client_key else new_id()
+    key = client_job_key(client_key, tenant) if client_key else new_id()
     existing = session.scalar(select(Job).where(Job.idempotency_key == key))
     if existing is not None:
         if (existing.image_hash, existing.question, existing.options) != (
@@ -131,9 +156,11 @@ def submit_job(
                 "this idempotency key names a job with another image or question"
             )
         return SubmittedJob(existing.id, existing.status, created=False)
-    if batch_id is not None and session.get(Batch, batch_id) is None:
-        raise NotFound(f"no batch {batch_id}", code="batch_not_found")
-    job_id = add_job(session, item, key)
+    if batch_id is not None:
+        batch = session.get(Batch, batch_id)
+        if batch is None or (tenant is not None and batch.tenant != tenant):
+            raise NotFound(f"no batch {batch_id}", code="batch_not_found")
+    job_id = add_job(session, item, key, tenant)
     if batch_id is not None:
         session.flush()
         session.add(
@@ -149,13 +176,24 @@ def submit_job(
 
 
 def submit_batch(
-    session: Session, items: Sequence[NewItem], *, name: str, client_key: str | None
+    session: Session,
+    items: Sequence[NewItem],
+    *,
+    name: str,
+    client_key: str | None,
+    tenant: str | None = None,
 ) -> SubmittedBatch:
-    """A client's batch of jobs (or the one its ``client_key`` already names)."""
-    batch_key = idempotency_key("client-batch", client_key) if client_key else new_id()
-    batch, created = get_or_create_batch(session, key=batch_key, name=name, source="api", config={})
+    """A client's batch of jobs (or the one its ``client_key`` already names in ``tenant``).
+    Its jobs are the tenant's own: the same request from two tenants is two jobs."""
+    if client_key:
+        batch_key = idempotency_key("client-batch", client_key, *_scope(tenant))
+    else:
+        batch_key = new_id()
+    batch, created = get_or_create_batch(
+        session, key=batch_key, name=name, source="api", config={}, tenant=tenant
+    )
     if created:
-        submit_items(session, batch, items, config_key="api")
+        submit_items(session, batch, items, config_key=idempotency_key("api", *_scope(tenant)))
     rows = session.execute(
         select(BatchItem.job_id, Job.status)
         .join(Job, Job.id == BatchItem.job_id)
@@ -164,6 +202,16 @@ def submit_batch(
     ).all()
     queued = [job_id for job_id, status in rows if status == JobStatus.QUEUED] if created else []
     return SubmittedBatch(batch.id, [job_id for job_id, _ in rows], created, queued)
+
+
+def resolving_races(work: Callable[[], Result]) -> Result:
+    """Run ``work``, one whole transaction that may create rows under unique keys; if a
+    concurrent one created the same key first (the database refuses ours), run it once
+    more: it then finds that row and answers it, as for any repeated request."""
+    try:
+        return work()
+    except IntegrityError:
+        return work()
 
 
 def next_position(session: Session, batch_id: str) -> int:
@@ -191,8 +239,9 @@ def _item_key(batch: Batch, item: NewItem, config_key: str) -> str:
     return idempotency_key(item.image_hash, item.question, item.options, config_key)
 
 
-def add_job(session: Session, item: NewItem, key: str) -> str:
+def add_job(session: Session, item: NewItem, key: str, tenant: str | None = None) -> str:
     job = Job(
+        tenant=tenant,
         id=new_id(),
         idempotency_key=key,
         image_path=item.image_path,

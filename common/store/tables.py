@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from common.contracts import Stage
@@ -41,6 +41,7 @@ class Batch(Base):
     source: Mapped[str] = mapped_column(Text)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # models, agent, gate, funnel mode
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
 
 
 class Job(Base):
@@ -73,6 +74,7 @@ class Job(Base):
     final_answer: Mapped[str | None] = mapped_column(Text)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
+    tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
 
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     fast_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -118,3 +120,5 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    tenant: Mapped[str] = mapped_column(String(200))  # whose jobs this key submits and reads
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)  # reads every tenant's

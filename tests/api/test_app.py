@@ -6,12 +6,10 @@ import base64
 import io
 import json
 import os
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
-from sqlalchemy import func, select
 
 from api.app import create_app
 from api.client import (
@@ -26,72 +24,10 @@ from api.client import (
 from cli.compose import make_dispatcher
 from common.backends.scripted import JobScript
 from common.config import Settings
-from common.dispatch import StoreOnly
 from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
-from common.store.tables import Job
+from tests.api.helpers import png, upload
 from workers.dispatch import CeleryDispatcher
-
-
-def png(size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, colour).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-class Api:
-    """An app over a fresh PostgreSQL database, a key, and what it enqueued."""
-
-    def __init__(self, tmp_path: Path, database_url: str, **settings) -> None:
-        self.root = tmp_path / "root"
-        self.root.mkdir(parents=True)
-        settings = {"image_roots": [self.root], **settings}
-        self.settings = Settings(
-            database_url=database_url, upload_dir=tmp_path / "uploads", **settings
-        )
-        self.sessions = open_store(database_url)
-        with self.sessions.begin() as session:
-            self.key = create_key(session, "tests")[1]
-        # what the API sent on: a broker when the test names one, else a recording stand-in
-        self.dispatcher = (
-            CeleryDispatcher(self.settings) if self.settings.broker_url else StoreOnly()
-        )
-        app = create_app(self.settings, sessions=self.sessions, dispatcher=self.dispatcher)
-        self.http = TestClient(app)
-        self.http.__enter__()
-        self.http.headers["Authorization"] = f"Bearer {self.key}"
-        self.client = SpecEyesClient(http=self.http)
-
-    @property
-    def enqueued(self) -> list[str]:
-        return self.dispatcher.sent_fast
-
-    def jobs(self) -> int:
-        with self.sessions() as session:
-            return session.scalar(select(func.count()).select_from(Job)) or 0
-
-    def close(self) -> None:
-        self.http.__exit__(None, None, None)
-        self.sessions.kw["bind"].dispose()
-
-
-@pytest.fixture
-def api(tmp_path: Path, postgres_url: str):
-    made: list[Api] = []
-
-    def make(**settings) -> Api:
-        made.append(Api(tmp_path / str(len(made)), postgres_url, **settings))
-        return made[-1]
-
-    yield make
-    for one in made:
-        one.close()
-
-
-def upload(api: Api, data: bytes, question: str = "What colour?", **form) -> object:
-    return api.http.post(
-        "/v1/jobs", data={"question": question, **form}, files={"image": ("a.png", data)}
-    )
 
 
 def test_every_v1_route_needs_a_live_key(api):

@@ -11,7 +11,15 @@ from PIL import Image
 
 from common.config import ImageLimits
 from common.errors import ImageError
-from common.images import ResizeRule, content_hash, decode_image, load_image, smart_resize
+from common.images import (
+    PixelBudget,
+    ResizeRule,
+    check_image,
+    content_hash,
+    decode_image,
+    load_image,
+    smart_resize,
+)
 
 
 def encode(image: Image.Image, fmt: str = "PNG", **params) -> bytes:
@@ -42,6 +50,8 @@ def test_a_good_image_loads_as_rgb_with_its_hash(tmp_path: Path):
 def test_bad_bytes_fail_with_a_reason(data: bytes, reason: str):
     with pytest.raises(ImageError, match=reason):
         decode_image(data, ImageLimits())
+    with pytest.raises(ImageError, match=reason):  # the API's lighter check finds it too
+        check_image(data, ImageLimits())
 
 
 def test_too_many_bytes_is_refused_before_decoding():
@@ -57,6 +67,37 @@ def test_too_many_pixels_is_refused_before_decoding():
     assert len(data) < 10_000
     with pytest.raises(ImageError, match="pixels, above the limit"):
         decode_image(data, ImageLimits(max_pixels=1_000_000))
+
+
+def test_the_pixel_limit_is_ours_not_pillows():
+    # 95 M pixels: Pillow alone refuses anything over 89,478,485 (its bomb warning)
+    data = encode(Image.new("1", (10_000, 9_500)))
+    image = decode_image(data, ImageLimits(max_pixels=100_000_000))
+    assert image.size == (10_000, 9_500)
+    del image
+    with pytest.raises(ImageError, match="above the limit of 90000000"):
+        decode_image(data, ImageLimits(max_pixels=90_000_000))
+
+
+def test_a_pixel_budget_bounds_what_is_decoded_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = encode(Image.new("RGB", (1000, 1000), (5, 6, 7)))  # 1 M pixels each
+    budget = PixelBudget(2_500_000)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: check_image(data, ImageLimits(), budget), range(16)))
+    assert 1_000_000 <= budget.peak <= 2_000_000 and budget.held == 0
+    alone = PixelBudget(10)  # an image larger than the whole budget still goes, alone
+    check_image(data, ImageLimits(), alone)
+    assert alone.peak == 1_000_000
+
+
+def test_a_jpeg_is_checked_at_an_eighth_of_its_size():
+    data = encode(Image.new("RGB", (800, 640), (200, 10, 10)), "JPEG")
+    budget = PixelBudget(10**9)
+    check_image(data, ImageLimits(), budget)
+    assert budget.peak == 100 * 80
+    assert decode_image(data, ImageLimits()).size == (800, 640)  # a job's decode is whole
 
 
 def test_missing_file_and_folder(tmp_path: Path):
