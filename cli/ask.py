@@ -41,9 +41,11 @@ def run(args: argparse.Namespace) -> int:
     from common.backends import load_models
     from common.contracts import Accepted, AnsweredBy, Deferred, Failed, JobStatus
     from common.funnel import prepare_query, run_agent_stage, run_fast_stage
+    from common.limits import check_query
     from common.sandbox import require_code_sandbox
 
     settings = settings_from_args(args)
+    check_query(args.question, args.options, settings.request_limits)
     require_code_sandbox(settings)
     job_id = uuid.uuid4().hex
     query = prepare_query(job_id, args.image, args.question, args.options, settings.image_limits)

@@ -86,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.verbose:
         _quiet_libraries()
+    _few_malloc_arenas()
     try:
         return int(args.run(args) or 0)
     except ConfigurationError as exc:
@@ -110,6 +111,25 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # no retry chatter before our error
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _few_malloc_arenas() -> None:
+    """Two malloc arenas, as MALLOC_ARENA_MAX=2 would (unless the operator set it).
+
+    glibc gives each thread that allocates under contention an arena of its own and
+    keeps what was freed there for that arena: threads that each decode one large image
+    in turn (API uploads, fast batches, trajectories) would leave one image's worth of
+    memory behind per thread, so the process grows with the thread count, not with the
+    pixels decoded at once. With two arenas the freed memory is reused.
+    """
+    import contextlib
+    import ctypes
+    import os
+
+    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl, ...): nothing to do
+        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX
 
 
 if __name__ == "__main__":

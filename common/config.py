@@ -167,6 +167,12 @@ class Settings(BaseSettings):
     # -- images -------------------------------------------------------------------
     max_image_bytes: int = Field(50 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(100_000_000, ge=1)
+    fast_batch_pixels: int = Field(
+        256_000_000,
+        ge=1,
+        description="Most image pixels a fast micro-batch decodes at once (3-4 bytes each); a "
+        "batch of larger images runs in smaller groups.",
+    )
     min_box_side: int | None = Field(
         None,
         ge=0,

@@ -157,6 +157,16 @@ class PixelBudget:
                 self._changed.notify_all()
 
 
+def image_pixels(path: str | Path) -> int:
+    """The pixel count an image file declares (its header only); 0 if it cannot be read
+    (decoding it later gives the reason)."""
+    try:
+        with Image.open(path) as image:
+            return int(image.size[0] * image.size[1])
+    except Exception:
+        return 0
+
+
 def decode_image(
     data: bytes, limits: ImageLimits, budget: PixelBudget | None = None
 ) -> Image.Image:
@@ -195,7 +205,10 @@ def _decode(
         with budget.hold(decoded) if budget else nullcontext():
             opened.seek(0)  # animated: the first frame
             opened.load()
-            return to_rgb(ImageOps.exif_transpose(opened))
+            if draft:  # a check only: the orientation and colours change nothing
+                return opened
+            ImageOps.exif_transpose(opened, in_place=True)  # (no second copy)
+            return to_rgb(opened)
     except ImageError:
         raise
     except UnidentifiedImageError:

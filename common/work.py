@@ -49,6 +49,7 @@ from common.contracts import (
 from common.dispatch import Dispatcher
 from common.errors import RetryableError
 from common.funnel import prepare_query, run_agent_stage, run_fast_stage
+from common.images import image_pixels
 from common.store import claims
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,22 @@ def load_query(ticket: Ticket, settings: Settings) -> Query | Failed:
         ticket.job_id, ticket.image_path, ticket.question, ticket.options,
         settings.image_limits, expected_hash=ticket.image_hash,
     )  # fmt: skip
+
+
+def pixel_groups(tickets: list[Ticket], budget: int) -> list[list[Ticket]]:
+    """``tickets`` in order, in groups whose images hold at most ``budget`` pixels together
+    (read from their headers; a group has one ticket at least), so a batch of large images
+    never holds more decoded at once than the budget."""
+    groups: list[list[Ticket]] = []
+    held = budget  # start a new group at the first ticket
+    for ticket in tickets:
+        pixels = image_pixels(ticket.image_path) if ticket.image_path else 0
+        if held + pixels > budget or not groups:
+            groups.append([])
+            held = 0
+        groups[-1].append(ticket)
+        held += pixels
+    return groups
 
 
 class _Work:
@@ -178,13 +195,14 @@ class FastWork(_Work):
         with self.sessions.begin() as session:
             tickets = self._fail_exhausted(session, tickets, delivery)
         fresh = [ticket for ticket in tickets if ticket.attempts == 1]
-        if fresh and self._split_next:
+        groups = pixel_groups(fresh, self.settings.fast_batch_pixels)
+        if groups and self._split_next:
             self._split_next = False
-            head = max(1, len(fresh) // 2)
-            self._run_group(fresh[:head], delivery)
-            fresh = fresh[head:]
-        if fresh:
-            self._run_group(fresh, delivery)
+            first = groups.pop(0)
+            head = max(1, len(first) // 2)
+            groups[:0] = [group for group in (first[:head], first[head:]) if group]
+        for group in groups:
+            self._run_group(group, delivery)
         for ticket in tickets:  # tried before and failed: alone, so it fails alone
             if ticket.attempts > 1:
                 self._run_group([ticket], delivery)

@@ -138,3 +138,17 @@ def test_a_model_server_outage_sends_the_batch_back_without_using_attempts(sessi
     assert sorted(dispatcher.sent_fast) == sorted(ids)  # sent again, after the release
     states = jobs(sessions)
     assert {(job.status, job.attempts) for job in states.values()} == {("queued", 0)}
+
+
+def test_a_batch_of_large_images_runs_in_groups_within_the_pixel_budget(tmp_path):
+    from common.contracts import Ticket
+    from common.work import pixel_groups
+
+    paths = write_images(tmp_path, 5, size=(100, 100))  # 10,000 pixels each
+    tickets = [Ticket(f"j{i}", str(path), None, "Q?", None) for i, path in enumerate(paths)]
+    tickets.append(Ticket("broken", str(tmp_path / "missing.png"), None, "Q?", None))
+    groups = pixel_groups(tickets, budget=25_000)
+    assert [[t.job_id for t in group] for group in groups] == [
+        ["j0", "j1"], ["j2", "j3"], ["j4", "broken"],  # an unreadable one counts nothing
+    ]  # fmt: skip
+    assert [len(group) for group in pixel_groups(tickets, budget=5_000)] == [1] * 6  # alone

@@ -99,3 +99,20 @@ def test_a_job_joins_the_end_of_a_batch_and_a_client_batch_is_made_once(sessions
         assert [(row.position, row.job_id) for row in rows] == [
             (0, made.job_ids[0]), (1, made.job_ids[1]), (2, job.id),
         ]  # fmt: skip
+
+
+def test_keys_from_before_tenants_become_tenants_of_their_own_name(database_url):
+    from sqlalchemy import text
+
+    engine = make_engine(database_url)
+    migrate(engine, "0006")
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO api_keys (id, name, key_hash, created_at) "
+            "VALUES ('k1', 'old-service', 'h1', CURRENT_TIMESTAMP)"
+        ))  # fmt: skip
+    migrate(engine)
+    with engine.connect() as connection:
+        row = connection.execute(text("SELECT tenant, admin FROM api_keys")).one()
+    assert (row.tenant, bool(row.admin)) == ("old-service", False)
+    engine.dispose()
