@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,10 @@ from sqlalchemy.orm import Session
 
 from api.deps import Caller, too_many
 from api.errors import ApiError, summary
+from api.metrics import UNSENT
 from api.schemas import BatchRequest, JobSpec
 from common.config import Settings
-from common.errors import ImageError
+from common.errors import ImageError, RetryableError
 from common.images import (
     PixelBudget,
     check_image,
@@ -40,6 +42,8 @@ from common.images import (
 from common.limits import check_id, check_name, check_query
 from common.store import reads
 from common.store.submission import NewItem
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -250,3 +254,10 @@ def public_path(path: str | None, settings: Settings) -> str | None:
     if path is None or Path(path).resolve().is_relative_to(settings.upload_dir.resolve()):
         return None
     return path
+
+
+def unsent(error: RetryableError) -> None:
+    """A committed job the broker would not take now: the answer is still 202, and the
+    reconciler sends it once the broker is back (``common.reconcile``)."""
+    UNSENT.inc()
+    log.warning("committed, not sent (the reconciler will send it): %s", error)

@@ -159,7 +159,17 @@ def _wait(
                 "(speceyes worker fast / speceyes worker slow, same --db and --broker)"
             )
 
-        return dispatcher.wait(sessions, batch_id, Watch(on_progress=progress, on_stall=stalled))
+        def outage(seconds: float, reason: str | None) -> None:
+            if reason is None:
+                bar.write(f"the job store answers again after {seconds:.0f} s; following on")
+            else:
+                bar.write(
+                    f"the job store does not answer ({reason}) for {seconds:.0f} s; waiting "
+                    "for it (the workers keep their results until it is back)"
+                )
+
+        watch = Watch(on_progress=progress, on_stall=stalled, on_outage=outage)
+        return dispatcher.wait(sessions, batch_id, watch)
 
 
 def _postfix(now: BatchCounts) -> str:

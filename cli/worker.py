@@ -22,9 +22,31 @@ Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKE
 
 Scale out by starting more workers, on this machine or others, against the same Redis
 and database; with GPUs, one worker per GPU (--device cuda:N). A worker loads its models
-after it starts. Messages are acknowledged after their work is recorded: a worker that
-dies leaves its jobs to come back after SPECEYES_VISIBILITY_TIMEOUT_S (default 3600 s),
-to any worker; Ctrl-C (or SIGTERM) hands them back at once.
+after it starts. Run workers under a supervisor that restarts them (compose restart
+policy, Kubernetes, systemd): a worker that cannot recover exits non-zero.
+
+Faults:
+  - A worker writes a heartbeat to the job store every SPECEYES_HEARTBEAT_S (5 s). One
+    whose heartbeat is older than SPECEYES_WORKER_DEAD_AFTER_S (30 s) is dead: the
+    reconciler (one worker at a time, by a lease in the store) puts its running jobs
+    back and sends them again. Its messages would also come back after
+    SPECEYES_VISIBILITY_TIMEOUT_S (3600 s): whichever is first; the second delivery
+    changes nothing.
+  - Jobs waiting with no message on Redis (a restart without persistence, an enqueue
+    that failed) are sent again after SPECEYES_RECONCILE_AFTER_S (30 s).
+  - Broker or database outages: the worker reconnects; /readyz answers 503 meanwhile;
+    work that fails outside a job is sent again after a backoff that doubles up to
+    SPECEYES_RETRY_MAX_DELAY_S, and the error is logged once, then counted. A worker
+    that takes nothing for SPECEYES_WORKER_STALL_EXIT_S (120 s) while its queue holds
+    messages exits with status 3.
+  - SIGTERM (or Ctrl-C): a warm shutdown. The batch or trajectories running now finish
+    and are recorded; the messages taken but not started go back to the queue (not
+    acknowledged); then the worker removes its heartbeat row and exits 0. A second
+    SIGTERM / Ctrl-C stops at once (its jobs are then taken over as after a crash).
+
+--metrics-port PORT serves /metrics (Prometheus), /healthz (liveness: 503 once the
+worker is stuck) and /readyz (readiness: 503 while the database or broker does not
+answer) for probes.
 """
 
 
@@ -71,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         from common.sandbox import require_code_sandbox
 
         require_code_sandbox(settings)  # Thyme: fail now if its code cannot be isolated
-    app = make_app(settings, metrics_port=args.metrics_port)
+    app = make_app(settings, metrics_port=args.metrics_port, pool=args.pool)
     queue = settings.fast_queue if args.pool == "fast" else settings.slow_queue
     # celery-batches only fills a batch if prefetch x concurrency >= the batch size.
     prefetch = 2 * settings.fast_batch_size if args.pool == "fast" else 1

@@ -221,7 +221,35 @@ class Settings(BaseSettings):
     max_attempts: int = Field(
         3, ge=1, description="Tries per job and stage before it is failed with its reason."
     )
-    retry_delay_s: float = Field(2.0, ge=0.0, description="Wait before a job is tried again.")
+    retry_delay_s: float = Field(
+        2.0,
+        ge=0.0,
+        description="Wait before a job is tried again; doubles with each retry of an outage "
+        "(up to retry_max_delay_s), with jitter.",
+    )
+    retry_max_delay_s: float = Field(60.0, ge=0.0, description="The longest wait of a retry.")
+    heartbeat_s: float = Field(5.0, gt=0.0, description="A worker's heartbeat interval.")
+    worker_dead_after_s: float = Field(
+        30.0,
+        gt=0.0,
+        description="A worker whose heartbeat is older than this is dead: the reconciler "
+        "hands its running jobs to others (long before the visibility timeout).",
+    )
+    reconcile_interval_s: float = Field(
+        10.0, gt=0.0, description="How often the reconciler (one worker at a time) sweeps."
+    )
+    reconcile_after_s: float = Field(
+        30.0,
+        gt=0.0,
+        description="A waiting job with no message on the broker for this long is sent "
+        "again (messages lost with a Redis restart, an enqueue that failed).",
+    )
+    worker_stall_exit_s: float = Field(
+        120.0,
+        gt=0.0,
+        description="A worker that has taken nothing for this long while its queue holds "
+        "messages exits non-zero, for its supervisor to restart it.",
+    )
 
     # -- the HTTP API ---------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `speceyes serve` listens on.")

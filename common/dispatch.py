@@ -26,14 +26,17 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.contracts import JobStatus
+from common.errors import RetryableError
 from common.store import reads
 from common.store.reads import BatchCounts
 
 Progress = Callable[[BatchCounts], None]
 Stalled = Callable[[float], None]
+Outage = Callable[[float, str | None], None]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,12 @@ class Watch:
 
     on_progress: Progress | None = None  # with the batch's counts, every poll
     on_stall: Stalled | None = None  # once each time nothing finished for a while
+    # while the store does not answer: (seconds so far, the reason), every
+    # OUTAGE_REPORT_S; then once with (seconds, None) when it answers again
+    on_outage: Outage | None = None
+
+
+OUTAGE_REPORT_S = 10.0
 
 
 NO_WATCH = Watch()
@@ -80,17 +89,28 @@ class Dispatcher(ABC):
 
     @abstractmethod
     def send_fast(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
         """Deliver jobs waiting for the fast stage; returns how many were sent.
 
         ``delay_s`` holds them back (a retry); ``takeover`` marks jobs the sender holds as
-        running and hands back, so the next stage may claim them at once.
+        running and hands back, so the next stage may claim them at once; ``retries``
+        counts the sends after an outage so far (the next backs off longer).
         """
 
     @abstractmethod
     def send_slow(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
         """Deliver jobs waiting for the agent; as ``send_fast``."""
 
@@ -100,6 +120,11 @@ class Dispatcher(ABC):
         """Return once every job of the batch is finished, or on Ctrl-C. By default the
         work happens elsewhere, so this follows the store (``follow_store``)."""
         return follow_store(sessions, batch_id, watch)
+
+    def message_ids(self, *, held: bool = True) -> set[str] | None:
+        """The job ids of the messages the broker holds (waiting; with ``held``, also those
+        workers took and have not acknowledged), or None where that cannot be known."""
+        return None
 
     def start(self) -> None:  # noqa: B027 -- most dispatchers have nothing to start
         """Begin delivering jobs as they are sent (a server's lifetime)."""
@@ -112,17 +137,31 @@ class Dispatcher(ABC):
 
     @contextmanager
     def transaction(
-        self, sessions: sessionmaker[Session], *, delay_s: float | None = None
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        delay_s: float | None = None,
+        on_send_error: Callable[[RetryableError], None] | None = None,
     ) -> Iterator[Outbox]:
         """A transaction whose outbox is sent after it commits (and never if it fails);
-        ``delay_s`` holds the sent jobs back that long (retries)."""
+        ``delay_s`` holds the sent jobs back that long (retries).
+
+        A send that fails after the commit raises ``BackendUnavailable``, or, with
+        ``on_send_error``, is handed to it: the jobs are committed and waiting, and the
+        reconciler sends them once the broker is back (``common.reconcile``).
+        """
         with sessions.begin() as session:
             outbox = Outbox(session)
             yield outbox
-        if outbox.fast:
-            self.send_fast(outbox.fast, delay_s=delay_s)
-        if outbox.slow:
-            self.send_slow(outbox.slow, delay_s=delay_s)
+        try:
+            if outbox.fast:
+                self.send_fast(outbox.fast, delay_s=delay_s)
+            if outbox.slow:
+                self.send_slow(outbox.slow, delay_s=delay_s)
+        except RetryableError as exc:
+            if on_send_error is None:
+                raise
+            on_send_error(exc)
 
 
 class StoreOnly(Dispatcher):
@@ -134,12 +173,22 @@ class StoreOnly(Dispatcher):
         self.sent_slow: list[str] = []
 
     def send_fast(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
         return _remember(self.sent_fast, job_ids)
 
     def send_slow(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
         return _remember(self.sent_slow, job_ids)
 
@@ -171,11 +220,13 @@ def follow_store(
 
     For work done elsewhere (workers): the rows are the progress. ``watch.on_stall(s)`` is
     called once each time nothing has finished for ``stall_s`` (no worker running, most
-    likely). Interrupting stops the watching only.
+    likely). A store that stops answering is waited for (``watch.on_outage``), not an
+    error: the workers go on. Interrupting stops the watching only.
     """
     on_progress, on_stall = watch.on_progress, watch.on_stall
     started = time.perf_counter()
-    counts = _counts(sessions, batch_id)
+    outage = _Outage(watch.on_outage)
+    counts = outage.counts(sessions, batch_id, poll_s)
     finished_before, last_change, last_finished, warned = (
         counts.finished, started, counts.finished, False,
     )  # fmt: skip
@@ -192,9 +243,9 @@ def follow_store(
                 on_stall(now - last_change)
                 warned = True
             time.sleep(poll_s)  # polling the store: its rows are the progress
-            counts = _counts(sessions, batch_id)
+            counts = outage.counts(sessions, batch_id, poll_s)
     except KeyboardInterrupt:
-        result = RunResult(_counts(sessions, batch_id), interrupted=True)
+        result = RunResult(counts, interrupted=True)
     else:
         result = RunResult(counts)
         if on_progress is not None:
@@ -202,6 +253,33 @@ def follow_store(
     result.finished_now = result.counts.finished - finished_before
     result.seconds = time.perf_counter() - started
     return result
+
+
+class _Outage:
+    """Reading the batch's counts through a store outage: report it, wait, go on."""
+
+    def __init__(self, report: Outage | None) -> None:
+        self.report = report
+        self.since: float | None = None
+        self.reported = 0.0
+
+    def counts(self, sessions: sessionmaker[Session], batch_id: str, poll_s: float) -> BatchCounts:
+        while True:
+            try:
+                counts = _counts(sessions, batch_id)
+            except DBAPIError as exc:
+                now = time.perf_counter()
+                self.since = self.since if self.since is not None else now
+                if self.report is not None and now - self.reported >= OUTAGE_REPORT_S:
+                    self.reported = now
+                    self.report(now - self.since, str(exc.orig or exc).strip().splitlines()[0])
+                time.sleep(max(poll_s, 1.0))
+                continue
+            if self.since is not None:
+                if self.report is not None:
+                    self.report(time.perf_counter() - self.since, None)
+                self.since, self.reported = None, 0.0
+            return counts
 
 
 def _counts(sessions: sessionmaker[Session], batch_id: str) -> BatchCounts:

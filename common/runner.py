@@ -78,7 +78,12 @@ class EmbeddedRunner(Dispatcher):
 
     # -- the Dispatcher ---------------------------------------------------------------
     def send_fast(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
         """The jobs are in the store already: wake the fast stage (after ``delay_s``)."""
         self._hold(Stage.FAST, delay_s)
@@ -86,7 +91,12 @@ class EmbeddedRunner(Dispatcher):
         return len(list(job_ids))
 
     def send_slow(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
         self._hold(Stage.AGENT, delay_s)
         with self._deferred_ready:

@@ -114,11 +114,13 @@ class _Work:
         models: Models,
         settings: Settings,
         dispatcher: Dispatcher,
+        worker: str | None = None,
     ) -> None:
         self.sessions = sessions
         self.models = models
         self.settings = settings
         self.dispatcher = dispatcher
+        self.worker = worker  # named on the jobs it claims (its heartbeat vouches for them)
 
     def _fail_exhausted(
         self, session: Session, tickets: list[Ticket], delivery: Delivery
@@ -147,6 +149,7 @@ class _Work:
                 self.stage,
                 stale_after_s=self.settings.visibility_timeout_s / 2,
                 takeover=takeover,
+                worker=self.worker,
             )
 
     def _release(self, tickets: list[Ticket], delivery: Delivery, *, count_attempt: bool) -> None:
@@ -215,7 +218,9 @@ class FastWork(_Work):
         are claimed at once.
         """
         with self.sessions.begin() as session:
-            tickets = claims.claim_ids(session, job_ids, Stage.FAST, stale_after_s=None)
+            tickets = claims.claim_ids(
+                session, job_ids, Stage.FAST, stale_after_s=None, worker=self.worker
+            )
             claimed = {ticket.job_id for ticket in tickets}
             unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
             others = claims.statuses(session, unclaimed) if unclaimed else {}

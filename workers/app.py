@@ -6,20 +6,25 @@
   their batch is committed (by the work unit, through the dispatcher).
 - ``speceyes.slow`` runs one trajectory per message (``AgentWork.run_id``).
 
-Both acknowledge late: a worker that dies mid-batch leaves its messages to come back after
-the visibility timeout, and the conditional writes make the second delivery harmless.
-Models load once per worker process, after it starts (``worker_ready``), never before.
+Both acknowledge late, and the conditional writes make a second delivery harmless. A
+worker that dies mid-batch is found by its stopped heartbeat and its jobs are handed to
+others by the reconciler (``workers.supervision``), or its messages come back after the
+visibility timeout, whichever is first. When the store fails outside any one job (an
+outage), the job ids are sent again after a delay that doubles with each retry (with
+jitter, capped), and the error is logged once with a count. Models load once per worker
+process, after it starts (``worker_ready``), never before.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from celery.signals import worker_ready
+from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
 from celery_batches import Batches, SimpleRequest
 
 from common.backends import Models, load_models
@@ -29,8 +34,32 @@ from common.store.db import open_store
 from common.work import AgentWork, FastWork
 from workers import metrics
 from workers.dispatch import FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
+from workers.supervision import Repeated, Supervisor, serve_health
 
 log = logging.getLogger(__name__)
+
+
+class TimedBatches(Batches):
+    """celery-batches with its timed flush re-armed whenever the consumer (re)starts.
+
+    celery-batches arms the flush timer on the first message and remembers that it did;
+    a consumer restarted after a lost broker connection has a new timer, so the old
+    reference kept the flush from being armed again, and a part batch then waited for a
+    full one (or the visibility timeout). Forgetting the reference here re-arms it.
+    """
+
+    abstract = True
+
+    def Strategy(self, task: Any, app: Any, consumer: Any) -> Any:
+        self._tref = None
+        return super().Strategy(task, app, consumer)
+
+
+def backoff_s(settings: Settings, retries: int) -> float:
+    """The wait before the ``retries``-th send after an outage: doubling, capped, jittered
+    (half to the whole of it, so workers do not come back in step)."""
+    full = min(settings.retry_max_delay_s, settings.retry_delay_s * 2**retries)
+    return full * random.uniform(0.5, 1.0)
 
 
 @dataclass
@@ -39,6 +68,15 @@ class Runtime:
 
     settings: Settings
     app: Any
+    pool: str = "fast"
+
+    @cached_property
+    def sessions(self) -> Any:
+        return open_store(self.settings.database_url)
+
+    @cached_property
+    def supervisor(self) -> Supervisor:
+        return Supervisor(self.pool, self.settings, self.sessions, self.dispatcher)
 
     @cached_property
     def models(self) -> Models:
@@ -52,24 +90,27 @@ class Runtime:
 
     @cached_property
     def fast(self) -> FastWork:
-        sessions = open_store(self.settings.database_url)
-        return FastWork(sessions, self.models, self.settings, self.dispatcher, split_first=True)
+        worker = self.supervisor.worker
+        return FastWork(self.sessions, self.models, self.settings, self.dispatcher, worker,
+                        split_first=True)  # fmt: skip
 
     @cached_property
     def slow(self) -> AgentWork:
-        sessions = open_store(self.settings.database_url)
-        return AgentWork(sessions, self.models, self.settings, self.dispatcher)
+        return AgentWork(
+            self.sessions, self.models, self.settings, self.dispatcher, self.supervisor.worker
+        )
 
 
-def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
-    """The Celery app with both tasks registered, for ``settings``."""
+def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str = "fast") -> Any:
+    """The Celery app with both tasks registered, for ``settings``, in a ``pool`` worker."""
     app = celery_app(settings)
-    runtime = Runtime(settings, app)
+    runtime = Runtime(settings, app, pool)
     lock = threading.Lock()  # one batch at a time, whichever flush (timer or full buffer) runs it
+    repeated = Repeated(log)
 
     @app.task(
         name=FAST_TASK,
-        base=Batches,
+        base=TimedBatches,
         flush_every=settings.fast_batch_size,
         flush_interval=settings.fast_max_wait_s,
         acks_late=True,
@@ -77,6 +118,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
     def fast(requests: list[SimpleRequest]) -> None:
         job_ids = list(dict.fromkeys(str(request.args[0]) for request in requests))
         takeover = {str(r.args[0]) for r in requests if (r.kwargs or {}).get("takeover")}
+        retries = max((int((r.kwargs or {}).get("retries", 0)) for r in requests), default=0)
         try:
             with lock:
                 delivery = runtime.fast.run_ids([i for i in job_ids if i not in takeover])
@@ -86,29 +128,48 @@ def make_app(settings: Settings, *, metrics_port: int | None = None) -> Any:
             # The store failed outside any one job's work (the database went away). The
             # messages are acknowledged anyway (celery-batches), so send the ids again,
             # marked: some of them may be claimed by this worker and stuck as running.
-            log.exception("fast batch of %d failed; sending it again", len(job_ids))
-            runtime.dispatcher.send_fast(job_ids, delay_s=settings.retry_delay_s, takeover=True)
+            repeated.error("fast", "a fast batch failed outside its jobs; sending it again")
+            delay = backoff_s(settings, retries)
+            runtime.dispatcher.send_fast(job_ids, delay_s=delay, takeover=True,
+                                         retries=retries + 1)  # fmt: skip
             return
+        repeated.cleared("fast", "fast batches are recorded again")
         metrics.record_fast(len(job_ids), delivery)
 
     @app.task(name=SLOW_TASK, acks_late=True)
-    def slow(job_id: str, takeover: bool = False) -> None:
+    def slow(job_id: str, takeover: bool = False, retries: int = 0) -> None:
         try:
             delivery = runtime.slow.run_id(job_id, takeover=takeover)
         except Exception:
-            log.exception("job %s: the agent stage failed outside the job; sending it again",
-                          job_id)  # fmt: skip
-            runtime.dispatcher.send_slow([job_id], delay_s=settings.retry_delay_s, takeover=True)
+            repeated.error("slow", "the agent stage failed outside a job; sending it again")
+            delay = backoff_s(settings, retries)
+            runtime.dispatcher.send_slow([job_id], delay_s=delay, takeover=True,
+                                         retries=retries + 1)  # fmt: skip
             return
+        repeated.cleared("slow", "agent results are recorded again")
         metrics.record_agent(delivery)
 
     @worker_ready.connect(weak=False)
     def start(**_: Any) -> None:
         runtime.models  # noqa: B018 -- load now, not on the first message
         warm_up(settings.gate)
+        runtime.supervisor.start()
         if metrics_port:
-            metrics.serve(metrics_port, runtime.dispatcher)
-            log.info("metrics on :%d/metrics", metrics_port)
+            serve_health(metrics_port, runtime.supervisor, metrics.wsgi_app(runtime.dispatcher))
+            log.info("metrics and health on :%d (/metrics, /healthz, /readyz)", metrics_port)
+
+    @task_prerun.connect(weak=False)
+    def began(**_: Any) -> None:
+        runtime.supervisor.task_started()
+
+    @task_postrun.connect(weak=False)
+    def ended(**_: Any) -> None:
+        runtime.supervisor.task_finished()
+
+    @worker_shutdown.connect(weak=False)
+    def leave(**_: Any) -> None:
+        if "supervisor" in runtime.__dict__:
+            runtime.supervisor.stop()
 
     app.speceyes_runtime = runtime
     return app

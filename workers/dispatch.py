@@ -76,16 +76,28 @@ class CeleryDispatcher(Dispatcher):
         self.app = app if app is not None else celery_app(settings)
 
     def send_fast(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
         """One message per job id. ``takeover`` is for a worker sending back jobs it holds
         (the next worker may claim them although they look running)."""
-        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, delay_s, takeover)
+        options = _options(takeover, retries)
+        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, delay_s, options)
 
     def send_slow(
-        self, job_ids: Iterable[str], *, delay_s: float | None = None, takeover: bool = False
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
     ) -> int:
-        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, delay_s, takeover)
+        options = _options(takeover, retries)
+        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, delay_s, options)
 
     def check(self) -> None:
         """Raise ``BackendUnavailable`` unless the broker answers."""
@@ -104,7 +116,7 @@ class CeleryDispatcher(Dispatcher):
         queue: str,
         job_ids: Iterable[str],
         countdown: float | None,
-        takeover: bool,
+        options: dict[str, Any] | None,
     ) -> int:
         from kombu.exceptions import OperationalError
 
@@ -115,7 +127,7 @@ class CeleryDispatcher(Dispatcher):
                     self.app.send_task(
                         task,
                         args=[job_id],
-                        kwargs={"takeover": True} if takeover else None,
+                        kwargs=options,
                         queue=queue,
                         countdown=countdown,
                         producer=producer,
@@ -124,6 +136,26 @@ class CeleryDispatcher(Dispatcher):
         except OperationalError as exc:
             raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
         return sent
+
+    def message_ids(self, *, held: bool = True) -> set[str]:
+        """Job ids on both queues (and, with ``held``, in messages taken by workers and not
+        acknowledged yet), read from Redis: ``BackendUnavailable`` if it does not answer."""
+        import redis
+
+        prefix = self.settings.broker_key_prefix
+        client = redis.Redis.from_url(self.settings.broker_url or "", socket_timeout=10)
+        try:
+            raw: list[bytes] = []
+            for queue in (self.settings.fast_queue, self.settings.slow_queue):
+                raw += client.lrange(prefix + queue, 0, -1)  # type: ignore[arg-type]
+            if held:
+                held_messages: list[bytes] = client.hvals(prefix + "unacked")  # type: ignore[assignment]
+                raw += [_held_message(value) for value in held_messages]
+        except redis.RedisError as exc:
+            raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
+        finally:
+            client.close()
+        return {job_id for job_id in map(_job_id, raw) if job_id}
 
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting per queue (not counting those a worker holds)."""
@@ -151,3 +183,37 @@ class CeleryDispatcher(Dispatcher):
     def _where(self) -> str:
         url = self.settings.broker_url or ""
         return url.split("@")[-1]  # no password in messages
+
+
+def _options(takeover: bool, retries: int) -> dict[str, Any] | None:
+    options: dict[str, Any] = {"takeover": True} if takeover else {}
+    if retries:
+        options["retries"] = retries
+    return options or None
+
+
+def _held_message(value: bytes) -> bytes:
+    """The message inside an ``unacked`` entry: JSON [message, exchange, routing key]."""
+    import json
+
+    try:
+        return json.dumps(json.loads(value)[0]).encode()
+    except (ValueError, IndexError, TypeError):
+        return b""
+
+
+def _job_id(raw: bytes) -> str | None:
+    """The job id a kombu message on Redis carries (Celery protocol 2: the body is the
+    base64 JSON of [args, kwargs, embed]; args[0] is the id)."""
+    import base64
+    import json
+
+    try:
+        message = json.loads(raw)
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return str(args[0]) if args else None
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -92,6 +92,8 @@ class QueueDepth(Collector):
         yield family
 
 
-def serve(port: int, broker: CeleryDispatcher) -> None:
+def wsgi_app(broker: CeleryDispatcher) -> Any:
+    """The ``/metrics`` WSGI app, the queue depths included (``workers.supervision``
+    serves it beside the health probes)."""
     REGISTRY.register(QueueDepth(broker))
-    start_http_server(port)
+    return make_wsgi_app()

@@ -12,9 +12,17 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
-from api.intake import check_in_flight, new_item, public_path, read_batch, store_image
+from api.intake import (
+    check_in_flight,
+    new_item,
+    public_path,
+    read_batch,
+    store_image,
+    unsent,
+)
 from api.metrics import SUBMITTED
 from api.schemas import BatchSubmitted, BatchView
+from common.dispatch import send_waiting
 from common.errors import NotFound
 from common.export import result_row
 from common.store import reads, submission
@@ -42,14 +50,16 @@ async def submit_batch(
     client_key = request.headers.get("idempotency-key")
 
     def create() -> submission.SubmittedBatch:
-        with dispatcher.transaction(sessions) as outbox:
+        with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:
             submitted = submission.submit_batch(
                 outbox.session, items, name=batch.name or "api", client_key=client_key,
                 tenant=caller.tenant,
             )  # fmt: skip
             if submitted.created:
                 check_in_flight(outbox.session, caller, settings, adding=len(submitted.queued))
-            outbox.to_fast(submitted.queued)
+                outbox.to_fast(submitted.queued)
+            else:  # a retry: send what still waits again (a duplicate changes nothing)
+                send_waiting(outbox, submitted.id)
         return submitted
 
     submitted = await run_in_threadpool(submission.resolving_races, create)

@@ -10,9 +10,10 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
-from api.intake import check_in_flight, new_item, parse_id, read_job
+from api.intake import check_in_flight, new_item, parse_id, read_job, unsent
 from api.metrics import SUBMITTED
 from api.schemas import JobSpec, JobSubmitted, JobView
+from common.contracts import JobStatus
 from common.errors import NotFound
 from common.store import reads, submission
 from common.store.tables import Job
@@ -54,14 +55,19 @@ async def submit_job(
     item = new_item(spec, stored, 0, spec.id or "")
 
     def create() -> submission.SubmittedJob:
-        with dispatcher.transaction(sessions) as outbox:
+        with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:
             job = submission.submit_job(
                 outbox.session, item, client_key=spec.idempotency_key, batch_id=batch_id,
                 tenant=caller.tenant,
             )  # fmt: skip
             if job.created:
                 check_in_flight(outbox.session, caller, settings, adding=1)
+            # a retry sends a waiting job again: its first message may never have left
+            # (a duplicate message changes nothing)
+            if job.status == JobStatus.QUEUED:
                 outbox.to_fast([job.id])
+            elif job.status == JobStatus.DEFERRED:
+                outbox.to_slow([job.id])
         return job
 
     job = await run_in_threadpool(submission.resolving_races, create)

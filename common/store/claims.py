@@ -94,6 +94,7 @@ def claim_ids(
     *,
     stale_after_s: float | None,
     takeover: bool = False,
+    worker: str | None = None,
 ) -> list[Ticket]:
     """Claim the named jobs for ``stage`` (a message carried their ids).
 
@@ -104,6 +105,7 @@ def claim_ids(
     (the message was sent again by the worker that held the job and could not finish or
     release it). Jobs that are finished, waiting for the other stage, or running elsewhere
     right now are left alone. Each claim counts one attempt; the tickets carry the count.
+    ``worker`` names the claiming worker on the job (its heartbeat vouches for it).
     """
     started = _started(stage)
     now = utcnow()
@@ -118,7 +120,11 @@ def claim_ids(
         _update()
         .where(Job.id.in_(list(job_ids)), claimable)
         .values(
-            status=JobStatus.RUNNING, stage=stage, attempts=Job.attempts + 1, **{started.key: now}
+            status=JobStatus.RUNNING,
+            stage=stage,
+            attempts=Job.attempts + 1,
+            worker=worker,
+            **{started.key: now},
         )
         .returning(*_TICKET_COLUMNS, Job.created_at)
     )

@@ -75,6 +75,7 @@ class Job(Base):
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
+    worker: Mapped[str | None] = mapped_column(String(100))  # the worker holding it (running)
 
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     fast_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -122,3 +123,24 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     tenant: Mapped[str] = mapped_column(String(200))  # whose jobs this key submits and reads
     admin: Mapped[bool] = mapped_column(Boolean, default=False)  # reads every tenant's
+
+
+class Worker(Base):
+    """A worker process's heartbeat: it is alive while ``beat_at`` is recent."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(100), primary_key=True)  # pool@host:pid:nonce
+    pool: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    beat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Lease(Base):
+    """A named role one process holds at a time (the reconciler) until ``expires_at``."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(100))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

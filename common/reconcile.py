@@ -1,0 +1,110 @@
+"""The reconciler: no job is left waiting for a message that no longer exists.
+
+The store says what should happen; the broker only carries reminders. Each sweep, by
+the one process that holds the ``reconciler`` lease (any worker may: they all try):
+
+1. **Orphans.** Running jobs whose worker's heartbeat stopped (``worker_dead_after_s``)
+   are put back to wait for their stage and sent again, long before the broker's
+   visibility timeout would bring their messages back. For a while after a death the
+   messages workers hold unacknowledged are not trusted (the dead one's are among them).
+2. **Stranded.** A job that waits for a stage (``queued`` / ``deferred``) and has no
+   message on the broker is suspect; still without one ``reconcile_after_s`` later (so an
+   enqueue that is on its way is never doubled) it is sent again. This heals a Redis
+   restart without persistence, an enqueue that failed after its commit, a message lost
+   with a worker.
+
+Sending again is always safe: a job is claimed by a conditional write, so a second
+message for it changes nothing (``common.work``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.config import Settings
+from common.contracts import Stage
+from common.dispatch import Dispatcher
+from common.store import liveness
+
+log = logging.getLogger(__name__)
+
+LEASE = "reconciler"
+
+
+@dataclass
+class Sweep:
+    """What one sweep did."""
+
+    leader: bool = False
+    released: int = 0  # running jobs of dead workers, put back and sent
+    resent: dict[Stage, int] = field(default_factory=dict)  # stranded jobs sent again
+    suspects: int = 0  # waiting jobs seen without a message, not yet for long
+
+
+class Reconciler:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        dispatcher: Dispatcher,
+        settings: Settings,
+        holder: str,
+    ) -> None:
+        self.sessions, self.dispatcher, self.settings = sessions, dispatcher, settings
+        self.holder = holder
+        self._missing_since: dict[str, float] = {}  # job id -> first sweep that missed it
+        self._distrust_held_until = 0.0
+
+    def sweep(self) -> Sweep:
+        """One pass; does nothing unless this process holds the lease."""
+        settings = self.settings
+        result = Sweep()
+        with self.sessions.begin() as session:
+            ttl = 3 * settings.reconcile_interval_s
+            result.leader = liveness.hold_lease(session, LEASE, self.holder, ttl)
+        if not result.leader:
+            self._missing_since.clear()
+            return result
+        with self.dispatcher.transaction(self.sessions) as outbox:
+            orphans = liveness.release_orphans(outbox.session, settings.worker_dead_after_s)
+            outbox.to_fast(orphans[Stage.FAST])
+            outbox.to_slow(orphans[Stage.AGENT])
+        result.released = len(orphans[Stage.FAST]) + len(orphans[Stage.AGENT])
+        now = time.monotonic()
+        if result.released:
+            log.warning("released %d job(s) held by dead workers: sent again", result.released)
+            self._distrust_held_until = now + 2 * settings.reconcile_after_s
+        self._resend_stranded(result, now)
+        return result
+
+    def _resend_stranded(self, result: Sweep, now: float) -> None:
+        with self.sessions() as session:
+            waiting = liveness.waiting_jobs(session)
+        present = self.dispatcher.message_ids(held=now >= self._distrust_held_until)
+        if present is None:  # this dispatcher cannot tell (in-process): nothing to heal
+            return
+        missing_since = {}
+        due: dict[Stage, list[str]] = {}
+        for stage, job_ids in waiting.items():
+            for job_id in job_ids:
+                if job_id in present:
+                    continue
+                first = self._missing_since.get(job_id, now)
+                if now - first >= self.settings.reconcile_after_s:
+                    due.setdefault(stage, []).append(job_id)
+                else:
+                    missing_since[job_id] = first
+        self._missing_since = missing_since
+        result.suspects = len(missing_since)
+        if due.get(Stage.FAST):
+            result.resent[Stage.FAST] = self.dispatcher.send_fast(due[Stage.FAST])
+        if due.get(Stage.AGENT):
+            result.resent[Stage.AGENT] = self.dispatcher.send_slow(due[Stage.AGENT])
+        if result.resent:
+            log.warning(
+                "sent again %d waiting job(s) that had no message on the broker for %.0f s",
+                sum(result.resent.values()), self.settings.reconcile_after_s,
+            )  # fmt: skip

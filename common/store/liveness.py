@@ -1,0 +1,96 @@
+"""Which workers are alive, which jobs they hold, and who reconciles.
+
+- A worker process writes a heartbeat row every few seconds (``beat``); it is dead once
+  its beat is older than ``dead_after_s``, whatever Redis says.
+- A claim by a worker names it on the job (``jobs.worker``), so a running job whose
+  worker is dead is found at once (``release_orphans``), not after the broker's
+  visibility timeout.
+- A lease names the one process that reconciles at a time (``hold_lease``): a
+  conditional write on a shared row, so it works on PostgreSQL and SQLite alike and
+  across machines. It lapses unless renewed.
+
+Times are the writers' clocks (keep machines on NTP); the margins are seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from common.contracts import WAITING_FOR, JobStatus, Stage
+from common.store.tables import Job, Lease, Worker, utcnow
+
+
+def beat(session: Session, worker_id: str, pool: str) -> None:
+    """Record that ``worker_id`` is alive now."""
+    now = utcnow()
+    found = session.execute(update(Worker).where(Worker.id == worker_id).values(beat_at=now))
+    if not found.rowcount:  # type: ignore[attr-defined]
+        session.add(Worker(id=worker_id, pool=pool, started_at=now, beat_at=now))
+
+
+def forget(session: Session, worker_id: str) -> None:
+    """A worker leaving cleanly: it holds nothing any more."""
+    session.execute(delete(Worker).where(Worker.id == worker_id))
+
+
+def live_workers(session: Session, dead_after_s: float) -> set[str]:
+    fresh = utcnow() - timedelta(seconds=dead_after_s)
+    return set(session.scalars(select(Worker.id).where(Worker.beat_at >= fresh)))
+
+
+def release_orphans(session: Session, dead_after_s: float) -> dict[Stage, list[str]]:
+    """Put running jobs whose worker is dead back to wait for their stage (the claim keeps
+    its attempt: a job that kills its worker must not run forever); forget dead workers.
+    Returns the released ids by stage."""
+    live = live_workers(session, dead_after_s)
+    released: dict[Stage, list[str]] = {}
+    for stage, waiting in WAITING_FOR.items():
+        held = [Job.status == JobStatus.RUNNING, Job.stage == stage, Job.worker.is_not(None)]
+        orphan = held + ([Job.worker.not_in(live)] if live else [])
+        statement = (
+            update(Job)
+            .execution_options(synchronize_session=False)
+            .where(*orphan)
+            .values(status=waiting, worker=None)
+            .returning(Job.id)
+        )
+        released[stage] = list(session.scalars(statement))
+    stale = utcnow() - timedelta(seconds=dead_after_s)
+    session.execute(delete(Worker).where(Worker.beat_at < stale))
+    return released
+
+
+def waiting_jobs(session: Session) -> dict[Stage, list[str]]:
+    """Every job waiting for a stage: queued (fast) or deferred (agent)."""
+    rows = session.execute(
+        select(Job.id, Job.status).where(Job.status.in_(list(WAITING_FOR.values())))
+    ).all()
+    by_status: dict[str, Stage] = {waiting: stage for stage, waiting in WAITING_FOR.items()}
+    found: dict[Stage, list[str]] = {stage: [] for stage in WAITING_FOR}
+    for job_id, status in rows:
+        found[by_status[status]].append(job_id)
+    return found
+
+
+def hold_lease(session: Session, name: str, holder: str, ttl_s: float) -> bool:
+    """Take or renew the lease ``name`` for ``holder``; False while another holds it."""
+    now = utcnow()
+    renewed = session.execute(
+        update(Lease)
+        .where(Lease.name == name, or_(Lease.holder == holder, Lease.expires_at < now))
+        .values(holder=holder, expires_at=now + timedelta(seconds=ttl_s))
+    )
+    if renewed.rowcount:  # type: ignore[attr-defined]
+        return True
+    if session.get(Lease, name) is not None:
+        return False
+    try:
+        with session.begin_nested():
+            session.add(Lease(name=name, holder=holder, expires_at=now + timedelta(seconds=ttl_s)))
+    except IntegrityError:  # another process created it first: theirs
+        return False
+    return True

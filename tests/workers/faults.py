@@ -1,0 +1,159 @@
+"""Servers of our own for fault tests (never the machine's Redis or PostgreSQL), and a
+supervisor that restarts exited workers as compose's restart policy would.
+
+``OwnRedis`` runs ``redis-server`` without persistence on a free port: a restart loses
+every message. ``OwnPostgres`` runs a scratch cluster (``initdb``; as the ``postgres``
+user when we are root) on a free port. Both stop what they started.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tests.helpers import WorkerProcess, wait_until
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class OwnRedis:
+    def __init__(self, folder: Path) -> None:
+        self.port = free_port()
+        self.folder = folder
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", str(self.folder)]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        wait_until(lambda: _answers(self.port), deadline_s=20, what="our redis-server")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()  # no persistence: everything in it is gone
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class OwnPostgres:
+    """A scratch cluster in a folder of its own under the system's temp dir (pytest's
+    folders are private to us, and the server may run as another user); ``close``
+    removes it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="speceyes-pg-"))
+        self.folder.chmod(0o777)
+        self.data = self.folder / "pgdata"
+        self.log = self.folder / "postgres.log"
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        self.bin = Path(found[-1]).parent if found else Path(shutil.which("initdb") or "").parent
+        self.as_postgres = os.geteuid() == 0  # initdb refuses to run as root
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *command: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if self.as_postgres else []
+        subprocess.run([*prefix, *command], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)  # fmt: skip
+
+    def init(self) -> None:
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
+                  "--auth=trust", "--no-sync")  # fmt: skip
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
+                  "-o", options, "-w", "start")  # fmt: skip
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
+                      "-w", "stop")  # fmt: skip
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class Supervised:
+    """Workers kept running: one that exits is started again (compose's ``restart``)."""
+
+    def __init__(self, env: dict[str, str], folder: Path) -> None:
+        self.env, self.folder = env, folder
+        self.workers: list[WorkerProcess] = []
+        self.pools: list[tuple[str, tuple[str, ...]]] = []
+        self.restarts = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self, pool: str, *extra: str) -> WorkerProcess:
+        self.pools.append((pool, extra))
+        self.workers.append(self._spawn(len(self.workers)))
+        self.workers[-1].wait_ready()
+        return self.workers[-1]
+
+    def supervise(self) -> None:
+        self._thread.start()
+
+    def _spawn(self, index: int) -> WorkerProcess:
+        pool, extra = self.pools[index]
+        log = self.folder / f"worker-{pool}-{index}.log"
+        return WorkerProcess(pool, self.env, log, *extra)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            for index, worker in enumerate(self.workers):
+                if worker.process.poll() is not None and not self._stop.is_set():
+                    worker.log.close()
+                    self.restarts += 1
+                    self.workers[index] = self._spawn(index)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text()[-3000:]}"
+            for path in sorted(self.folder.glob("worker-*.log"))
+        )
+
+    def close(self) -> None:
+        self._stop.set()
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.process.terminate()
+        deadline = time.monotonic() + 30
+        for worker in self.workers:
+            try:
+                worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+            worker.log.close()

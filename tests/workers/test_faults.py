@@ -1,0 +1,191 @@
+"""Faults with real workers, on a Redis and a PostgreSQL of the test's own: every job ends
+final, none twice, answers written before the fault unchanged, no command run by hand
+(a supervisor restarts exited workers, as compose's restart policy does)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from sqlalchemy import select
+
+from common.config import Settings
+from common.contracts import JobStatus, Stage
+from common.dispatch import follow_store, send_waiting
+from common.store.db import open_store
+from common.store.tables import Job
+from common.submit import submit_corpus
+from tests.conftest import REDIS_URL, write_images
+from tests.helpers import wait_until
+from tests.workers.faults import OwnPostgres, OwnRedis, Supervised
+from workers.dispatch import CeleryDispatcher
+
+# recovery settings scaled down from the defaults (30 s / 30 s / 120 s) to test speed
+RECOVERY = {
+    "SPECEYES_HEARTBEAT_S": "1",
+    "SPECEYES_WORKER_DEAD_AFTER_S": "5",
+    "SPECEYES_RECONCILE_INTERVAL_S": "1",
+    "SPECEYES_RECONCILE_AFTER_S": "3",
+    "SPECEYES_WORKER_STALL_EXIT_S": "10",
+    "SPECEYES_VISIBILITY_TIMEOUT_S": "600",  # far beyond every bound below
+    "SPECEYES_RETRY_DELAY_S": "0.5",
+    "SPECEYES_RETRY_MAX_DELAY_S": "4",
+    "SPECEYES_FAST_MAX_WAIT_S": "0.3",
+}
+
+
+class Run:
+    """A corpus through supervised workers on the given broker and store."""
+
+    def __init__(self, tmp_path: Path, broker_url: str, database_url: str, **scripted) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.env = {
+            "SPECEYES_BACKEND": "scripted",
+            "SPECEYES_BROKER_URL": broker_url,
+            "SPECEYES_BROKER_KEY_PREFIX": f"faults-{tag}:",
+            "SPECEYES_FAST_QUEUE": f"fast-{tag}",
+            "SPECEYES_SLOW_QUEUE": f"slow-{tag}",
+            "SPECEYES_DATABASE_URL": database_url,
+            **RECOVERY,
+            **{f"SPECEYES_SCRIPTED__{k.upper()}": str(v) for k, v in scripted.items()},
+        }
+        self.settings = Settings(
+            backend="scripted", broker_url=broker_url, database_url=database_url,
+            broker_key_prefix=self.env["SPECEYES_BROKER_KEY_PREFIX"],
+            fast_queue=self.env["SPECEYES_FAST_QUEUE"], slow_queue=self.env["SPECEYES_SLOW_QUEUE"],
+        )  # fmt: skip
+        self.sessions = open_store(database_url)
+        self.workers = Supervised(self.env, tmp_path)
+        self.tmp_path = tmp_path
+
+    def submit(self, count: int) -> str:
+        from common.corpus import read_source
+
+        folder = self.tmp_path / "corpus"
+        write_images(folder, count)
+        rows = read_source(folder, "What is it?")
+        dispatcher = CeleryDispatcher(self.settings)
+        try:
+            submitted = submit_corpus(
+                self.sessions, rows, source=str(folder), name="faults", settings=self.settings
+            )
+            with dispatcher.transaction(self.sessions) as outbox:
+                send_waiting(outbox, submitted.batch_id)
+        finally:
+            dispatcher.close()
+        return submitted.batch_id
+
+    def jobs(self) -> list[Job]:
+        with self.sessions() as session:
+            return list(session.scalars(select(Job)))
+
+    def answers(self) -> dict[str, tuple]:
+        return {j.id: (j.final_answer, j.answered_by, j.finished_at) for j in self.jobs()
+                if j.status == JobStatus.DONE}  # fmt: skip
+
+    def finish(self, batch_id: str, bound_s: float, before: dict[str, tuple]) -> float:
+        """Wait (at most ``bound_s``) for every job to be final; check it all."""
+        started = time.monotonic()
+        result = follow_store(self.sessions, batch_id, poll_s=0.25, deadline_s=bound_s)
+        took = time.monotonic() - started
+        assert result.counts.finished == result.counts.jobs, (result.counts, self.workers.logs())
+        jobs = self.jobs()
+        assert {job.status for job in jobs} == {JobStatus.DONE}, self.workers.logs()
+        after = self.answers()
+        assert {job_id: after[job_id] for job_id in before} == before  # never rewritten
+        return took
+
+    def close(self) -> None:
+        self.workers.close()
+        self.sessions.kw["bind"].dispose()
+
+
+def test_a_redis_restart_without_persistence_strands_no_job(tmp_path: Path, postgres_url: str):
+    redis = OwnRedis(tmp_path)
+    redis.start()
+    run = Run(tmp_path, redis.url, postgres_url, tool_free=0.6, confident=0.6,
+              agent_step_s=0.3)  # fmt: skip
+    try:
+        for pool in ("fast", "slow", "slow"):
+            run.workers.start(pool)
+        run.workers.supervise()
+        batch_id = run.submit(60)
+
+        def mid_run() -> bool:
+            jobs = run.jobs()
+            done = sum(job.status == JobStatus.DONE for job in jobs)
+            agent = sum(job.stage == Stage.AGENT and job.status != JobStatus.DONE for job in jobs)
+            return done >= 10 and agent >= 2
+
+        wait_until(mid_run, deadline_s=60, what="the run to be under way")
+        before = run.answers()
+        redis.restart()  # every message, queued or held, is gone
+        took = run.finish(batch_id, bound_s=60, before=before)
+        print(f"Redis restart: all final {took:.1f} s after it ({run.workers.restarts} "
+              "worker restart(s) by the supervisor)")  # fmt: skip
+    finally:
+        run.close()
+        redis.stop()
+
+
+def test_a_postgresql_restart_loses_nothing(tmp_path: Path, redis_client):
+    postgres = OwnPostgres()
+    postgres.init()
+    postgres.start()
+    run = Run(tmp_path, REDIS_URL, postgres.url, tool_free=0.6, confident=0.6,
+              agent_step_s=0.3)  # fmt: skip
+    try:
+        for pool in ("fast", "slow", "slow"):
+            run.workers.start(pool)
+        run.workers.supervise()
+        batch_id = run.submit(60)
+        wait_until(lambda: len(run.answers()) >= 10, deadline_s=60, what="the run under way")
+        before = run.answers()
+        postgres.stop()  # an immediate stop: connections drop mid-transaction
+        time.sleep(3)  # an outage of a few seconds, then the server is back
+        postgres.start()
+        took = run.finish(batch_id, bound_s=60, before=before)
+        print(f"PostgreSQL restart: all final {took:.1f} s after it came back")
+    finally:
+        run.close()
+        prefix = run.env["SPECEYES_BROKER_KEY_PREFIX"]
+        keys = list(redis_client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            redis_client.delete(*keys)
+        postgres.close()
+
+
+def test_a_killed_slow_worker_is_taken_over_by_heartbeat(tmp_path: Path, postgres_url: str):
+    visibility_timeout_s = int(RECOVERY["SPECEYES_VISIBILITY_TIMEOUT_S"])
+    redis = OwnRedis(tmp_path)
+    redis.start()
+    run = Run(tmp_path, redis.url, postgres_url, tool_free=0.0, agent_step_s=2.0)
+    try:
+        run.workers.start("fast")
+        victim = run.workers.start("slow")
+        run.workers.start("slow")
+        batch_id = run.submit(4)  # every job to the agent, 2 s each
+
+        def held_by_victim() -> str | None:
+            for job in run.jobs():
+                if job.status == JobStatus.RUNNING and f":{victim.process.pid}:" in (
+                    job.worker or ""
+                ):
+                    return job.id
+            return None
+
+        job_id = wait_until(held_by_victim, deadline_s=60, what="a trajectory on the victim")
+        victim.kill()
+        killed_at = time.monotonic()
+        wait_until(lambda: any(j.id == job_id and j.status == JobStatus.DONE for j in run.jobs()),
+                   deadline_s=40, what="the killed worker's job to be taken over")  # fmt: skip
+        took = time.monotonic() - killed_at
+        print(f"SIGKILL mid-trajectory: its job done {took:.1f} s later "
+              f"(visibility timeout {visibility_timeout_s} s)")  # fmt: skip
+        # heartbeat (5 s) + a sweep (1 s) + a 2 s trajectory behind another, plus slack
+        assert took < 30 < visibility_timeout_s
+        run.finish(batch_id, bound_s=60, before={})
+    finally:
+        run.close()
+        redis.stop()
