@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -52,9 +53,11 @@ class Reconciler:
         dispatcher: Dispatcher,
         settings: Settings,
         holder: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sessions, self.dispatcher, self.settings = sessions, dispatcher, settings
-        self.holder = holder
+        self.holder, self.clock = holder, clock
         self._missing_since: dict[str, float] = {}  # job id -> first sweep that missed it
         self._distrust_held_until = 0.0
 
@@ -73,7 +76,7 @@ class Reconciler:
             outbox.to_fast(orphans[Stage.FAST])
             outbox.to_slow(orphans[Stage.AGENT])
         result.released = len(orphans[Stage.FAST]) + len(orphans[Stage.AGENT])
-        now = time.monotonic()
+        now = self.clock()
         if result.released:
             log.warning("released %d job(s) held by dead workers: sent again", result.released)
             self._distrust_held_until = now + 2 * settings.reconcile_after_s

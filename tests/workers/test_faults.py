@@ -189,3 +189,39 @@ def test_a_killed_slow_worker_is_taken_over_by_heartbeat(tmp_path: Path, postgre
     finally:
         run.close()
         redis.stop()
+
+
+def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
+    tmp_path: Path, postgres_url: str
+):
+    """Before: the job was committed, the enqueue failed, the answer was a plain-text 500,
+    and a retry answered ``created: false`` without ever sending it."""
+    from tests.api.helpers import Api, png, upload
+
+    redis = OwnRedis(tmp_path)
+    redis.start()
+    server = Api(tmp_path / "api", postgres_url, broker_url=redis.url,
+                 broker_key_prefix="api-faults:", reconcile_after_s=0.5)  # fmt: skip
+    try:
+        redis.stop()
+        first = upload(server, png(), idempotency_key="k")
+        assert first.status_code == 202 and first.json()["created"] is True, first.text
+        again = upload(server, png(), idempotency_key="k")
+        assert again.status_code == 202 and again.json()["created"] is False
+        job_id = first.json()["id"]
+        redis.start()  # back, empty: the job is still in no queue
+        again = upload(server, png(), idempotency_key="k")  # a retry sends it now
+        assert job_id in server.dispatcher.message_ids()
+        redis.restart()  # lost again; this time nobody retries: the reconciler sends it
+        from common.reconcile import Reconciler
+
+        clock = [0.0]
+        reconciler = Reconciler(server.sessions, server.dispatcher, server.settings, "t",
+                                clock=lambda: clock[0])  # fmt: skip
+        reconciler.sweep()  # seen missing
+        clock[0] += 1  # (longer than reconcile_after_s)
+        assert reconciler.sweep().resent == {Stage.FAST: 1}
+        assert job_id in server.dispatcher.message_ids()
+    finally:
+        server.close()
+        redis.stop()

@@ -1,0 +1,98 @@
+"""The reconciler over a real store (SQLite and PostgreSQL) and a broker stand-in that
+says which job ids it holds messages for."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from common.config import Settings
+from common.contracts import JobStatus, Stage
+from common.dispatch import StoreOnly
+from common.reconcile import Reconciler
+from common.store import claims, liveness, submission
+from common.store.tables import Job, Worker
+from tests.common.store.test_submission import items, new_batch
+
+
+class Broker(StoreOnly):
+    """Records sends; ``present`` are the ids it has messages for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.present: set[str] = set()
+        self.held: set[str] = set()  # taken by workers, not acknowledged
+
+    def message_ids(self, *, held: bool = True) -> set[str]:
+        return self.present | (self.held if held else set())
+
+
+SETTINGS = Settings(worker_dead_after_s=5, reconcile_after_s=30, reconcile_interval_s=1)
+
+
+def jobs(sessions, *names: str) -> list[str]:
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items(*names), "cfg")
+    with sessions() as session:
+        return sorted(session.scalars(Job.__table__.select().with_only_columns(Job.id)))
+
+
+def test_a_dead_workers_running_jobs_go_back_and_are_sent_a_live_ones_stay(sessions):
+    a, b = jobs(sessions, "a", "b")
+    with sessions.begin() as session:
+        liveness.beat(session, "alive", "slow")
+        liveness.beat(session, "dead", "slow")
+        claims.claim_ids(session, [a], Stage.FAST, stale_after_s=None, worker="dead")
+        claims.claim_ids(session, [b], Stage.FAST, stale_after_s=None, worker="alive")
+        session.execute(update(Worker).where(Worker.id == "dead").values(
+            beat_at=Worker.beat_at - timedelta(seconds=60)))  # fmt: skip
+    broker = Broker()
+    sweep = Reconciler(sessions, broker, SETTINGS, "alive").sweep()
+    assert sweep.leader and sweep.released == 1
+    assert broker.sent_fast == [a]
+    with sessions() as session:
+        assert session.get(Job, a).status == JobStatus.QUEUED
+        assert session.get(Job, a).attempts == 1  # the dead worker's claim counts
+        assert session.get(Job, b).status == JobStatus.RUNNING
+        assert liveness.live_workers(session, 5) == {"alive"}  # the dead one forgotten
+
+
+def test_a_waiting_job_without_a_message_is_sent_again_only_after_the_age(sessions):
+    a, b = jobs(sessions, "a", "b")
+    broker = Broker()
+    broker.present = {b}
+    clock = [1000.0]
+    reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
+    assert reconciler.sweep().suspects == 1 and broker.sent_fast == []  # seen missing
+    clock[0] += 10
+    assert reconciler.sweep().resent == {} and broker.sent_fast == []  # not for long
+    clock[0] += 25
+    sweep = reconciler.sweep()
+    assert sweep.resent == {Stage.FAST: 1} and broker.sent_fast == [a]
+    broker.present.add(a)  # its message is there now: nothing more
+    clock[0] += 60
+    assert reconciler.sweep().resent == {} and broker.sent_fast == [a]
+
+
+def test_only_the_lease_holder_sweeps(sessions):
+    jobs(sessions, "a")
+    first, second = Broker(), Broker()
+    settings = Settings(reconcile_after_s=0.0001, reconcile_interval_s=60)
+    assert Reconciler(sessions, first, settings, "one").sweep().leader
+    assert not Reconciler(sessions, second, settings, "two").sweep().leader
+    with sessions.begin() as session:  # the holder went away: its lease lapses
+        session.execute(update(liveness.Lease).values(
+            expires_at=liveness.utcnow() - timedelta(seconds=1)))  # fmt: skip
+    assert Reconciler(sessions, second, settings, "two").sweep().leader
+
+
+def test_after_a_death_held_messages_are_not_trusted(sessions):
+    (a,) = jobs(sessions, "a")
+    broker = Broker()
+    broker.held = {a}  # held by ... the dead worker, as it turns out
+    reconciler = Reconciler(sessions, broker, Settings(reconcile_after_s=0.0001), "me")
+    assert reconciler.sweep().suspects == 0  # trusted: a live worker may hold it
+    reconciler._distrust_held_until = float("inf")  # (what a released orphan sets)
+    reconciler.sweep()
+    assert reconciler.sweep().resent == {Stage.FAST: 1}
