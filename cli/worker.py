@@ -42,7 +42,7 @@ Faults:
   - SIGTERM (or Ctrl-C): a warm shutdown. The batch or trajectories running now finish
     and are recorded; the messages taken but not started go back to the queue (not
     acknowledged); then the worker removes its heartbeat row and exits 0. A second
-    SIGTERM / Ctrl-C stops at once (its jobs are then taken over as after a crash).
+    Ctrl-C, or SIGQUIT, stops at once (its jobs are then taken over as after a crash).
 
 --metrics-port PORT serves /metrics (Prometheus), /healthz (liveness: 503 once the
 worker is stuck) and /readyz (readiness: 503 while the database or broker does not

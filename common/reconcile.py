@@ -6,7 +6,8 @@ the one process that holds the ``reconciler`` lease (any worker may: they all tr
 1. **Orphans.** Running jobs whose worker's heartbeat stopped (``worker_dead_after_s``)
    are put back to wait for their stage and sent again, long before the broker's
    visibility timeout would bring their messages back. For a while after a death the
-   messages workers hold unacknowledged are not trusted (the dead one's are among them).
+   messages workers hold unacknowledged are not trusted: the dead one's are among them
+   (taken, not started), and would otherwise wait for the visibility timeout.
 2. **Stranded.** A job that waits for a stage (``queued`` / ``deferred``) and has no
    message on the broker is suspect; still without one ``reconcile_after_s`` later (so an
    enqueue that is on its way is never doubled) it is sent again. This heals a Redis
@@ -41,6 +42,7 @@ class Sweep:
     """What one sweep did."""
 
     leader: bool = False
+    died: int = 0  # workers found dead (their heartbeat stopped)
     released: int = 0  # running jobs of dead workers, put back and sent
     resent: dict[Stage, int] = field(default_factory=dict)  # stranded jobs sent again
     suspects: int = 0  # waiting jobs seen without a message, not yet for long
@@ -73,12 +75,14 @@ class Reconciler:
             return result
         with self.dispatcher.transaction(self.sessions) as outbox:
             orphans = liveness.release_orphans(outbox.session, settings.worker_dead_after_s)
+            result.died = liveness.forget_dead(outbox.session, settings.worker_dead_after_s)
             outbox.to_fast(orphans[Stage.FAST])
             outbox.to_slow(orphans[Stage.AGENT])
         result.released = len(orphans[Stage.FAST]) + len(orphans[Stage.AGENT])
         now = self.clock()
-        if result.released:
-            log.warning("released %d job(s) held by dead workers: sent again", result.released)
+        if result.died or result.released:
+            log.warning("%d worker(s) died; %d job(s) they ran sent again", result.died,
+                        result.released)  # fmt: skip
             self._distrust_held_until = now + 2 * settings.reconcile_after_s
         self._resend_stranded(result, now)
         return result

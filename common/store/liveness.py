@@ -44,8 +44,8 @@ def live_workers(session: Session, dead_after_s: float) -> set[str]:
 
 def release_orphans(session: Session, dead_after_s: float) -> dict[Stage, list[str]]:
     """Put running jobs whose worker is dead back to wait for their stage (the claim keeps
-    its attempt: a job that kills its worker must not run forever); forget dead workers.
-    Returns the released ids by stage."""
+    its attempt: a job that kills its worker must not run forever). Returns the released
+    ids by stage."""
     live = live_workers(session, dead_after_s)
     released: dict[Stage, list[str]] = {}
     for stage, waiting in WAITING_FOR.items():
@@ -59,9 +59,14 @@ def release_orphans(session: Session, dead_after_s: float) -> dict[Stage, list[s
             .returning(Job.id)
         )
         released[stage] = list(session.scalars(statement))
-    stale = utcnow() - timedelta(seconds=dead_after_s)
-    session.execute(delete(Worker).where(Worker.beat_at < stale))
     return released
+
+
+def forget_dead(session: Session, dead_after_s: float) -> int:
+    """Remove the rows of workers whose heartbeat stopped; returns how many died."""
+    stale = utcnow() - timedelta(seconds=dead_after_s)
+    gone = session.execute(delete(Worker).where(Worker.beat_at < stale))
+    return int(gone.rowcount)  # type: ignore[attr-defined]
 
 
 def waiting_jobs(session: Session) -> dict[Stage, list[str]]:

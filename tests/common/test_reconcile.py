@@ -88,11 +88,18 @@ def test_only_the_lease_holder_sweeps(sessions):
 
 
 def test_after_a_death_held_messages_are_not_trusted(sessions):
+    """A worker killed between batches holds no running job, but holds messages it took
+    and never started: they must not wait for the visibility timeout."""
     (a,) = jobs(sessions, "a")
     broker = Broker()
-    broker.held = {a}  # held by ... the dead worker, as it turns out
-    reconciler = Reconciler(sessions, broker, Settings(reconcile_after_s=0.0001), "me")
+    broker.held = {a}  # taken by some worker, not acknowledged
+    clock = [0.0]
+    reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
     assert reconciler.sweep().suspects == 0  # trusted: a live worker may hold it
-    reconciler._distrust_held_until = float("inf")  # (what a released orphan sets)
-    reconciler.sweep()
-    assert reconciler.sweep().resent == {Stage.FAST: 1}
+    with sessions.begin() as session:
+        liveness.beat(session, "fast-1", "fast")
+        session.execute(update(Worker).values(beat_at=Worker.beat_at - timedelta(seconds=60)))
+    sweep = reconciler.sweep()
+    assert (sweep.died, sweep.released, sweep.suspects) == (1, 0, 1)  # now suspect
+    clock[0] += SETTINGS.reconcile_after_s
+    assert reconciler.sweep().resent == {Stage.FAST: 1} and broker.sent_fast == [a]

@@ -16,9 +16,20 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
+from sqlalchemy import select
+
+from common.config import Settings
+from common.contracts import JobStatus
+from common.dispatch import follow_store, send_waiting
+from common.store.db import open_store
+from common.store.tables import Job
+from common.submit import submit_corpus
+from tests.conftest import write_images
 from tests.helpers import WorkerProcess, wait_until
+from workers.dispatch import CeleryDispatcher
 
 
 def free_port() -> int:
@@ -157,3 +168,83 @@ class Supervised:
                 worker.process.kill()
                 worker.process.wait()
             worker.log.close()
+
+
+# recovery settings scaled down from the defaults (30 s / 30 s / 120 s) to test speed
+RECOVERY = {
+    "SPECEYES_HEARTBEAT_S": "1",
+    "SPECEYES_WORKER_DEAD_AFTER_S": "5",
+    "SPECEYES_RECONCILE_INTERVAL_S": "1",
+    "SPECEYES_RECONCILE_AFTER_S": "3",
+    "SPECEYES_WORKER_STALL_EXIT_S": "10",
+    "SPECEYES_VISIBILITY_TIMEOUT_S": "600",  # far beyond every bound below
+    "SPECEYES_RETRY_DELAY_S": "0.5",
+    "SPECEYES_RETRY_MAX_DELAY_S": "4",
+    "SPECEYES_FAST_MAX_WAIT_S": "0.3",
+}
+
+
+class Run:
+    """A corpus through supervised workers on the given broker and store."""
+
+    def __init__(self, tmp_path: Path, broker_url: str, database_url: str, **scripted) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.env = {
+            "SPECEYES_BACKEND": "scripted",
+            "SPECEYES_BROKER_URL": broker_url,
+            "SPECEYES_BROKER_KEY_PREFIX": f"faults-{tag}:",
+            "SPECEYES_FAST_QUEUE": f"fast-{tag}",
+            "SPECEYES_SLOW_QUEUE": f"slow-{tag}",
+            "SPECEYES_DATABASE_URL": database_url,
+            **RECOVERY,
+            **{f"SPECEYES_SCRIPTED__{k.upper()}": str(v) for k, v in scripted.items()},
+        }
+        self.settings = Settings(
+            backend="scripted", broker_url=broker_url, database_url=database_url,
+            broker_key_prefix=self.env["SPECEYES_BROKER_KEY_PREFIX"],
+            fast_queue=self.env["SPECEYES_FAST_QUEUE"], slow_queue=self.env["SPECEYES_SLOW_QUEUE"],
+        )  # fmt: skip
+        self.sessions = open_store(database_url)
+        self.workers = Supervised(self.env, tmp_path)
+        self.tmp_path = tmp_path
+
+    def submit(self, count: int) -> str:
+        from common.corpus import read_source
+
+        folder = self.tmp_path / "corpus"
+        write_images(folder, count)
+        rows = read_source(folder, "What is it?")
+        dispatcher = CeleryDispatcher(self.settings)
+        try:
+            submitted = submit_corpus(
+                self.sessions, rows, source=str(folder), name="faults", settings=self.settings
+            )
+            with dispatcher.transaction(self.sessions) as outbox:
+                send_waiting(outbox, submitted.batch_id)
+        finally:
+            dispatcher.close()
+        return submitted.batch_id
+
+    def jobs(self) -> list[Job]:
+        with self.sessions() as session:
+            return list(session.scalars(select(Job)))
+
+    def answers(self) -> dict[str, tuple]:
+        return {j.id: (j.final_answer, j.answered_by, j.finished_at) for j in self.jobs()
+                if j.status == JobStatus.DONE}  # fmt: skip
+
+    def finish(self, batch_id: str, bound_s: float, before: dict[str, tuple]) -> float:
+        """Wait (at most ``bound_s``) for every job to be final; check it all."""
+        started = time.monotonic()
+        result = follow_store(self.sessions, batch_id, poll_s=0.25, deadline_s=bound_s)
+        took = time.monotonic() - started
+        assert result.counts.finished == result.counts.jobs, (result.counts, self.workers.logs())
+        jobs = self.jobs()
+        assert {job.status for job in jobs} == {JobStatus.DONE}, self.workers.logs()
+        after = self.answers()
+        assert {job_id: after[job_id] for job_id in before} == before  # never rewritten
+        return took
+
+    def close(self) -> None:
+        self.workers.close()
+        self.sessions.kw["bind"].dispose()
