@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -113,9 +114,16 @@ class BatchView(BaseModel):
     failures: dict[str, int]
     beta: float | None = Field(description="share of screened jobs called tool-free")
     alpha: float | None = Field(description="share of speculated answers accepted")
+    audit: dict[str, Any] | None = Field(
+        None,
+        description="the online audit: audited, agreed, agreement, its 99% interval (low, "
+        "high), the baseline, drifted, and the alarm once raised (with the action taken)",
+    )
 
     @classmethod
-    def of(cls, batch: Batch, counts: BatchCounts) -> BatchView:
+    def of(
+        cls, batch: Batch, counts: BatchCounts, audit: dict[str, Any] | None = None
+    ) -> BatchView:
         return cls(
             id=batch.id,
             name=batch.name,
@@ -129,4 +137,5 @@ class BatchView(BaseModel):
             failures=dict(counts.failures),
             beta=counts.beta,
             alpha=counts.alpha,
+            audit=audit,
         )

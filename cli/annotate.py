@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         dispatcher.close()
     _print_summary(result)
+    _print_audit(sessions, submitted.batch_id, settings)
     if settings.judge_url and not result.interrupted:
         _judge(sessions, submitted.batch_id, settings)
     _print_accuracy(sessions, submitted.batch_id)
@@ -206,6 +207,16 @@ def _print_summary(result: RunResult) -> None:
     print(f"alpha        {alpha} (share of speculated answers accepted)")
     rate = f"{result.finished_now / result.seconds:.2f} jobs/s" if result.seconds else "-"
     print(f"this run     {result.finished_now} jobs in {result.seconds:.1f} s, {rate}")
+
+
+def _print_audit(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -> None:
+    from common.audit import describe
+    from common.store.tables import Batch
+
+    with sessions() as session:
+        batch = session.get(Batch, batch_id)
+        for line in describe(session, settings, batch) if batch is not None else []:
+            print(line)
 
 
 def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -> None:

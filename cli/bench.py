@@ -217,6 +217,7 @@ def run_embedded(args: argparse.Namespace) -> int:
                 backend="scripted",
                 scripted=scripted,
                 baseline=is_baseline,
+                audit_rate=0.0,  # the funnel's own speed (the audit's cost is its rate)
                 fast_batch_size=args.batch_size,
                 agent_workers=args.agent_workers,
             )

@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
             "gate": {"mode": mode, "top_k": top_k, "threshold": choice.tau},
             "max_error": args.max_error, "delta": args.delta, "batches": ids,
             "items": len(items), "accepted": accepted.accepted, "wrong": accepted.wrong,
+            # the audit's next steps on drift: the certified taus stricter than this one
+            "stricter": sorted(t.tau for t in choice.tests if t.certified and t.tau > choice.tau),
         }  # fmt: skip
         args.out.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out} (speceyes annotate --calibration {args.out})")

@@ -19,6 +19,11 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
     parser.add_argument("--out", type=Path, required=True, help="FILE.jsonl or FILE.parquet")
+    parser.add_argument(
+        "--audit-disagreements",
+        action="store_true",
+        help="only the audited rows where the agent disagreed with the accepted answer",
+    )
     add_store_flags(parser)
     parser.set_defaults(run=run)
 
@@ -34,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         batch = find_batch(session, args.batch)
         if batch is None:
             raise InvalidInput(f"no batch {args.batch!r} in this job store")
-        count = write_rows(batch_rows(session, batch.id), args.out)
+        rows = batch_rows(session, batch.id, audit_disagreements=args.audit_disagreements)
+        count = write_rows(rows, args.out)
     print(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {args.out}")
     return 0

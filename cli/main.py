@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cli import (
         annotate,
         ask,
+        audit,
         bench,
         calibrate,
         db,
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         bench,
         calibrate,
         report,
+        audit,
         db,
         show_config,
     ):

@@ -37,6 +37,8 @@ _FLAG_FIELDS = {
     "broker": "broker_url",
     "judge_url": "judge_url",
     "judge_model": "judge_model",
+    "audit_rate": "audit_rate",
+    "audit_on_drift": "audit_on_drift",
 }
 
 
@@ -126,6 +128,20 @@ def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
         "agent, so `speceyes calibrate` can replay any gate without a model",
     )
     group.add_argument(
+        "--audit-rate",
+        type=float,
+        metavar="SHARE",
+        help=f"share of accepted answers also run through the agent (default "
+        f"{default('audit_rate')}; 0: none)",
+    )
+    group.add_argument(
+        "--on-drift",
+        choices=["warn", "raise-tau", "pause"],
+        dest="audit_on_drift",
+        help="when the audit's agreement falls below the calibration's (or the floor): "
+        "warn (default), raise tau to the calibration's next step, or pause accepting",
+    )
+    group.add_argument(
         "--max-steps",
         type=int,
         metavar="N",
@@ -163,12 +179,17 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
 def _calibrated_gate(path: Path) -> dict[str, Any]:
     """The gate settings a calibration file names."""
     try:
-        gate = json.loads(path.read_text())["gate"]
-        return {
+        record = json.loads(path.read_text())
+        gate = record["gate"]
+        values: dict[str, Any] = {
             "gate_mode": gate["mode"],
             "gate_top_k": int(gate["top_k"]),
             "gate_threshold": float(gate["threshold"]),
         }
+        if record.get("accepted"):  # what the audit compares with
+            values["audit_baseline"] = 1 - record["wrong"] / record["accepted"]
+        values["audit_tau_steps"] = [float(tau) for tau in record.get("stricter", [])]
+        return values
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(f"{path}: not a calibration file ({exc})") from None
 

@@ -50,6 +50,21 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
+    """Each batch's online audit, where it had one."""
+    from common.audit import describe
+    from common.store.reads import find_batch
+
+    settings = settings_from_args(args)
+    with sessions() as session:
+        for name in args.batches:
+            batch = find_batch(session, name)
+            lines = describe(session, settings, batch) if batch is not None else []
+            if lines:
+                print(f"{batch.name} ({batch.id})" if batch else name)
+                print("\n".join(lines))
+
+
 def run(args: argparse.Namespace) -> int:
     from common.store.db import open_store
     from common.store.reads import SplitRun, find_batch, split_runs
@@ -66,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 found.update(split_runs(session, batch.id))
         return found
 
+    _print_audits(sessions, args)
     baselines = runs_of(args.baselines or [])
     methods = [("agent alone", baselines)] if baselines else []
     methods.append((args.label, runs_of(args.batches)))

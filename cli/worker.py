@@ -94,7 +94,12 @@ def run(args: argparse.Namespace) -> int:
 
         require_code_sandbox(settings)  # Thyme: fail now if its code cannot be isolated
     app = make_app(settings, metrics_port=args.metrics_port, pool=args.pool)
-    queue = settings.fast_queue if args.pool == "fast" else settings.slow_queue
+    # a slow worker also takes audits, from their own queue, only when no deferred job waits
+    queue = (
+        settings.fast_queue
+        if args.pool == "fast"
+        else f"{settings.slow_queue},{settings.audit_queue}"
+    )
     # celery-batches only fills a batch if prefetch x concurrency >= the batch size.
     prefetch = 2 * settings.fast_batch_size if args.pool == "fast" else 1
     threads = settings.agent_workers if args.pool == "slow" else 1

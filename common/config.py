@@ -186,6 +186,40 @@ class Settings(BaseSettings):
         "protocol's (reference: none; v0: 100).",
     )
 
+    # -- the online audit --------------------------------------------------------------
+    audit_rate: float = Field(
+        0.02,
+        ge=0.0,
+        le=1.0,
+        description="Share of accepted answers also run through the agent (chosen by a hash "
+        "of the job's key: reruns audit the same jobs); 0: no audit.",
+    )
+    audit_floor: float = Field(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="The agreement the audit expects when no calibration file gives one; "
+        "an alarm when the agreement's interval falls below it.",
+    )
+    audit_baseline: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="The agreement the calibration run measured (set by --calibration).",
+    )
+    audit_tau_steps: list[float] = Field(
+        default_factory=list,
+        description="Stricter taus to raise to on drift (set by --calibration), nearest first.",
+    )
+    audit_on_drift: Literal["warn", "raise-tau", "pause"] = Field(
+        "warn",
+        description="On a drift alarm: warn only; raise tau to the calibration's next step; "
+        "or pause accepting (every new job to the agent) until `speceyes audit resume`.",
+    )
+    audit_queue: str = Field(
+        "speceyes.audit", description="Queue of audit runs (taken after deferred jobs)."
+    )
+
     # -- evaluation -------------------------------------------------------------------
     judge_url: str | None = Field(
         None,

@@ -55,6 +55,7 @@ class DeferReason(StrEnum):
     SCREEN_ERROR = "screen_error"  # screening failed for this job
     BASELINE = "baseline"  # no speculation at all (speedup baselines)
     CALIBRATION = "calibration"  # a calibration run: speculated AND sent to the agent
+    AUDIT_PAUSED = "audit_paused"  # an audit alarm paused accepting (common.audit)
 
 
 class FailureCode(StrEnum):

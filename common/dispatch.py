@@ -74,12 +74,16 @@ class Outbox:
     session: Session
     fast: list[str] = field(default_factory=list)
     slow: list[str] = field(default_factory=list)
+    audit: list[str] = field(default_factory=list)
 
     def to_fast(self, job_ids: Iterable[str]) -> None:
         self.fast.extend(job_ids)
 
     def to_slow(self, job_ids: Iterable[str]) -> None:
         self.slow.extend(job_ids)
+
+    def to_audit(self, job_ids: Iterable[str]) -> None:
+        self.audit.extend(job_ids)
 
 
 class Dispatcher(ABC):
@@ -121,6 +125,11 @@ class Dispatcher(ABC):
         work happens elsewhere, so this follows the store (``follow_store``)."""
         return follow_store(sessions, batch_id, watch)
 
+    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
+        """Deliver audits (``common.audit``), to be taken only when no deferred job waits.
+        Dispatchers without an audit path deliver none: the audits wait in the store."""
+        return 0
+
     def message_ids(self, *, held: bool = True) -> set[str] | None:
         """The job ids of the messages the broker holds (waiting; with ``held``, also those
         workers took and have not acknowledged), or None where that cannot be known."""
@@ -158,6 +167,8 @@ class Dispatcher(ABC):
                 self.send_fast(outbox.fast, delay_s=delay_s)
             if outbox.slow:
                 self.send_slow(outbox.slow, delay_s=delay_s)
+            if outbox.audit:
+                self.send_audit(outbox.audit, delay_s=delay_s)
         except RetryableError as exc:
             if on_send_error is None:
                 raise

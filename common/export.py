@@ -44,12 +44,19 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "correct": None
         if item.expected is None
         else is_correct(job.final_answer, item.expected, job.options),
+        "audit_answer": job.audit_answer,  # the online audit (common.audit), if audited
+        "audit_agrees": job.audit_agrees,
     }
 
 
-def batch_rows(session: Session, batch_id: str) -> Iterator[dict[str, Any]]:
+def batch_rows(
+    session: Session, batch_id: str, *, audit_disagreements: bool = False
+) -> Iterator[dict[str, Any]]:
+    """The batch's rows; with ``audit_disagreements``, only audited rows whose accepted
+    answer the agent contradicted (for review)."""
     for item, job in batch_results(session, batch_id):
-        yield result_row(item, job)
+        if not audit_disagreements or job.audit_agrees is False:
+            yield result_row(item, job)
 
 
 def check_format(path: Path) -> None:

@@ -30,11 +30,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.config import Settings
 from common.contracts import Stage
 from common.dispatch import Dispatcher
-from common.store import liveness
+from common.store import audits, liveness
 
 log = logging.getLogger(__name__)
 
 LEASE = "reconciler"
+AUDIT = "audit"  # (audits of accepted jobs wait too: common.audit)
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Sweep:
     leader: bool = False
     died: int = 0  # workers found dead (their heartbeat stopped)
     released: int = 0  # running jobs of dead workers, put back and sent
-    resent: dict[Stage, int] = field(default_factory=dict)  # stranded jobs sent again
+    resent: dict[Stage | str, int] = field(default_factory=dict)  # stranded, sent again
     suspects: int = 0  # waiting jobs seen without a message, not yet for long
 
 
@@ -75,9 +76,12 @@ class Reconciler:
             return result
         with self.dispatcher.transaction(self.sessions) as outbox:
             orphans = liveness.release_orphans(outbox.session, settings.worker_dead_after_s)
+            live = liveness.live_workers(outbox.session, settings.worker_dead_after_s)
+            orphan_audits = audits.release_orphans(outbox.session, live)
             result.died = liveness.forget_dead(outbox.session, settings.worker_dead_after_s)
             outbox.to_fast(orphans[Stage.FAST])
             outbox.to_slow(orphans[Stage.AGENT])
+            outbox.to_audit(orphan_audits)
         result.released = len(orphans[Stage.FAST]) + len(orphans[Stage.AGENT])
         now = self.clock()
         if result.died or result.released:
@@ -89,12 +93,16 @@ class Reconciler:
 
     def _resend_stranded(self, result: Sweep, now: float) -> None:
         with self.sessions() as session:
-            waiting = liveness.waiting_jobs(session)
+            jobs = liveness.waiting_jobs(session)
+            waiting: dict[Stage | str, list[str]] = {
+                Stage.FAST: jobs[Stage.FAST], Stage.AGENT: jobs[Stage.AGENT],
+                AUDIT: audits.waiting(session),
+            }  # fmt: skip
         present = self.dispatcher.message_ids(held=now >= self._distrust_held_until)
         if present is None:  # this dispatcher cannot tell (in-process): nothing to heal
             return
         missing_since = {}
-        due: dict[Stage, list[str]] = {}
+        due: dict[Stage | str, list[str]] = {}
         for stage, job_ids in waiting.items():
             for job_id in job_ids:
                 if job_id in present:
@@ -110,6 +118,8 @@ class Reconciler:
             result.resent[Stage.FAST] = self.dispatcher.send_fast(due[Stage.FAST])
         if due.get(Stage.AGENT):
             result.resent[Stage.AGENT] = self.dispatcher.send_slow(due[Stage.AGENT])
+        if due.get(AUDIT):
+            result.resent[AUDIT] = self.dispatcher.send_audit(due[AUDIT])
         if result.resent:
             log.warning(
                 "sent again %d waiting job(s) that had no message on the broker for %.0f s",

@@ -29,7 +29,7 @@ from common.config import Settings
 from common.contracts import JobStatus, Stage, Ticket
 from common.dispatch import NO_WATCH, Dispatcher, Progress, RunResult, Watch
 from common.errors import BackendUnavailable
-from common.store import claims, reads
+from common.store import audits, claims, reads
 from common.store.reads import BatchCounts
 from common.work import AgentWork, FastWork
 
@@ -90,6 +90,12 @@ class EmbeddedRunner(Dispatcher):
         self._wake.set()
         return len(list(job_ids))
 
+    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
+        """Audits are in the store already: wake the agents (they take them last)."""
+        with self._deferred_ready:
+            self._deferred_ready.notify_all()
+        return len(list(job_ids))
+
     def send_slow(
         self,
         job_ids: Iterable[str],
@@ -133,6 +139,7 @@ class EmbeddedRunner(Dispatcher):
         started = time.perf_counter()
         with self.sessions.begin() as session:
             released = claims.release_running(session, batch_id)
+            audits.release(session)
             finished_before = reads.batch_counts(session, batch_id).finished
         if released:
             log.info("released %d jobs left running by an earlier run", released)
@@ -159,6 +166,7 @@ class EmbeddedRunner(Dispatcher):
         started threads."""
         with self.sessions.begin() as session:
             released = claims.release_running(session)
+            audits.release(session)
         if released:
             log.info("released %d jobs left running by an earlier run", released)
         self._serving = True
@@ -223,6 +231,13 @@ class EmbeddedRunner(Dispatcher):
             with self.sessions.begin() as session:
                 return claims.claim(session, stage, limit, batch_id)
 
+    def _claim_audit(self, batch_id: str | None) -> list[Ticket]:
+        with self._claiming:
+            if self._stop.is_set():
+                return []
+            with self.sessions.begin() as session:
+                return audits.claim(session, batch_id=batch_id)
+
     def _fast_loop(self, batch_id: str | None) -> None:
         try:
             while not self._stop.is_set():
@@ -245,9 +260,15 @@ class EmbeddedRunner(Dispatcher):
             if tickets:
                 self.agent.run(tickets[0])
                 continue
+            audit = self._claim_audit(batch_id)  # only when no deferred job waits
+            if audit:
+                self.agent.run_audit(audit[0])
+                continue
             if self._fast_done.is_set() and batch_id is not None:
                 with self.sessions.begin() as session:  # one last look: fast may just have ended
-                    if not reads.count_status(session, JobStatus.DEFERRED, batch_id):
+                    if not reads.count_status(session, JobStatus.DEFERRED, batch_id) and not (
+                        audits.pending(session, batch_id)
+                    ):
                         return
                 continue
             with self._deferred_ready:

@@ -29,14 +29,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from common.audit import agrees as audit_agrees
+from common.audit import check_drift, sampled
 from common.backends import Models
-from common.config import Settings
+from common.config import GateSettings, Settings
 from common.contracts import (
+    Accepted,
+    DeferReason,
     Deferred,
     Failed,
     FailureCode,
@@ -50,7 +55,8 @@ from common.dispatch import Dispatcher
 from common.errors import RetryableError
 from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.images import image_pixels
-from common.store import claims
+from common.store import audits, claims
+from common.store.tables import Job
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +71,7 @@ class Delivery:
     failed: int = 0  # failed by the work itself (limit reached, own error)
     skipped: int = 0  # nothing to do: finished, elsewhere, or a duplicate message
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
+    alarms: list[dict[str, Any]] = field(default_factory=list)  # audit drift raised now
 
     def merge(self, other: Delivery) -> None:
         self.to_slow += other.to_slow
@@ -72,6 +79,7 @@ class Delivery:
         self.outcomes += other.outcomes
         self.failed += other.failed
         self.skipped += other.skipped
+        self.alarms += other.alarms
         for phase, spent in other.seconds.items():
             self.seconds[phase] = self.seconds.get(phase, 0.0) + spent
 
@@ -256,11 +264,12 @@ class FastWork(_Work):
             sent.update(outcome.job_id for outcome in deferred)
 
         try:
-            outcomes, seconds = self._compute(group, send_screened)
+            outcomes, seconds, gate = self._compute(group, send_screened)
             with self.dispatcher.transaction(self.sessions) as tx:
                 rest = [o for o in outcomes if o.job_id not in sent]
-                claims.record_fast(tx.session, rest, self.settings.gate)
+                claims.record_fast(tx.session, rest, gate)
                 tx.to_slow([o.job_id for o in rest if isinstance(o, Deferred)])
+                tx.to_audit(self._sample_audits(tx.session, rest))
             deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
         except RetryableError as exc:
             log.warning("fast batch of %d will be retried: %s", len(group), exc)
@@ -278,17 +287,38 @@ class FastWork(_Work):
 
     def _compute(
         self, group: list[Ticket], on_screened: Callable[[list[Deferred]], None] | None = None
-    ) -> tuple[list[FastOutcome], dict[str, float]]:
+    ) -> tuple[list[FastOutcome], dict[str, float], GateSettings]:
+        """The group's outcomes, the seconds per phase, and the gate they were judged by
+        (an audit alarm may have raised tau, or paused accepting: ``common.audit``)."""
+        with self.sessions() as session:
+            controls = audits.controls(session)
+        funnel = self.settings.funnel
+        if "gate_threshold" in controls:
+            funnel = replace(
+                funnel, gate=replace(funnel.gate, threshold=controls["gate_threshold"])
+            )
         started = time.perf_counter()
         loaded = [load_query(ticket, self.settings) for ticket in group]
         queries = [query for query in loaded if isinstance(query, Query)]
         outcomes: list[FastOutcome] = [query for query in loaded if isinstance(query, Failed)]
         load_s = time.perf_counter() - started
+        if controls.get("paused"):
+            paused = [Deferred(query.job_id, DeferReason.AUDIT_PAUSED) for query in queries]
+            return outcomes + paused, {"load": load_s}, funnel.gate
         result = run_fast_stage(
             queries, large=self.models.large, small=self.models.small,
-            settings=self.settings.funnel, on_screened=on_screened,
+            settings=funnel, on_screened=on_screened,
         )  # fmt: skip
-        return outcomes + result.outcomes, {"load": load_s, **result.seconds}
+        return outcomes + result.outcomes, {"load": load_s, **result.seconds}, funnel.gate
+
+    def _sample_audits(self, session: Session, outcomes: Sequence[FastOutcome]) -> list[str]:
+        """Mark the accepted jobs the audit samples (by their keys: reruns pick the same)."""
+        rate = self.settings.audit_rate
+        accepted = [o.job_id for o in outcomes if isinstance(o, Accepted)]
+        if not rate or not accepted:
+            return []
+        keys = audits.keys_of(session, accepted)
+        return audits.request(session, [j for j in accepted if sampled(keys[j], rate)])
 
 
 class AgentWork(_Work):
@@ -330,3 +360,49 @@ class AgentWork(_Work):
         if not tickets:
             return Delivery(skipped=1)
         return self.run(tickets[0])
+
+    def run_audit_id(self, job_id: str) -> Delivery:
+        """Claim the audit a message named (if still pending) and run it."""
+        with self.sessions.begin() as session:
+            tickets = audits.claim(session, [job_id], worker=self.worker)
+        return self.run_audit(tickets[0]) if tickets else Delivery(skipped=1)
+
+    def run_audit(self, ticket: Ticket) -> Delivery:
+        """Run the agent on an accepted job (``common.audit``): its answer and whether it
+        agrees are recorded beside the accepted one, which stays the job's answer; a
+        batch whose agreement drifted raises its alarm."""
+        delivery = Delivery()
+        started = time.perf_counter()
+        try:
+            query = load_query(ticket, self.settings)
+            outcome = (
+                query
+                if isinstance(query, Failed)
+                else run_agent_stage(query, self.models.large, self.settings.agent_limits)
+            )
+        except RetryableError as exc:
+            log.warning("audit of job %s will be retried: %s", ticket.job_id, exc)
+            with self.dispatcher.transaction(
+                self.sessions, delay_s=self.settings.retry_delay_s
+            ) as tx:
+                tx.session.execute(
+                    update(Job).where(Job.id == ticket.job_id, Job.audit_status == audits.RUNNING)
+                    .values(audit_status=audits.PENDING)
+                )  # fmt: skip
+                tx.to_audit([ticket.job_id])
+            return delivery
+        except Exception as exc:  # an audit never fails its job: it is recorded as failed
+            outcome = Failed(
+                ticket.job_id, FailureCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+        with self.sessions.begin() as session:
+            if isinstance(outcome, Failed) or outcome.answer is None:
+                why = outcome.message if isinstance(outcome, Failed) else outcome.error
+                audits.record(session, ticket.job_id, None, None, why or "no answer")
+            else:
+                job = session.get(Job, ticket.job_id)
+                agreed = audit_agrees(job, outcome.answer) if job is not None else None
+                audits.record(session, ticket.job_id, outcome.answer, agreed, None)
+                delivery.alarms = check_drift(session, ticket.job_id, self.settings)
+        delivery.seconds["audit"] = time.perf_counter() - started
+        return delivery

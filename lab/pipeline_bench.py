@@ -74,6 +74,7 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
             "SPECEYES_FAST_QUEUE": f"bench-fast-{tag}",
             "SPECEYES_SLOW_QUEUE": f"bench-slow-{tag}",
             "SPECEYES_FAST_BATCH_SIZE": str(settings.fast_batch_size),
+            "SPECEYES_AUDIT_RATE": "0",  # the funnel's own speed
             **(plan.worker_env or {}),
         }
         mine = settings.model_copy(

@@ -33,7 +33,7 @@ from common.gate import warm_up
 from common.store.db import open_store
 from common.work import AgentWork, FastWork
 from workers import metrics
-from workers.dispatch import FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
+from workers.dispatch import AUDIT_TASK, FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
 from workers.supervision import Repeated, Supervisor, serve_health
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,16 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             return
         repeated.cleared("slow", "agent results are recorded again")
         metrics.record_agent(delivery)
+
+    @app.task(name=AUDIT_TASK, acks_late=True)
+    def audit(job_id: str) -> None:
+        try:
+            delivery = runtime.slow.run_audit_id(job_id)
+        except Exception:
+            repeated.error("audit", "an audit failed outside its job; sending it again")
+            runtime.dispatcher.send_audit([job_id], delay_s=backoff_s(settings, 1))
+            return
+        metrics.record_audit(delivery)
 
     @worker_ready.connect(weak=False)
     def start(**_: Any) -> None:

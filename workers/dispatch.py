@@ -21,6 +21,8 @@ from common.errors import BackendUnavailable, ConfigurationError
 
 FAST_TASK = "speceyes.fast"
 SLOW_TASK = "speceyes.slow"
+AUDIT_TASK = "speceyes.audit"
+AUDIT_PRIORITY = 9  # Redis: priority 0 is taken first, so audits only when nothing else waits
 
 
 def celery_app(settings: Settings) -> Any:
@@ -41,6 +43,7 @@ def celery_app(settings: Settings) -> Any:
         task_routes={
             FAST_TASK: {"queue": settings.fast_queue},
             SLOW_TASK: {"queue": settings.slow_queue},
+            AUDIT_TASK: {"queue": settings.audit_queue},
         },
         task_default_queue=settings.fast_queue,
         broker_connection_retry_on_startup=True,
@@ -99,6 +102,12 @@ class CeleryDispatcher(Dispatcher):
         options = _options(takeover, retries)
         return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, delay_s, options)
 
+    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
+        """Audits on their own queue at the lowest priority: a slow worker takes one only
+        when no deferred job waits (kombu's Redis transport pops priority-major)."""
+        return self._send(AUDIT_TASK, self.settings.audit_queue, job_ids, delay_s, None,
+                          priority=AUDIT_PRIORITY)  # fmt: skip
+
     def check(self) -> None:
         """Raise ``BackendUnavailable`` unless the broker answers."""
         try:
@@ -117,6 +126,7 @@ class CeleryDispatcher(Dispatcher):
         job_ids: Iterable[str],
         countdown: float | None,
         options: dict[str, Any] | None,
+        priority: int | None = None,
     ) -> int:
         from kombu.exceptions import OperationalError
 
@@ -131,6 +141,7 @@ class CeleryDispatcher(Dispatcher):
                         queue=queue,
                         countdown=countdown,
                         producer=producer,
+                        priority=priority,
                     )
                     sent += 1
         except OperationalError as exc:
@@ -146,8 +157,10 @@ class CeleryDispatcher(Dispatcher):
         client = redis.Redis.from_url(self.settings.broker_url or "", socket_timeout=10)
         try:
             raw: list[bytes] = []
-            for queue in (self.settings.fast_queue, self.settings.slow_queue):
-                raw += client.lrange(prefix + queue, 0, -1)  # type: ignore[arg-type]
+            settings = self.settings
+            for queue in (settings.fast_queue, settings.slow_queue, settings.audit_queue):
+                for key in _priority_keys(prefix + queue):
+                    raw += client.lrange(key, 0, -1)  # type: ignore[arg-type]
             if held:
                 held_messages: list[bytes] = client.hvals(prefix + "unacked")  # type: ignore[assignment]
                 raw += [_held_message(value) for value in held_messages]
@@ -190,6 +203,11 @@ def _options(takeover: bool, retries: int) -> dict[str, Any] | None:
     if retries:
         options["retries"] = retries
     return options or None
+
+
+def _priority_keys(queue: str) -> list[str]:
+    """The Redis lists of a queue: kombu keeps one per priority step, the first unsuffixed."""
+    return [queue] + [f"{queue}\x06\x16{step}" for step in (3, 6, 9)]
 
 
 def _held_message(value: bytes) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram, make_wsgi_app
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -59,6 +59,22 @@ def record_agent(delivery: Delivery) -> None:
     elif delivery.failed:
         JOBS.labels(Stage.AGENT, JobStatus.FAILED).inc()
     _record_common(Stage.AGENT, delivery, count_failed=False)
+
+
+AUDITS = Counter("speceyes_audits_total", "Audits of accepted answers, by outcome.", ["outcome"])
+AUDIT_ALARMS = Counter("speceyes_audit_alarms_total", "Audit drift alarms raised (per batch).")
+AUDIT_DRIFT = Gauge("speceyes_audit_drift", "1 once this worker raised an audit drift alarm.")
+
+
+def record_audit(delivery: Delivery) -> None:
+    if "audit" in delivery.seconds:
+        AUDITS.labels("done").inc()
+        STAGE_SECONDS.labels("audit").observe(delivery.seconds["audit"])
+    elif delivery.skipped:
+        AUDITS.labels("skipped").inc()
+    if delivery.alarms:
+        AUDIT_ALARMS.inc(len(delivery.alarms))
+        AUDIT_DRIFT.set(1)
 
 
 def _record_common(stage: Stage, delivery: Delivery, count_failed: bool = True) -> None:

@@ -22,6 +22,7 @@ from api.intake import (
 )
 from api.metrics import SUBMITTED
 from api.schemas import BatchSubmitted, BatchView
+from common.audit import figures
 from common.dispatch import send_waiting
 from common.errors import NotFound
 from common.export import result_row
@@ -68,10 +69,13 @@ async def submit_batch(
 
 
 @router.get("/{batch_id}", response_model=BatchView, summary="Counts, beta, alpha")
-def get_batch(batch_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> BatchView:
+def get_batch(
+    batch_id: uuid.UUID, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep
+) -> BatchView:
     with sessions() as session:
         batch = _batch_or_404(session, batch_id, caller)
-        return BatchView.of(batch, reads.batch_counts(session, batch.id))
+        audit = {**figures(session, settings, batch.id).as_dict(), "alarm": batch.audit_alarm}
+        return BatchView.of(batch, reads.batch_counts(session, batch.id), audit)
 
 
 @router.get("/{batch_id}/results", summary="A batch's results, streamed as JSONL")

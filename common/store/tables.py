@@ -42,6 +42,7 @@ class Batch(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # models, agent, gate, funnel mode
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
+    audit_alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # drift, once raised
 
 
 class Job(Base):
@@ -76,6 +77,12 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
     worker: Mapped[str | None] = mapped_column(String(100))  # the worker holding it (running)
+    # the online audit of an accepted answer (common.audit): pending, running, done, failed
+    audit_status: Mapped[str | None] = mapped_column(String(16), index=True)
+    audit_answer: Mapped[str | None] = mapped_column(Text)
+    audit_agrees: Mapped[bool | None]
+    audit_error: Mapped[str | None] = mapped_column(Text)
+    audited_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     fast_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -144,3 +151,14 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     holder: Mapped[str] = mapped_column(String(100))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Control(Base):
+    """A deployment-wide switch an audit alarm set: ``paused`` (accept nothing) or
+    ``gate_threshold`` (a raised tau). ``speceyes audit resume`` clears them."""
+
+    __tablename__ = "controls"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON)
+    set_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -396,3 +396,38 @@ def test_distributed_without_a_broker_is_a_usage_error(tmp_path):
     )  # fmt: skip
     assert run.returncode == 2
     assert "--distributed needs a broker" in run.stderr
+
+
+def test_a_slow_worker_takes_audits_only_after_the_deferred_jobs_waiting_with_them(
+    tmp_path, deployment
+):
+    from common.contracts import Accepted, DeferReason, Deferred, ScreenResult
+    from common.store import audits, claims
+
+    made = deployment(agent_max_steps="2")
+    folder = tmp_path / "imgs"
+    write_images(folder, 6)
+    batch_id = made.submit(folder)
+    with made.sessions.begin() as session:
+        tickets = claims.claim(session, Stage.FAST, 10, batch_id)
+        screen = ScreenResult(False, "no")
+        outcomes = [Deferred(t.job_id, DeferReason.LOW_CONFIDENCE, screen) for t in tickets[:3]]
+        outcomes += [Accepted(t.job_id, "A", 0.999, [9.0], screen) for t in tickets[3:]]
+        claims.record_fast(session, outcomes, made.settings.gate)
+        audited = audits.request(session, [t.job_id for t in tickets[3:]])
+    deferred = [t.job_id for t in tickets[:3]]
+    made.dispatcher.send_audit(audited)  # the audits are on the broker first ...
+    made.dispatcher.send_slow(deferred)  # ... yet the deferred jobs go before them
+    made.start("slow")
+    with made.sessions() as session:
+
+        def all_audited() -> bool:
+            session.expire_all()
+            return audits.counts(session, batch_id)[0] == 3
+
+        wait_until(all_audited, deadline_s=60, what="the audits")
+        jobs = made.jobs()
+    last_deferred = max(jobs[j].finished_at for j in deferred)
+    first_audit = min(jobs[j].audited_at for j in audited)
+    assert last_deferred <= first_audit, made.logs()
+    assert {jobs[j].audit_agrees for j in audited} == {True}  # scripted: the agent says A too
