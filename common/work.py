@@ -41,6 +41,7 @@ from common.backends import Models
 from common.config import GateSettings, Settings
 from common.contracts import (
     Accepted,
+    AgentOutcome,
     DeferReason,
     Deferred,
     Failed,
@@ -334,12 +335,7 @@ class AgentWork(_Work):
                 return delivery
         started = time.perf_counter()
         try:
-            query = load_query(ticket, self.settings)
-            outcome = (
-                query
-                if isinstance(query, Failed)
-                else run_agent_stage(query, self.models.large, self.settings.agent_limits)
-            )
+            outcome = self._trajectory(ticket)
             with self.sessions.begin() as session:
                 claims.record_agent(session, outcome)
         except RetryableError as exc:
@@ -353,6 +349,13 @@ class AgentWork(_Work):
         if isinstance(outcome, Failed) or outcome.answer is None:
             delivery.failed = 1
         return delivery
+
+    def _trajectory(self, ticket: Ticket) -> AgentOutcome | Failed:
+        """The agent on the ticket's job (or the job failed: its image is unusable)."""
+        query = load_query(ticket, self.settings)
+        if isinstance(query, Failed):
+            return query
+        return run_agent_stage(query, self.models.large, self.settings.agent_limits)
 
     def run_id(self, job_id: str, *, takeover: bool = False) -> Delivery:
         """Claim the job a message named (waiting, stale or handed back) and run it."""
@@ -374,12 +377,7 @@ class AgentWork(_Work):
         delivery = Delivery()
         started = time.perf_counter()
         try:
-            query = load_query(ticket, self.settings)
-            outcome = (
-                query
-                if isinstance(query, Failed)
-                else run_agent_stage(query, self.models.large, self.settings.agent_limits)
-            )
+            outcome = self._trajectory(ticket)
         except RetryableError as exc:
             log.warning("audit of job %s will be retried: %s", ticket.job_id, exc)
             with self.dispatcher.transaction(
