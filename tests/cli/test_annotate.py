@@ -324,3 +324,24 @@ def test_thyme_runs_the_tiny_checkpoints_end_to_end(tmp_path: Path, tiny_cache_d
     for row in rows:  # random weights: stopping and routing, never the text
         assert row["answered_by"] == "large" or row["error_code"] == "no_answer", row
         assert 1 <= row["agent_steps"] <= 2
+
+
+def test_the_audit_shows_in_the_summary_status_export_and_resume(tmp_path: Path, capsys):
+    write_images(tmp_path / "c", 6)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    args = [str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", db, "--name", "aud"]
+    assert annotate(*args, "--audit-rate", "1.0") == 0
+    printed = capsys.readouterr().out
+    assert "audit        6 of 6 audited answers agree with the agent" in printed
+    assert main(["audit", "status", "aud", "--db", db]) == 0
+    status = capsys.readouterr().out
+    assert "6 of 6 audited" in status and "overall      6 of 6" in status
+    out = tmp_path / "disagree.jsonl"
+    assert main(["export", "aud", "--out", str(out), "--audit-disagreements", "--db", db]) == 0
+    assert out.read_text() == ""  # the scripted agent agrees with every accepted answer
+    assert main(["export", "aud", "--out", str(tmp_path / "all.jsonl"), "--db", db]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+    assert {(row["audit_agrees"], row["audit_answer"]) for row in rows} == {(True, "A")}
+    capsys.readouterr()
+    assert main(["audit", "resume", "--db", db]) == 0
+    assert "nothing to resume" in capsys.readouterr().out

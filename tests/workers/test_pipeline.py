@@ -431,3 +431,28 @@ def test_a_slow_worker_takes_audits_only_after_the_deferred_jobs_waiting_with_th
     first_audit = min(jobs[j].audited_at for j in audited)
     assert last_deferred <= first_audit, made.logs()
     assert {jobs[j].audit_agrees for j in audited} == {True}  # scripted: the agent says A too
+
+
+def test_distributed_audits_raise_the_batchs_drift_alarm_and_pause(tmp_path, deployment):
+    from common.store import audits
+    from common.store.tables import Batch
+
+    setup = deployment(audit_rate="1.0", audit_on_drift="pause", fast_max_wait_s="0.2")
+    folder = tmp_path / "corpus"
+    write_images(folder, 8)
+    batch_id = setup.submit(folder)
+    setup.script(batch_id, {f"img00{i}.png": JobScript(answer="A", agent_answer="B")
+                            for i in range(8)})  # fmt: skip
+    setup.start("fast")
+    setup.start("slow")
+    setup.run(batch_id)  # every job final: accepted, each answer "A"
+    with setup.sessions() as session:
+
+        def raised() -> dict | None:
+            session.expire_all()
+            return session.get(Batch, batch_id).audit_alarm
+
+        alarm = wait_until(raised, deadline_s=60, what="the drift alarm")
+        assert alarm["agreed"] == 0 and alarm["action"].startswith("paused")
+        assert audits.controls(session) == {"paused": True}
+    assert {job.final_answer for job in setup.jobs().values()} == {"A"}  # answers stand
