@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 SUBMITTED = Counter(
     "speceyes_api_jobs_submitted_total", "Jobs created through the API, by route.", ["route"]
@@ -12,3 +17,37 @@ UNSENT = Counter(
     "speceyes_api_unsent_total",
     "Jobs committed while the broker refused them (the reconciler sends them later).",
 )
+
+
+class StoreAudit(Collector):
+    """The online audit as the store has it (the same from every replica): audited answers
+    by agreement, and batches whose drift alarm is raised. Read when scraped."""
+
+    def __init__(self, sessions: Any) -> None:
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[Any]:
+        from sqlalchemy import func, select
+
+        from common.store import audits
+        from common.store.tables import Batch
+
+        try:
+            with self.sessions() as session:
+                audited, agreed = audits.counts(session)
+                alarms = session.scalar(
+                    select(func.count()).select_from(Batch).where(Batch.audit_alarm.is_not(None))
+                )
+        except Exception:  # a scrape must not fail because the database blinked
+            return
+        answers = GaugeMetricFamily(
+            "speceyes_store_audited_answers", "Audited accepted answers, by agreement.",
+            labels=["agrees"],
+        )  # fmt: skip
+        answers.add_metric(["true"], agreed)
+        answers.add_metric(["false"], audited - agreed)
+        yield answers
+        yield GaugeMetricFamily(
+            "speceyes_store_audit_alarms", "Batches whose audit drift alarm is raised.",
+            value=alarms or 0,
+        )  # fmt: skip

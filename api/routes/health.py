@@ -36,8 +36,13 @@ def readyz(sessions: SessionsDep, dispatcher: DispatcherDep) -> JSONResponse:
     return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics of this process")
-def metrics() -> PlainTextResponse:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+@router.get("/metrics", summary="Prometheus metrics of this process, and the store's audit")
+def metrics(sessions: SessionsDep) -> PlainTextResponse:
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-    return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    from api.metrics import StoreAudit
+
+    store = CollectorRegistry()
+    store.register(StoreAudit(sessions))
+    body = generate_latest() + generate_latest(store)
+    return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)

@@ -10,6 +10,7 @@ import os
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
+from sqlalchemy import update
 
 from api.app import create_app
 from api.client import (
@@ -26,6 +27,7 @@ from common.backends.scripted import JobScript
 from common.config import Settings
 from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
+from common.store.tables import Job
 from tests.api.helpers import png, upload
 from workers.dispatch import CeleryDispatcher
 
@@ -169,9 +171,14 @@ def test_probes_and_metrics(api):
     assert server.http.get("/healthz").json() == {"status": "ok"}
     ready = server.http.get("/readyz")
     assert ready.status_code == 200 and ready.json()["database"] == "ok"
-    upload(server, png())
+    job_id = upload(server, png()).json()["id"]
+    with server.sessions.begin() as session:  # as if audited, the agent disagreeing
+        session.execute(update(Job).where(Job.id == job_id).values(
+            audit_status="done", audit_agrees=False))  # fmt: skip
     metrics = server.http.get("/metrics").text
     assert 'speceyes_api_jobs_submitted_total{route="jobs"}' in metrics
+    assert 'speceyes_store_audited_answers{agrees="false"} 1.0' in metrics
+    assert "speceyes_store_audit_alarms 0.0" in metrics
     down = api(broker_url="redis://127.0.0.1:1/0")
     response = down.http.get("/readyz")
     assert response.status_code == 503 and response.json()["broker"].startswith("unreachable")
