@@ -29,7 +29,6 @@ from common.agents.deepeyes import run_deepeyes
 from common.agents.thyme import run_thyme
 from common.agents.trajectory import Trajectory
 from common.backends.base import Speculation, VisionLanguageModel
-from common.backends.lockstep import Lockstep
 from common.config import AgentLimits, FunnelSettings, GateSettings, ImageLimits
 from common.contracts import (
     Accepted,
@@ -262,7 +261,9 @@ def run_agent_stage(
 ) -> AgentOutcome:
     """Phase IV for one job: a final answer, or a clear error (never a guess)."""
     agent = run_thyme if large.protocol.name == "thyme" else run_deepeyes
-    in_flight = large.trajectory() if isinstance(large, Lockstep) else nullcontext()
+    # a model that batches concurrent trajectories' steps (backends.lockstep) is told
+    # that one is in flight; any other model has nothing to count
+    in_flight = getattr(large, "trajectory", nullcontext)()
     try:
         with in_flight:
             trajectory = agent(query, large, limits)
