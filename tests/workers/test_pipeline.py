@@ -456,3 +456,43 @@ def test_distributed_audits_raise_the_batchs_drift_alarm_and_pause(tmp_path, dep
         assert alarm["agreed"] == 0 and alarm["action"].startswith("paused")
         assert audits.controls(session) == {"paused": True}
     assert {job.final_answer for job in setup.jobs().values()} == {"A"}  # answers stand
+
+
+def test_sigterm_hands_a_fast_workers_buffered_messages_back_and_exits_0(tmp_path, deployment):
+    """What `worker --help` promises: a warm shutdown returns what was taken, not run."""
+    import signal
+
+    made = deployment(fast_max_wait_s="60", fast_batch_size="32")  # the batch never fills
+    folder = tmp_path / "imgs"
+    write_images(folder, 5)
+    batch_id = made.submit(folder)
+    worker = made.start("fast")
+    made.send(batch_id)
+    wait_until(lambda: len(made.dispatcher.message_ids(held=False)) == 0
+               and len(made.dispatcher.message_ids()) == 5,
+               deadline_s=30, what="the worker to take the 5 messages")  # fmt: skip
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(timeout=60) == 0
+    assert made.dispatcher.queue_depths()[made.settings.fast_queue] == 5  # back on the queue
+    assert {job.status for job in made.jobs().values()} == {JobStatus.QUEUED}
+
+
+def test_sigterm_lets_a_slow_workers_trajectory_finish_then_exits_0(tmp_path, deployment):
+    import signal
+
+    made = deployment(scripted__tool_free="0", scripted__agent_step_s="2")
+    folder = tmp_path / "imgs"
+    write_images(folder, 1)
+    batch_id = made.submit(folder)
+    made.start("fast")
+    slow = made.start("slow")
+    made.send(batch_id)
+
+    def running() -> bool:
+        return any(j.status == JobStatus.RUNNING and j.stage == Stage.AGENT
+                   for j in made.jobs().values())  # fmt: skip
+
+    wait_until(running, deadline_s=30, what="the trajectory to start")
+    slow.process.send_signal(signal.SIGTERM)
+    assert slow.process.wait(timeout=60) == 0
+    assert [job.status for job in made.jobs().values()] == [JobStatus.DONE]  # finished first
