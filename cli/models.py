@@ -29,6 +29,24 @@ def register(commands: Any) -> None:
     build.add_argument("--force", action="store_true", help="rebuild even if present")
     build.set_defaults(run=run_build_tiny)
 
+    random = actions.add_parser(
+        "build-random",
+        help="write a full-size architecture with random weights (GPU speed benchmarks)",
+        description="Write a checkpoint folder with no weights: the architecture's config, "
+        "the tiny tokenizer and chat template, and a marker; the weights are built on the "
+        "device when it loads (seeded). Answers are meaningless; generation costs what the "
+        "real model's does. For `speceyes bench agent --large DIR --device cuda --dtype "
+        "bfloat16` where no model hub is reachable.",
+    )
+    random.add_argument(
+        "--preset",
+        choices=("qwen2.5-vl-7b", "test"),
+        default="qwen2.5-vl-7b",
+        help="qwen2.5-vl-7b (DeepEyes / Thyme 7B, default), or test (tiny dimensions)",
+    )
+    random.add_argument("--out", type=Path, required=True, help="folder to write")
+    random.set_defaults(run=run_build_random)
+
     train = actions.add_parser(
         "train-synth",
         help="train the tiny models on the SpecEyes-Synth world ('synth' model spec)",
@@ -76,6 +94,14 @@ def register(commands: Any) -> None:
         help="train this model alone, keeping the other in --out",
     )
     train.set_defaults(run=run_train_synth)
+
+
+def run_build_random(args: argparse.Namespace) -> int:
+    from common.models.full_size import write_random_init
+
+    folder = write_random_init(args.out, args.preset)
+    print(f"wrote {args.preset} (random weights, built at load) to {folder}")
+    return 0
 
 
 def run_build_tiny(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -103,16 +104,12 @@ class TransformersModel:
         logits_processors: Sequence[Any] = (),
         protocol: Protocol = REFERENCE,
     ) -> None:
-        from transformers import AutoModelForImageTextToText
-
         self.name = name or path
         self.protocol = protocol
         self.device = resolve_device(device)
         try:
             self.processor = load_processor(path)
-            self.model = AutoModelForImageTextToText.from_pretrained(
-                path, dtype=resolve_dtype(dtype, self.device)
-            )
+            self.model = _load_model(path, resolve_dtype(dtype, self.device), self.device)
         except (OSError, ValueError, KeyError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigurationError(
@@ -309,6 +306,23 @@ def _top_scores(
 def _cut_after_stop(text: str, stop: Sequence[str]) -> str | None:
     ends = [text.find(s) + len(s) for s in stop if s and s in text]
     return text[: min(ends)] if ends else None
+
+
+def _load_model(path: str, dtype: torch.dtype, device: torch.device) -> Any:
+    """The checkpoint at ``path``; a random-init folder (``common.models.full_size``) is
+    built from its config on the device itself, seeded (no weights to read)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from common.models.full_size import random_init_seed
+
+    seed = random_init_seed(path) if Path(path).is_dir() else None
+    if seed is None:
+        return AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
+    torch.manual_seed(seed)
+    with device:
+        return AutoModelForImageTextToText.from_config(
+            AutoConfig.from_pretrained(path), dtype=dtype
+        )
 
 
 def template_messages(chat: Sequence[Message]) -> tuple[list[dict[str, Any]], list[Image.Image]]:

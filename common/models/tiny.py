@@ -163,7 +163,7 @@ def _token_ids(tokenizer: Tokenizer) -> dict[str, int]:
     return ids  # type: ignore[return-value]
 
 
-def _model_config(kind: str, tokenizer: Tokenizer) -> Any:
+def model_config(kind: str, tokenizer: Tokenizer) -> Any:
     from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
 
     ids = _token_ids(tokenizer)
@@ -237,24 +237,36 @@ def _image_processor_config(kind: str) -> dict[str, Any]:
 
 def _write_checkpoint(folder: Path, kind: str, tokenizer: Tokenizer) -> None:
     import torch
-    from transformers import (
-        AutoModelForImageTextToText,
-        GenerationConfig,
-        PreTrainedTokenizerFast,
-    )
+    from transformers import AutoModelForImageTextToText
 
     folder.mkdir(parents=True)
-    ids = _token_ids(tokenizer)
-    config = _model_config(kind, tokenizer)
+    config = model_config(kind, tokenizer)
     torch.manual_seed(SEED)
     model = AutoModelForImageTextToText.from_config(config)
-    model.generation_config = GenerationConfig(
+    model.generation_config = generation_config(tokenizer)
+    model.save_pretrained(folder)
+    write_text_and_images(folder, kind, tokenizer)
+
+
+def generation_config(tokenizer: Tokenizer) -> Any:
+    """Greedy, ending at ``<|im_end|>`` or ``<|endoftext|>`` (as the hub checkpoints)."""
+    from transformers import GenerationConfig
+
+    ids = _token_ids(tokenizer)
+    return GenerationConfig(
         eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
         pad_token_id=ids["<|endoftext|>"],
         bos_token_id=ids["<|endoftext|>"],
         do_sample=False,
     )
-    model.save_pretrained(folder)
+
+
+def write_text_and_images(
+    folder: Path, kind: str, tokenizer: Tokenizer, image_size: dict[str, int] | None = None
+) -> None:
+    """The tokenizer, the architecture's chat template and the image-processor config
+    (``image_size``: the processor's pixel bounds, default the tiny ones)."""
+    from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -268,11 +280,12 @@ def _write_checkpoint(folder: Path, kind: str, tokenizer: Tokenizer) -> None:
     _patch_json(folder / "tokenizer_config.json", {"tokenizer_class": "Qwen2Tokenizer"})
     template = QWEN2_5_VL if kind == "qwen2_5_vl" else QWEN3_VL
     (folder / "chat_template.jinja").write_text(template)
-    (folder / "preprocessor_config.json").write_text(
-        json.dumps(_image_processor_config(kind), indent=2)
-    )
+    processor = _image_processor_config(kind)
+    if image_size is not None:
+        processor["size"] = image_size
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
     (folder / "processor_config.json").write_text(
-        json.dumps({"processor_class": _image_processor_config(kind)["processor_class"]}, indent=2)
+        json.dumps({"processor_class": processor["processor_class"]}, indent=2)
     )
     for path in folder.iterdir():  # safetensors are written 0600; others load them too
         path.chmod(0o644)
