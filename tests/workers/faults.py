@@ -84,8 +84,13 @@ class OwnPostgres:
         self.folder.chmod(0o777)
         self.data = self.folder / "pgdata"
         self.log = self.folder / "postgres.log"
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-        self.bin = Path(found[-1]).parent if found else Path(shutil.which("initdb") or "").parent
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
+        if found[-1] is None:
+            raise RuntimeError(
+                "no initdb on this machine: the fault tests run a PostgreSQL cluster of their "
+                "own (apt-get install postgresql)"
+            )
+        self.bin = Path(str(found[-1])).parent
         self.as_postgres = os.geteuid() == 0  # initdb refuses to run as root
 
     @property
