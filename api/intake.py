@@ -248,10 +248,10 @@ def check_in_flight(session: Session, caller: Caller, settings: Settings, adding
         )  # fmt: skip
 
 
-def public_path(path: str | None, settings: Settings) -> str | None:
+def public_path(path: str | None, upload_root: Path) -> str | None:
     """What a client may see of a job's image path: the server path it named itself (inside
-    ``image_roots``), never where an upload is kept."""
-    if path is None or Path(path).resolve().is_relative_to(settings.upload_dir.resolve()):
+    ``image_roots``), never where an upload is kept (``upload_root``, resolved)."""
+    if path is None or Path(path).resolve().is_relative_to(upload_root):
         return None
     return path
 

@@ -136,7 +136,7 @@ def _act(session: Session, settings: Settings) -> str:
 def describe(session: Session, settings: Settings, batch: Batch) -> list[str]:
     """The audit of a batch in a few printable lines (none if nothing was audited)."""
     found = figures(session, settings, batch.id)
-    waiting = len(audits.pending(session, batch.id))
+    waiting = len(audits.unfinished(session, batch.id))
     if not found.audited and not waiting:
         return []
     line = f"audit        {found.agreed} of {found.audited} audited answers agree with the agent"

@@ -75,8 +75,8 @@ class Reconciler:
             self._missing_since.clear()
             return result
         with self.dispatcher.transaction(self.sessions) as outbox:
-            orphans = liveness.release_orphans(outbox.session, settings.worker_dead_after_s)
             live = liveness.live_workers(outbox.session, settings.worker_dead_after_s)
+            orphans = liveness.release_orphans(outbox.session, live)
             orphan_audits = audits.release_orphans(outbox.session, live)
             result.died = liveness.forget_dead(outbox.session, settings.worker_dead_after_s)
             outbox.to_fast(orphans[Stage.FAST])

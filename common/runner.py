@@ -225,18 +225,19 @@ class EmbeddedRunner(Dispatcher):
         """Claim up to ``limit`` waiting jobs; none once stopped. Retries sent back with a
         delay hold the stage's claims until it has passed."""
         self._stop.wait(max(0.0, self._hold_until[stage] - time.monotonic()))
-        with self._claiming:
-            if self._stop.is_set():
-                return []
-            with self.sessions.begin() as session:
-                return claims.claim(session, stage, limit, batch_id)
+        return self._claimed(lambda session: claims.claim(session, stage, limit, batch_id))
 
     def _claim_audit(self, batch_id: str | None) -> list[Ticket]:
+        return self._claimed(lambda session: audits.claim(session, batch_id=batch_id))
+
+    def _claimed(self, claim: Callable[[Session], list[Ticket]]) -> list[Ticket]:
+        """``claim`` in a transaction of its own; nothing once stopped (an interrupt puts
+        back what is claimed, under the same lock)."""
         with self._claiming:
             if self._stop.is_set():
                 return []
             with self.sessions.begin() as session:
-                return audits.claim(session, batch_id=batch_id)
+                return claim(session)
 
     def _fast_loop(self, batch_id: str | None) -> None:
         try:
@@ -267,7 +268,7 @@ class EmbeddedRunner(Dispatcher):
             if self._fast_done.is_set() and batch_id is not None:
                 with self.sessions.begin() as session:  # one last look: fast may just have ended
                     if not reads.count_status(session, JobStatus.DEFERRED, batch_id) and not (
-                        audits.pending(session, batch_id)
+                        audits.unfinished(session, batch_id)
                     ):
                         return
                 continue

@@ -32,7 +32,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.audit import agrees as audit_agrees
@@ -383,10 +382,7 @@ class AgentWork(_Work):
             with self.dispatcher.transaction(
                 self.sessions, delay_s=self.settings.retry_delay_s
             ) as tx:
-                tx.session.execute(
-                    update(Job).where(Job.id == ticket.job_id, Job.audit_status == audits.RUNNING)
-                    .values(audit_status=audits.PENDING)
-                )  # fmt: skip
+                audits.put_back(tx.session, ticket.job_id)
                 tx.to_audit([ticket.job_id])
             return delivery
         except Exception as exc:  # an audit never fails its job: it is recorded as failed

@@ -85,10 +85,12 @@ def get_results(
     with sessions() as session:
         found = _batch_or_404(session, batch_id, caller).id
 
+    uploads = settings.upload_dir.resolve()
+
     def rows() -> Iterator[bytes]:
         with sessions() as session:
             for item, job in reads.batch_results(session, found):
-                row = {**result_row(item, job), "image": public_path(job.image_path, settings)}
+                row = {**result_row(item, job), "image": public_path(job.image_path, uploads)}
                 yield (json.dumps(row, default=str) + "\n").encode()
 
     return StreamingResponse(rows(), media_type="application/x-ndjson")

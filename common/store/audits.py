@@ -74,6 +74,12 @@ def record(
     return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
 
 
+def put_back(session: Session, job_id: str) -> bool:
+    """A running audit back to pending (its run will be tried again)."""
+    statement = update(Job).where(Job.id == job_id, Job.audit_status == RUNNING)
+    return bool(session.execute(statement.values(audit_status=PENDING)).rowcount)  # type: ignore[attr-defined]
+
+
 def release(session: Session) -> int:
     """Running audits back to pending (a restarted embedded run)."""
     statement = update(Job).where(Job.audit_status == RUNNING).values(audit_status=PENDING)
@@ -98,7 +104,7 @@ def release_orphans(session: Session, live: set[str]) -> list[str]:
     return list(session.scalars(statement))
 
 
-def pending(session: Session, batch_id: str | None = None) -> list[str]:
+def unfinished(session: Session, batch_id: str | None = None) -> list[str]:
     """Audits waiting to run (pending) or running, of ``batch_id`` if given."""
     query = select(Job.id).where(Job.audit_status.in_([PENDING, RUNNING]))
     if batch_id is not None:

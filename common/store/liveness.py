@@ -42,11 +42,10 @@ def live_workers(session: Session, dead_after_s: float) -> set[str]:
     return set(session.scalars(select(Worker.id).where(Worker.beat_at >= fresh)))
 
 
-def release_orphans(session: Session, dead_after_s: float) -> dict[Stage, list[str]]:
-    """Put running jobs whose worker is dead back to wait for their stage (the claim keeps
-    its attempt: a job that kills its worker must not run forever). Returns the released
-    ids by stage."""
-    live = live_workers(session, dead_after_s)
+def release_orphans(session: Session, live: set[str]) -> dict[Stage, list[str]]:
+    """Put running jobs whose worker is not among ``live`` (``live_workers``) back to wait
+    for their stage (the claim keeps its attempt: a job that kills its worker must not
+    run forever). Returns the released ids by stage."""
     released: dict[Stage, list[str]] = {}
     for stage, waiting in WAITING_FOR.items():
         held = [Job.status == JobStatus.RUNNING, Job.stage == stage, Job.worker.is_not(None)]

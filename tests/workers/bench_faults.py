@@ -43,9 +43,7 @@ def one(fault: str, jobs: int, deadline_s: float) -> dict[str, float]:
         run = Run(folder, redis.url, postgres.url, tool_free=0.7, confident=0.7,
                   agent_step_s=0.01)  # fmt: skip
         try:
-            fast = run.workers.start("fast")
-            slow = [run.workers.start("slow") for _ in range(3)]
-            run.workers.supervise()
+            fast, *slow = run.supervised("fast", "slow", "slow", "slow")
             dispatcher = CeleryDispatcher(run.settings)
             batch_id = submit_synthetic(run.sessions, dispatcher, jobs, 1000, folder)
             dispatcher.close()

@@ -213,6 +213,13 @@ class Run:
         self.workers = Supervised(self.env, tmp_path)
         self.tmp_path = tmp_path
 
+    def supervised(self, *pools: str) -> list[WorkerProcess]:
+        """Start a worker of each pool, ready, then keep them running (restarting any
+        that exits)."""
+        started = [self.workers.start(pool) for pool in pools]
+        self.workers.supervise()
+        return started
+
     def submit(self, count: int) -> str:
         from common.corpus import read_source
 

@@ -19,9 +19,7 @@ def test_a_redis_restart_without_persistence_strands_no_job(tmp_path: Path, post
     run = Run(tmp_path, redis.url, postgres_url, tool_free=0.6, confident=0.6,
               agent_step_s=0.3)  # fmt: skip
     try:
-        for pool in ("fast", "slow", "slow"):
-            run.workers.start(pool)
-        run.workers.supervise()
+        run.supervised("fast", "slow", "slow")
         batch_id = run.submit(60)
 
         def mid_run() -> bool:
@@ -48,9 +46,7 @@ def test_a_postgresql_restart_loses_nothing(tmp_path: Path, redis_client):
     run = Run(tmp_path, REDIS_URL, postgres.url, tool_free=0.6, confident=0.6,
               agent_step_s=0.3)  # fmt: skip
     try:
-        for pool in ("fast", "slow", "slow"):
-            run.workers.start(pool)
-        run.workers.supervise()
+        run.supervised("fast", "slow", "slow")
         batch_id = run.submit(60)
         wait_until(lambda: len(run.answers()) >= 10, deadline_s=60, what="the run under way")
         before = run.answers()
