@@ -145,10 +145,11 @@ class EmbeddedRunner(Dispatcher):
             log.info("released %d jobs left running by an earlier run", released)
         threads = self._start_threads(batch_id)
         try:
-            while any(thread.is_alive() for thread in threads):
-                if on_progress is not None:
-                    on_progress(self.counts(batch_id))
-                self._stop.wait(poll_s)
+            for thread in threads:  # joined: the run ends the moment its last thread does
+                while thread.is_alive():
+                    if on_progress is not None:
+                        on_progress(self.counts(batch_id))
+                    thread.join(poll_s)
         except KeyboardInterrupt:
             result = self._interrupt(batch_id, threads)
         else:

@@ -11,6 +11,7 @@ from PIL import Image, ImageDraw
 
 from common.config import Settings
 from common.contracts import Query
+from lab.schedule import Draw, run_draws
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
            "yellow": (230, 200, 40)}  # fmt: skip
@@ -51,6 +52,7 @@ class EmbeddedFigures:
     agent_workers: int = 1
     agent_jobs: int = 0  # trajectories run
     fill_s: float = 0.0  # first fast batch's start to the first trajectory's
+    draws: tuple[Draw, ...] = ()  # where each job went, in submission order (lab.schedule)
 
     @property
     def jobs_per_s(self) -> float:
@@ -119,6 +121,7 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
     counts = result.counts
     with sessions() as session:
         busy = reads.stage_busy(session, submitted.batch_id)
+        draws = tuple(run_draws(session, submitted.batch_id))
     sessions.kw["bind"].dispose()
     return EmbeddedFigures(
         jobs=result.finished_now,
@@ -131,4 +134,5 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
         agent_workers=settings.agent_workers,
         agent_jobs=busy.agent_jobs,
         fill_s=busy.fill_s,
+        draws=draws,
     )

@@ -2,7 +2,8 @@
 
 Starts its own workers (``speceyes worker fast|slow`` subprocesses, scripted backend) on
 a scratch PostgreSQL database and a scratch Redis key prefix, submits jobs in chunks
-(each chunk committed, then enqueued, as ``annotate`` does), and reads the figures from
+(each committed, then enqueued; the first is one fast batch, so the fast pool starts
+while the rest is written, as a client streaming a corpus in would), and reads the figures from
 the job store: jobs/s from the first submit to the last result, and the submit-to-done
 latency of every job. The scratch database and keys are removed afterwards.
 """
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from common.store import reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from lab.bench import EmbeddedFigures
+from lab.schedule import run_draws
 from workers.dispatch import CeleryDispatcher
 
 Log = Callable[[str], None]
@@ -53,7 +56,7 @@ class PipelinePlan:
     jobs: int
     fast_workers: int = 1
     slow_workers: int = 1
-    chunk: int = 500  # jobs per submit transaction (then enqueued)
+    chunk: int = 500  # jobs per submit transaction (then enqueued); the first: one batch
     worker_env: dict[str, str] | None = None  # SPECEYES_* for the workers (costs, shares)
 
 
@@ -90,9 +93,8 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
         try:
             with workers(plan, env, Path(scratch), log):
                 log(f"submitting {plan.jobs} jobs in chunks of {plan.chunk}")
-                batch_id = submit_synthetic(
-                    sessions, dispatcher, plan.jobs, plan.chunk, Path(scratch)
-                )
+                spans = chunk_spans(plan.jobs, settings.fast_batch_size, plan.chunk)
+                batch_id = submit_synthetic(sessions, dispatcher, spans, Path(scratch))
                 result = follow_store(
                     sessions, batch_id, Watch(on_stall=_stalled), poll_s=0.25, stall_s=60
                 )
@@ -109,11 +111,17 @@ def _stalled(seconds: float) -> None:
     print(f"nothing finished for {seconds:.0f} s; see the worker logs", file=sys.stderr)
 
 
+def chunk_spans(count: int, first: int, size: int) -> list[range]:
+    """Positions ``0 .. count`` in chunks: ``first`` jobs, then ``size`` at a time."""
+    bounds = [0, *range(min(first, count), count, size), count]
+    return [range(start, stop) for start, stop in pairwise(bounds) if stop > start]
+
+
 def submit_synthetic(
-    sessions: Any, dispatcher: Dispatcher, count: int, chunk: int, folder: Path
+    sessions: Any, dispatcher: Dispatcher, spans: list[range], folder: Path
 ) -> str:
-    """``count`` jobs on one small image (distinct questions make distinct jobs), submitted
-    in chunks: each chunk committed, then sent."""
+    """Jobs on one small image (distinct questions make distinct jobs), a chunk per span
+    of positions: each chunk committed, then sent."""
     image = folder / "bench.png"
     Image.new("RGB", (64, 48), (200, 40, 40)).save(image)
     digest = content_hash(image.read_bytes())
@@ -122,8 +130,8 @@ def submit_synthetic(
             session, key=uuid.uuid4().hex, name="bench-pipeline", source=str(folder), config={}
         )
     batch_id = batch.id
-    for start in range(0, count, chunk):
-        questions = {i: f"Question {i}: what colour is it?" for i in range(start, count)[:chunk]}
+    for span in spans:
+        questions = {i: f"Question {i}: what colour is it?" for i in span}
         items = [
             submission.NewItem(i, f"job-{i}", question, image_path=str(image), image_hash=digest)
             for i, question in questions.items()
@@ -133,7 +141,7 @@ def submit_synthetic(
             outbox.to_fast(
                 outbox.session.scalars(
                     select(BatchItem.job_id).where(
-                        BatchItem.batch_id == batch_id, BatchItem.position >= start
+                        BatchItem.batch_id == batch_id, BatchItem.position >= span.start
                     )
                 )
             )
@@ -144,6 +152,7 @@ def figures(sessions: Any, batch_id: str, slow_workers: int = 1) -> PipelineFigu
     with sessions() as session:
         counts = reads.batch_counts(session, batch_id)
         busy = reads.stage_busy(session, batch_id)
+        draws = tuple(run_draws(session, batch_id))
         rows = session.execute(
             select(Job.created_at, Job.finished_at)
             .join(BatchItem, BatchItem.job_id == Job.id)
@@ -166,6 +175,7 @@ def figures(sessions: Any, batch_id: str, slow_workers: int = 1) -> PipelineFigu
         agent_workers=slow_workers,
         agent_jobs=busy.agent_jobs,
         fill_s=busy.fill_s,
+        draws=draws,
     )
 
 

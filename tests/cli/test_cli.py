@@ -92,6 +92,17 @@ def test_bench_fast_prints_a_row_per_batch_size(capsys, tiny_env):
     assert all(float(row[-1]) > 0 for row in rows)
 
 
+def test_bench_embedded_prints_the_bound_and_the_overhead_free_replay_of_its_draws(capsys):
+    # zero costs: the run is over in a moment, the figures are the pipeline's own
+    args = ["bench", "embedded", "--jobs", "12", "--agent-workers", "2", "--agent-s", "0",
+            "--fast-batch-s", "0", "--fast-job-s", "0"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("efficiency") >= 4  # the bound's and the replay's, funnel and baseline
+    assert out.count("the same draws with no overhead at all") == 2
+    assert "speedup" in out
+
+
 def test_config_prints_every_setting(capsys, monkeypatch):
     monkeypatch.setenv("SPECEYES_GATE_TOP_K", "32")
     assert main(["config", "--json"]) == 0

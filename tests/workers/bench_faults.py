@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 from common.contracts import JobStatus
 from common.dispatch import follow_store
 from common.store.tables import Job
-from lab.pipeline_bench import submit_synthetic
+from lab.pipeline_bench import chunk_spans, submit_synthetic
 from tests.helpers import wait_until
 from tests.workers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
 from workers.dispatch import CeleryDispatcher
@@ -45,7 +45,9 @@ def one(fault: str, jobs: int, deadline_s: float) -> dict[str, float]:
         try:
             fast, *slow = run.supervised("fast", "slow", "slow", "slow")
             dispatcher = CeleryDispatcher(run.settings)
-            batch_id = submit_synthetic(run.sessions, dispatcher, jobs, 1000, folder)
+            batch_id = submit_synthetic(
+                run.sessions, dispatcher, chunk_spans(jobs, 1000, 1000), folder
+            )
             dispatcher.close()
             wait_until(lambda: _final(run) >= jobs // 3, deadline_s=deadline_s,
                        what="a third of the jobs final", every_s=0.5)  # fmt: skip
