@@ -60,3 +60,12 @@ def test_the_pipeline_bench_submits_one_fast_batch_first_then_chunks():
                                           range(1032, 1100)]  # fmt: skip
     assert chunk_spans(20, 32, 500) == [range(0, 20)]
     assert chunk_spans(0, 32, 500) == []
+
+
+def test_the_command_summarises_random_draws(capsys):
+    from lab.schedule import main
+
+    assert main(["--jobs", "40", "--agents", "2", "--runs", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "40 jobs, 2 agent(s), 20 draws: efficiency mean 0." in out
+    assert "of draws reach 0.95" in out
