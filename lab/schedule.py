@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from common.contracts import DeferReason
+from common.contracts import AnsweredBy, DeferReason
 from common.store.tables import BatchItem, Job
 
 
@@ -79,9 +79,9 @@ def overhead_free(draws: Sequence[Draw], schedule: Schedule) -> Replay:
         head = max(1, len(batch) // 2) if start == 0 else len(batch)
         for group in (batch[:head], batch[head:]):
             released += [clock] * group.count(Draw.DIRECT)
-            call(len(group) - group.count(Draw.DIRECT))
+            call(len(group) - group.count(Draw.DIRECT))  # screening
             released += [clock] * group.count(Draw.SCREENED)
-            call(len(group) - group.count(Draw.SCREENED))
+            call(group.count(Draw.ACCEPTED) + group.count(Draw.GATED))  # speculation
             released += [clock] * group.count(Draw.GATED)
     free = [0.0] * schedule.agents  # when each agent is next free (a heap)
     for ready in sorted(released):
@@ -102,7 +102,7 @@ def run_draws(session: Any, batch_id: str) -> list[Draw]:
 
 
 def _draw(answered_by: str | None, reason: str | None) -> Draw:
-    if answered_by == "small":
+    if answered_by == AnsweredBy.SMALL:
         return Draw.ACCEPTED
     if reason == DeferReason.LOW_CONFIDENCE:
         return Draw.GATED
