@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -59,6 +59,7 @@ from common.store import audits, claims
 from common.store.tables import Job
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -109,6 +110,13 @@ def pixel_groups(tickets: list[Ticket], budget: int) -> list[list[Ticket]]:
         groups[-1].append(ticket)
         held += pixels
     return groups
+
+
+def halves(group: list[T]) -> list[list[T]]:
+    """A first batch as it runs: its first half, then the rest (one group if it has one
+    job), so the agents get a screen's rejects sooner."""
+    head = max(1, len(group) // 2)
+    return [part for part in (group[:head], group[head:]) if part]
 
 
 class _Work:
@@ -209,9 +217,7 @@ class FastWork(_Work):
         groups = pixel_groups(fresh, self.settings.fast_batch_pixels)
         if groups and self._split_next:
             self._split_next = False
-            first = groups.pop(0)
-            head = max(1, len(first) // 2)
-            groups[:0] = [group for group in (first[:head], first[head:]) if group]
+            groups[:1] = halves(groups[0])
         for group in groups:
             self._run_group(group, delivery)
         for ticket in tickets:  # tried before and failed: alone, so it fails alone

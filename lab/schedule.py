@@ -31,8 +31,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from common.backends.scripted import SimulatedCost
 from common.contracts import AnsweredBy, DeferReason
 from common.store.tables import BatchItem, Job
+from common.work import halves
 
 
 class Draw(StrEnum):
@@ -67,17 +69,18 @@ def overhead_free(draws: Sequence[Draw], schedule: Schedule) -> Replay:
     """The draws through the schedule at nominal costs, with no overhead."""
     clock = 0.0  # the fast stage's: it is busy from the start to its last call
     released: list[float] = []  # when each job for the agents became available
+    # each phase costs half of a batch's cost, as in the scripted backend
+    phase = SimulatedCost(schedule.fast_batch_s / 2, schedule.fast_job_s / 2)
 
     def call(jobs: int) -> None:
         nonlocal clock
         if jobs:  # an empty group makes no call
-            clock += (schedule.fast_batch_s + schedule.fast_job_s * jobs) / 2
+            clock += phase.seconds(jobs)
 
     size = schedule.batch_size
     for start in range(0, len(draws), size):
         batch = list(draws[start : start + size])
-        head = max(1, len(batch) // 2) if start == 0 else len(batch)
-        for group in (batch[:head], batch[head:]):
+        for group in halves(batch) if start == 0 else [batch]:
             released += [clock] * group.count(Draw.DIRECT)
             call(len(group) - group.count(Draw.DIRECT))  # screening
             released += [clock] * group.count(Draw.SCREENED)
