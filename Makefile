@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup sandbox demo test lint format bench bench-gpu clean
+.PHONY: help setup sandbox demo test lint format bench bench-gpu gpu-wheels clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
@@ -12,6 +12,7 @@ help:
 	@echo "make bench   fast stage against batch size, the embedded funnel, the synth report (CPU)"
 	@echo "             (speceyes bench pipeline: the distributed pipeline, needs Redis + PostgreSQL)"
 	@echo "make bench-gpu  trajectories/s at N = 1, 4, 16 at full size (7B, random weights; CUDA torch)"
+	@echo "make gpu-wheels what a GPU image without network needs for bench-gpu, into .whl/"
 
 # torch first and pinned: 2.13.0 is the CPU build this machine has on disk; any other
 # torch spec downloads a multi-GB CUDA build.
@@ -55,12 +56,26 @@ bench: setup
 	$(VENV)/bin/speceyes bench embedded --jobs 200
 	$(VENV)/bin/speceyes bench synth --json synth-report.json
 
-# On a machine with a CUDA GPU: many trajectories per agent worker at full size
-# (Qwen2.5-VL-7B's architecture, random weights built on the GPU: no hub, nothing stored).
-bench-gpu: setup
-	$(VENV)/bin/speceyes models build-random --preset qwen2.5-vl-7b --out /tmp/speceyes-qwen7b
-	$(VENV)/bin/speceyes bench agent --large /tmp/speceyes-qwen7b --device cuda \
-		--dtype bfloat16 --concurrency 1,4,16 --trajectories 32
+# On a machine with a CUDA GPU whose python3 has torch: many trajectories per agent
+# worker at full size (Qwen2.5-VL-7B's architecture, random weights built on the GPU: no
+# hub, nothing stored). Runs from the tree; a GPU image without network first gets what
+# it lacks from .whl/, which `make gpu-wheels` fills where PyPI is reachable.
+bench-gpu:
+	bash lab/bench_gpu.sh
+
+# The wheels a GPU image (Python $(GPU_PYTHON), torch present) lacks for bench-gpu, at
+# the versions this venv runs: transformers (>= 5.20) and pydantic with their own needs.
+GPU_PYTHON ?= 3.12
+GPU_WHEELS := transformers pydantic pydantic-core pydantic-settings annotated-types \
+	typing-inspection typing-extensions python-dotenv regex
+gpu-wheels: setup
+	rm -rf .whl
+	$(PY) -c 'import sys, importlib.metadata as m; \
+		print(*(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' $(GPU_WHEELS) \
+	| xargs $(PY) -m pip download --quiet --no-deps --only-binary=:all: -d .whl \
+		--python-version $(GPU_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+	@du -sh .whl
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
