@@ -48,7 +48,4 @@ EOF
 "$python" -m cli.main models build-random --preset "$preset" --out "$scratch/model"
 "$python" -m cli.main bench agent --large "$scratch/model" --device "$device" \
     --dtype "${DTYPE:-bfloat16}" --concurrency "${CONCURRENCY:-1,4,16}" \
-    --trajectories "${TRAJECTORIES:-32}" | tee "$scratch/figures.txt"
-if [ -n "${OUT:-}" ]; then
-    cp "$scratch/figures.txt" "$OUT/bench-gpu.txt"
-fi
+    --trajectories "${TRAJECTORIES:-32}" | tee "${OUT:-$scratch}/bench-gpu.txt"
