@@ -78,13 +78,17 @@ def register(commands: Any) -> None:
     sandbox = kinds.add_parser(
         "sandbox",
         help="the code sandbox's overhead per execution (Thyme), start to result",
-        description="Run trivial and image-cropping programs through the bubblewrap "
-        "sandbox, the way a Thyme trajectory does (a spare guest process started during "
-        "the model's step, --gap-s apart), and without the spare (a cold start each time). "
+        description="Run trivial and image-cropping programs through the code sandbox, "
+        "the way a Thyme trajectory does (a spare guest process started during the "
+        "model's step, --gap-s apart), and without the spare (a cold start each time). "
         "Prints the median and p90 milliseconds from handing over the code to the result. "
         "Target: well under the model's own time per step (< 100 ms here).",
     )
     sandbox.add_argument("--runs", type=int, default=20, help="executions per program (20)")
+    sandbox.add_argument(
+        "--isolation", choices=["bubblewrap", "gvisor", "none"], default="bubblewrap",
+        help="what isolates the code (bubblewrap)",
+    )  # fmt: skip
     sandbox.add_argument(
         "--gap-s", type=float, default=0.3, help="the model's time between executions (0.3)"
     )
@@ -323,17 +327,15 @@ def run_synth(args: argparse.Namespace) -> int:
 
 def run_sandbox(args: argparse.Namespace) -> int:
     import statistics
-    import tempfile
-    from pathlib import Path
 
     from PIL import Image
 
     from common.sandbox import Sandbox, probe_request
 
-    sandbox = Sandbox()
+    sandbox = Sandbox(isolation=args.isolation)
     sandbox.check()
     crop = (
-        "from PIL import Image\nimage = Image.open('/mnt/data/image.jpg')\n"
+        "from PIL import Image\nimage = Image.open(image_path)\n"
         "processed_path = '/mnt/data/out/crop.png'\n"
         "image.crop((100, 100, 400, 300)).save(processed_path)\nprint(processed_path)"
     )
@@ -344,25 +346,22 @@ def run_sandbox(args: argparse.Namespace) -> int:
         p90 = ms[int(0.9 * (len(ms) - 1))]
         print(f"  {label:<28} median {statistics.median(ms):6.1f} ms   p90 {p90:6.1f} ms")
 
-    print(f"sandbox overhead per execution ({args.runs} runs each, bubblewrap)")
+    print(f"sandbox overhead per execution ({args.runs} runs each, {sandbox.isolation})")
     for name, code in programs.items():
-        request = {**probe_request(), "code": code, "image_path": "/mnt/data/image.jpg"}
-        warm: list[float] = []
-        with sandbox.session() as session:
-            Image.new("RGB", (640, 480), (90, 120, 200)).save(session.folder / "image.jpg")
-            for _ in range(args.runs):
-                time.sleep(args.gap_s)  # the model's step: the spare starts meanwhile
-                execution = session.run(request)
-                if execution.result is None or not execution.result["outputs"]:
-                    raise SystemExit(f"{name}: {execution}")
-                warm.append(execution.seconds)
-        cold: list[float] = []
-        with tempfile.TemporaryDirectory() as folder:
-            Image.new("RGB", (640, 480), (90, 120, 200)).save(Path(folder) / "image.jpg")
-            for _ in range(args.runs):
-                cold.append(sandbox.run(request, Path(folder)).seconds)
-        figures(f"{name}, spare started ahead", warm)
-        figures(f"{name}, cold start", cold)
+        timings: dict[bool, list[float]] = {True: [], False: []}
+        for spare in (True, False):
+            with sandbox.session(spare=spare) as session:
+                request = {**probe_request(session), "code": code}
+                Image.new("RGB", (640, 480), (90, 120, 200)).save(session.folder / "image.jpg")
+                for _ in range(args.runs):
+                    time.sleep(args.gap_s)  # the model's step: the spare starts meanwhile
+                    execution = session.run(request)
+                    report = execution.report
+                    if report is None or not (report.images or report.text):
+                        raise SystemExit(f"{name}: {execution}")
+                    timings[spare].append(execution.seconds)
+        figures(f"{name}, spare started ahead", timings[True])
+        figures(f"{name}, cold start", timings[False])
     return 0
 
 

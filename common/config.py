@@ -150,13 +150,45 @@ class Settings(BaseSettings):
     )
 
     # -- the code sandbox (Thyme) ---------------------------------------------------
+    sandbox_isolation: Literal["bubblewrap", "gvisor"] = Field(
+        "bubblewrap",
+        description="What isolates Thyme's code: 'bubblewrap' (namespaces, seccomp, a "
+        "control group) or 'gvisor' (the same guest under gVisor's kernel, runsc).",
+    )
     sandbox_wall_s: float = Field(10.0, gt=0, description="Wall clock of one code execution.")
     sandbox_cpu_s: int = Field(10, ge=1, description="CPU seconds of one code execution.")
-    sandbox_memory_mb: int = Field(2048, ge=256, description="Address space of the code.")
+    sandbox_memory_mb: int = Field(
+        2048,
+        ge=256,
+        description="Memory of one sandbox: its processes and the files it writes "
+        "together (a control group), and the address space of its process.",
+    )
+    sandbox_disk_mb: int = Field(
+        256, ge=16, description="Bytes the code may keep in its folders (/mnt/data, /tmp)."
+    )
+    sandbox_files: int = Field(
+        4096, ge=64, description="Files and folders the code may keep in its folders."
+    )
     sandbox_output_bytes: int = Field(
-        1 << 20, ge=1024, description="Most bytes one execution may print and return."
+        1 << 20, ge=1024, description="Most bytes one execution may print and report."
+    )
+    sandbox_max_images: int = Field(
+        4, ge=1, description="Images one execution may hand back to the model (the first)."
+    )
+    sandbox_image_pixels: int = Field(
+        40_000_000,
+        ge=1,
+        description="Pixels of the images one execution hands back, together (the host "
+        "holds them as RGB: 3 bytes each, twice at most).",
+    )
+    sandbox_uid: int = Field(
+        65533,
+        ge=1,
+        description="The unprivileged uid (and gid) code runs as where the worker is root; "
+        "no account on the machine may use it.",
     )
     sandbox_bwrap: str = Field("bwrap", description="The bubblewrap executable.")
+    sandbox_runsc: str = Field("runsc", description="gVisor's runsc executable.")
     allow_unsandboxed_code: bool = Field(
         False,
         description="DANGER: run Thyme's model-written code without bubblewrap (still a "
@@ -366,14 +398,17 @@ class Settings(BaseSettings):
     @property
     def agent_limits(self) -> AgentLimits:
         sandbox = SandboxLimits(
-            self.sandbox_wall_s, self.sandbox_cpu_s, self.sandbox_memory_mb,
-            output_bytes=self.sandbox_output_bytes,
+            wall_s=self.sandbox_wall_s, cpu_s=self.sandbox_cpu_s,
+            memory_mb=self.sandbox_memory_mb, disk_mb=self.sandbox_disk_mb,
+            files=self.sandbox_files, output_bytes=self.sandbox_output_bytes,
+            images=self.sandbox_max_images, image_pixels=self.sandbox_image_pixels,
         )  # fmt: skip
         return AgentLimits(
-            self.agent_max_steps, self.agent_max_new_tokens, self.min_box_side,
-            self.max_box_aspect, sandbox,
-            "none" if self.allow_unsandboxed_code else "bubblewrap", self.sandbox_bwrap,
-            self.image_limits,
+            max_steps=self.agent_max_steps, max_new_tokens=self.agent_max_new_tokens,
+            min_box_side=self.min_box_side, max_box_aspect=self.max_box_aspect,
+            sandbox=sandbox,
+            isolation="none" if self.allow_unsandboxed_code else self.sandbox_isolation,
+            bwrap=self.sandbox_bwrap, runsc=self.sandbox_runsc, sandbox_uid=self.sandbox_uid,
         )  # fmt: skip
 
     @property
@@ -423,11 +458,15 @@ class SandboxLimits:
 
     wall_s: float = _default("sandbox_wall_s")
     cpu_s: int = _default("sandbox_cpu_s")
-    memory_mb: int = _default("sandbox_memory_mb")
+    memory_mb: int = _default("sandbox_memory_mb")  # all its processes and files
+    disk_mb: int = _default("sandbox_disk_mb")
+    files: int = _default("sandbox_files")
     open_files: int = 64
     file_mb: int = 64  # the largest file it may write
-    threads: int = 32  # RLIMIT_NPROC (new processes are refused by seccomp in any case)
-    output_bytes: int = _default("sandbox_output_bytes")  # stdout + stderr, report included
+    threads: int = 32  # tasks (new processes are refused by seccomp in any case)
+    output_bytes: int = _default("sandbox_output_bytes")  # the report; stderr likewise
+    images: int = _default("sandbox_max_images")
+    image_pixels: int = _default("sandbox_image_pixels")
 
 
 @dataclass(frozen=True)
@@ -450,9 +489,10 @@ class AgentLimits:
     min_box_side: int | None = _default("min_box_side")  # None: the protocol's
     max_box_aspect: float | None = _default("max_box_aspect")
     sandbox: SandboxLimits = dataclass_field(default_factory=SandboxLimits)
-    isolation: Literal["bubblewrap", "none"] = "bubblewrap"
+    isolation: Literal["bubblewrap", "gvisor", "none"] = _default("sandbox_isolation")
     bwrap: str = _default("sandbox_bwrap")
-    images: ImageLimits = dataclass_field(default_factory=ImageLimits)  # images code wrote
+    runsc: str = _default("sandbox_runsc")
+    sandbox_uid: int = _default("sandbox_uid")
 
 
 @dataclass(frozen=True)

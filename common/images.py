@@ -35,6 +35,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from common.config import ImageLimits
 from common.errors import ImageError
+from common.sandbox.guest.pixels import to_rgb
 
 Image.MAX_IMAGE_PIXELS = None  # ours applies instead (decode_image), before any decode
 
@@ -215,22 +216,6 @@ def _decode(
         raise ImageError("not an image, or an unsupported image format") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(f"corrupt or truncated image: {exc}") from None
-
-
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Any PIL mode to RGB; transparent pixels become white."""
-    if image.mode == "RGB":
-        return image
-    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        image = image.point(lambda value: value * (255.0 / 65535.0)).convert("L")
-    if image.mode == "P" and "transparency" in image.info:
-        image = image.convert("RGBA")
-    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
-        rgba = image.convert("RGBA")
-        canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        canvas.alpha_composite(rgba)
-        return canvas.convert("RGB")
-    return image.convert("RGB")
 
 
 def load_image(path: str | Path, limits: ImageLimits | None = None) -> tuple[Image.Image, str]:

@@ -38,10 +38,9 @@ from common.backends.base import Conversation, Message, Part, VisionLanguageMode
 from common.config import AgentLimits
 from common.contracts import Query
 from common.errors import ImageError
-from common.images import decode_image
 from common.protocols import Protocol
 from common.protocols import thyme as THYME
-from common.sandbox import Execution, Sandbox, SandboxSession
+from common.sandbox import Sandbox, SandboxSession
 
 _CODE = re.compile(THYME.CODE_BLOCK, re.IGNORECASE)
 _ANSWER = re.compile(THYME.ANSWER, re.DOTALL)
@@ -132,7 +131,8 @@ class _Loop:
         return step, answered or generation.finish_reason == "eos"
 
     def _execute(self, step: AgentStep, code: str) -> list[Part] | None:
-        """Run the step's code; what goes back to the model, or None when nothing does."""
+        """Run the step's code; what goes back to the model, or None when nothing does.
+        Whatever the code did, the step keeps the code and an observation."""
         step.code = code
         started = time.perf_counter()
         execution = self.session.run(
@@ -146,33 +146,36 @@ class _Loop:
             }
         )
         step.tool_seconds = time.perf_counter() - started
-        outputs = _outputs(execution)
         step.sandbox_stop = execution.stop
-        if execution.result is not None:
-            step.code_output = str(execution.result.get("printed") or "")
-        if not outputs:
-            step.observation = f"execution failed, step dropped: {_why(execution)}"
+        step.sandbox_cpu_s = round(execution.cpu_s, 3)
+        step.sandbox_peak_mb = round(execution.peak_bytes / 2**20, 1)
+        report = execution.report
+        if report is None:
+            step.observation = f"execution failed, step dropped: {execution.detail}"
             return None
-        first = self.session.outside(outputs[0])
-        if first is None:
-            step.observation = "printed text returned"
-            return [outputs[0]]
-        images = [image for image in map(self._read_image, outputs) if image is not None]
-        if not images:
-            step.observation = "execution failed, step dropped: its images are unreadable"
+        step.code_output = report.printed
+        notes = "".join(f"; {note}" for note in report.notes)
+        if report.text is not None:
+            step.observation = "printed text returned" + notes
+            return [report.text]
+        views: list[Part] = []
+        described = []
+        for image in report.images:
+            try:
+                views.append(self.protocol.view(image))
+            except ImageError as exc:  # an image the model cannot be shown (its shape)
+                notes += f"; an image left out: {exc}"
+                continue
+            described.append(_describe(image))
+        if not views:
+            why = report.error or (
+                "its images are unreadable" if notes else "it handed nothing back"
+            )
+            step.observation = f"execution failed, step dropped: {why}{notes}"
             return None
-        step.images = [_describe(image) for image in images]
-        step.observation = f"{len(images)} image(s) returned"
-        return [self.protocol.view(image) for image in images]
-
-    def _read_image(self, path: str) -> Image.Image | None:
-        host = self.session.outside(path)
-        if host is None:
-            return None
-        try:
-            return decode_image(host.read_bytes(), self.limits.images)
-        except (ImageError, OSError):
-            return None
+        step.images = described
+        step.observation = f"{len(views)} image(s) returned{notes}"
+        return views
 
     def _extend_turn(self, content: list[Part]) -> None:
         """Start the assistant turn, or add to it (Thyme's output stays in one turn)."""
@@ -197,24 +200,9 @@ class _Loop:
         return self.trajectory
 
 
-def _outputs(execution: Execution) -> list[str]:
-    if execution.result is None:
-        return []
-    outputs = execution.result.get("outputs")
-    if not isinstance(outputs, list) or not all(isinstance(item, str) for item in outputs):
-        return []
-    return outputs
-
-
-def _why(execution: Execution) -> str:
-    if execution.result is None:
-        return execution.detail
-    return str(execution.result.get("error") or "it handed nothing back")
-
-
 def _describe(image: Image.Image) -> dict[str, Any]:
     """A produced image as the trace keeps it: size, digest, a small PNG thumbnail."""
-    digest = hashlib.sha256(image.tobytes()).hexdigest()[:16]
+    digest = (image.info.get("pixels_sha256") or hashlib.sha256(image.tobytes()).hexdigest())[:16]
     thumbnail = image.copy()
     thumbnail.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
     buffer = io.BytesIO()

@@ -21,11 +21,14 @@ class AgentStep:
     observation: str = ""  # what went back to the model, in words
     tool_seconds: float = 0.0
     # Thyme: the code the step ran (as written), what it printed, the images it produced
-    # (size, digest, a thumbnail) and why the sandbox stopped it, if it did
+    # (size, digest, a thumbnail), why the sandbox stopped it, if it did, and what the
+    # sandbox used (CPU seconds, peak memory of its processes and files)
     code: str | None = None
     code_output: str | None = None
     images: list[dict[str, Any]] | None = None
     sandbox_stop: str | None = None
+    sandbox_cpu_s: float | None = None
+    sandbox_peak_mb: float | None = None
 
 
 @dataclass

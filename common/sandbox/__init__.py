@@ -1,26 +1,29 @@
-"""Model-written code, run where it cannot hurt the service: one fresh process per run.
+"""Model-written code, run where it cannot hurt the service.
 
-Thyme writes Python from user-supplied questions and images; our workers sit next to the
-job store's credentials. So every execution is a new ``bwrap`` (bubblewrap, Debian's
-``bubblewrap`` package) sandbox:
+Thyme writes Python from questions and images that API users send, and our workers sit
+next to the job store's credentials, so every execution is contained by layers that
+each hold on their own:
 
-- new user, PID, network, IPC, UTS and cgroup namespaces: no network at all (not even
-  the host's loopback), no other process visible, nothing to signal or trace;
-- a file system of its own, read-only: ``/usr`` (libraries), the Python it runs and the
-  image packages it may import, ``/opt/speceyes`` (the guest code); writable only
-  ``/mnt/data`` (a private temporary folder holding a copy of the image) and an empty
-  ``/tmp``; no home, no project tree, no ``/etc``;
-- an empty environment (no database URL, no keys): only a few fixed variables;
-- resource limits (CPU seconds, address space, open files, file size, threads) and a
-  seccomp filter (``guest/seccomp.py``: no new processes, no exec, no ptrace, no
-  sockets, no raising its limits), both set by the guest before it reads the code;
-- a wall clock, and caps on what it prints and returns: over either, its whole process
-  group is killed (and with it, through ``--die-with-parent``, the sandbox's PID
-  namespace).
+1. **Isolation** (``launch``): a fresh process per execution, in its own namespaces,
+   seeing a read-only root and nothing of ours; it is PID 1 there, the only process.
+   Where the worker is root the code runs as an unprivileged uid of our own
+   (``sandbox_uid``), never as root or mapped to it.
+2. **Its own filter and limits** (``guest/``): before it reads any code the guest
+   process puts a seccomp allowlist on itself (``guest/seccomp.py``) and lowers its
+   rlimits (CPU seconds, address space, open files, file size).
+3. **Limits on the sandbox as a whole** (``cgroup``): memory (tmpfs and memfd
+   included), tasks and CPU for all its processes together, in a control group per
+   session; its writable places are one size- and inode-limited tmpfs
+   (``workspace``), nosuid, nodev and noexec, in a folder only its owner reaches.
+4. **A host that trusts nothing it gets back** (``channel``): output read under caps and
+   the wall clock, the report checked field by field, images taken as raw pixels of
+   a checked size (no file of the guest's is opened, no format decoded), every text
+   cleaned. Whatever the guest does, the worker records an observation and goes on.
 
-``isolation="none"`` runs the same guest as a plain child process (limits, seccomp and
-the empty environment still apply, but it sees the host's files and network): only for
-an operator who opted out with ``SPECEYES_ALLOW_UNSANDBOXED_CODE``.
+Each session (one trajectory) keeps a spare guest process started ahead, so that its
+start-up overlaps the model's generation; each execution still gets a process of its
+own. ``isolation="gvisor"`` runs the guest under gVisor instead of bubblewrap;
+``isolation="none"`` (``SPECEYES_ALLOW_UNSANDBOXED_CODE``) drops layer 1.
 """
 
 from __future__ import annotations
@@ -29,42 +32,29 @@ import contextlib
 import json
 import logging
 import os
-import selectors
-import shutil
+import select
 import signal
 import subprocess
-import sys
-import tempfile
 import time
+import uuid
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Literal
 
 from common.config import AgentLimits, SandboxLimits, Settings
 from common.errors import ConfigurationError
-
-GUEST = Path(__file__).resolve().parent / "guest"
-GUEST_MOUNT = "/opt/speceyes"
-PYTHON_MOUNT = "/opt/python"
-SITE_MOUNT = "/opt/site"
-WORK_MOUNT = "/mnt/data"
-# what the guest may import besides the standard library (cv2 where installed)
-GUEST_PACKAGES = ("PIL", "numpy", "cv2", "autopep8", "pycodestyle")
-GUEST_ENV = {
-    "LANG": "C.UTF-8",
-    "HOME": WORK_MOUNT,
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONIOENCODING": "utf-8",
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
+from common.sandbox import cgroup, workspace
+from common.sandbox.channel import BadReport, GuestReport, ReportLimits, collect, decode_text, parse
+from common.sandbox.launch import WORK_MOUNT, Bubblewrap, Launcher, Unisolated
 
 log = logging.getLogger(__name__)
 
-Isolation = Literal["bubblewrap", "none"]
-Stop = Literal["timeout", "output_limit", "killed", "no_result"]
+Isolation = Literal["bubblewrap", "gvisor", "none"]
+Stop = Literal[
+    "timeout", "output_limit", "memory_limit", "cpu_limit", "disk_limit", "killed",
+    "no_result", "bad_report",
+]  # fmt: skip
+STDERR_TAIL = 2000  # characters of what the guest printed to stderr kept for the record
 
 
 class SandboxUnavailable(ConfigurationError):
@@ -73,215 +63,322 @@ class SandboxUnavailable(ConfigurationError):
 
 @dataclass(frozen=True)
 class Execution:
-    """How one run ended: ``result`` is the guest's report, or None with ``stop`` saying
-    why (over the wall clock, over the output cap, killed by a signal, no report)."""
+    """How one run ended: ``report`` is what the guest handed back, or None with
+    ``stop`` saying why (a limit, a signal, no report, a broken report); ``detail`` says
+    it for people. ``cpu_s`` and ``peak_bytes`` are what the sandbox used."""
 
-    result: dict[str, Any] | None
+    report: GuestReport | None
     stop: Stop | None
-    detail: str  # for people: what stopped it, the tail of its stderr
+    detail: str
     seconds: float
+    cpu_s: float = 0.0
+    peak_bytes: int = 0
 
 
 class Sandbox:
+    """Where code runs: the isolation, the limits, the machine's control groups."""
+
     def __init__(
         self,
         limits: SandboxLimits | None = None,
         *,
         isolation: Isolation = "bubblewrap",
         bwrap: str = "bwrap",
+        runsc: str = "runsc",
+        uid: int = 65533,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.isolation = isolation
-        self.bwrap_name = bwrap
-        self.bwrap = shutil.which(bwrap) if isolation == "bubblewrap" else None
-        self._site = _guest_site()
+        self.uid = uid
+        self.launcher = _launcher(isolation, bwrap=bwrap, runsc=runsc, uid=uid)
+        self.hierarchy = cgroup.find_hierarchy() if os.geteuid() == 0 else None
+        cgroup.sweep_stale(self.hierarchy)
+        workspace.sweep_stale()
 
     @classmethod
     def for_agent(cls, limits: AgentLimits) -> Sandbox:
-        return cls(limits.sandbox, isolation=limits.isolation, bwrap=limits.bwrap)
+        return cls(
+            limits.sandbox, isolation=limits.isolation, bwrap=limits.bwrap,
+            runsc=limits.runsc, uid=limits.sandbox_uid,
+        )  # fmt: skip
 
     def check(self) -> None:
         """Refuse (``SandboxUnavailable``, one clear message) unless a trivial program
         runs and reports back."""
-        if self.isolation == "bubblewrap" and self.bwrap is None:
-            raise SandboxUnavailable(
-                "Thyme runs model-written code and needs bubblewrap to isolate it, but "
-                f"{self.bwrap_name!r} is not an executable here: install the Debian "
-                "package `bubblewrap` (make setup does, as root), or set "
-                "SPECEYES_ALLOW_UNSANDBOXED_CODE=true to run that code WITHOUT isolation "
-                "(it could then read this machine's files and reach its network)"
-            )
-        with tempfile.TemporaryDirectory(prefix="speceyes-probe-") as folder:
-            run = self.run({"code": "print('ok')", **probe_request()}, Path(folder))
-        if run.result is None or run.result.get("outputs") != ["ok"]:
+        missing = self.launcher.missing()
+        if missing is not None:
+            raise SandboxUnavailable(missing)
+        with self.session(spare=False) as session:
+            run = session.run({"code": "print('ok')", **probe_request(session)})
+        if run.report is None or run.report.text != "ok":
             raise SandboxUnavailable(
                 f"the code sandbox does not work here ({run.stop or 'wrong report'}: "
-                f"{run.detail or run.result}); on hosts that restrict user namespaces, "
+                f"{run.detail or run.report}); on hosts that restrict user namespaces, "
                 "allow them for bwrap (e.g. sysctl kernel.unprivileged_userns_clone=1)"
             )
 
-    def session(self) -> SandboxSession:
-        """A private folder for one trajectory, with a guest process already starting."""
-        return SandboxSession(self)
+    def session(self, *, spare: bool = True) -> SandboxSession:
+        """A workspace for one trajectory, with a guest process already starting."""
+        return SandboxSession(self, spare=spare)
 
-    def run(self, request: dict[str, Any], workdir: Path) -> Execution:
-        """One execution in a process started for it (no warm spare)."""
-        return self._finish(self._start(workdir), request)
-
-    def _start(self, workdir: Path) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            self._argv(workdir),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(GUEST_ENV) if self.isolation == "none" else {},
-            cwd=workdir,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-    def _finish(self, process: subprocess.Popen[bytes], request: dict[str, Any]) -> Execution:
-        """Hand ``request`` to a started guest and read how it ends."""
-        limits = self.limits
-        started = time.perf_counter()
-        assert process.stdin is not None
-        try:
-            process.stdin.write(json.dumps(request).encode())
-            process.stdin.close()
-        except BrokenPipeError:
-            pass  # it died while starting: reported below from its stderr
-        out, err, stop = _collect(process, started + limits.wall_s, limits.output_bytes)
-        code = process.wait()
-        seconds = time.perf_counter() - started
-        tail = err[-2000:].decode("utf-8", "replace")
-        if stop == "timeout":
-            return Execution(None, stop, f"killed after {limits.wall_s:g} s (wall clock)", seconds)
-        if stop == "output_limit":
-            detail = f"killed: wrote more than {limits.output_bytes} bytes"
-            return Execution(None, stop, detail, seconds)
-        # a signal ends the guest: Popen says -N, bwrap (its parent) exits 128 + N
-        number = -code if code < 0 else code - 128 if self.bwrap and code > 128 else 0
-        if number:
-            name = signal.Signals(number).name
-            if number in (signal.SIGXCPU, signal.SIGKILL):
-                name += f" (over the CPU time limit of {limits.cpu_s} s, or the memory)"
-            return Execution(None, "killed", f"killed by {name}; {tail}", seconds)
-        try:
-            result = json.loads(out.decode("utf-8").splitlines()[-1])
-            if not isinstance(result, dict):
-                raise ValueError("not an object")
-        except (ValueError, IndexError, UnicodeDecodeError):
-            return Execution(None, "no_result", f"exit {code}, no report; {tail}", seconds)
-        return Execution(result, None, tail, seconds)
-
-    def _limits(self) -> str:
-        """The guest's resource limits, as its one argument."""
+    def guest_setup(self, workdir: str, *, counted: bool) -> str:
+        """The guest's folder and own limits, as its one argument (``counted``: a control
+        group counts its tasks, so RLIMIT_NPROC, which counts the uid's everywhere, is
+        off)."""
         limits = self.limits
         return json.dumps(
             {
+                "workdir": workdir,
                 "cpu_s": limits.cpu_s,
-                "memory_bytes": limits.memory_mb << 20,
+                # with a group the memory of everything it runs is counted there; the
+                # address space only stops absurd reservations (libraries reserve more
+                # than they touch)
+                "memory_bytes": (limits.memory_mb << 20) * (4 if counted else 1),
                 "open_files": limits.open_files,
                 "file_bytes": limits.file_mb << 20,
-                "processes": limits.threads,
+                "processes": None if counted else limits.threads,
                 "printed_chars": limits.output_bytes // 2,
+                "images": limits.images,
+                "image_pixels": limits.image_pixels,
             }
         )
 
-    def _argv(self, workdir: Path) -> list[str]:
-        python = Path(sys.base_prefix)
-        executable = f"python{sys.version_info.major}.{sys.version_info.minor}"
-        if self.isolation == "none":
-            parents = dict.fromkeys(str(Path(source).parent) for source in self._site.values())
-            path = os.pathsep.join([str(GUEST), *parents])
-            return [
-                str(python / "bin" / executable), "-I", "-S", "-c",
-                f"import sys; sys.path[:0] = {path!r}.split({os.pathsep!r}); "
-                "import runpy; runpy.run_path(sys.path[0] + '/harness.py', run_name='__main__')",
-                self._limits(),
-            ]  # fmt: skip
-        assert self.bwrap is not None
-        argv = [
-            self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
-            "--ro-bind", "/usr", "/usr",
-            "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/bin", "/bin",
-            "--ro-bind", str(python), PYTHON_MOUNT,
-            "--ro-bind", str(GUEST), GUEST_MOUNT,
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            "--bind", str(workdir), WORK_MOUNT, "--chdir", WORK_MOUNT,
-        ]  # fmt: skip
-        for name, source in self._site.items():
-            argv += ["--ro-bind", source, f"{SITE_MOUNT}/{name}"]
-        for name, value in GUEST_ENV.items():
-            argv += ["--setenv", name, value]
-        argv += ["--setenv", "PYTHONPATH", SITE_MOUNT, "--remount-ro", "/"]
-        return [
-            *argv,
-            f"{PYTHON_MOUNT}/bin/{executable}",
-            "-S",
-            f"{GUEST_MOUNT}/harness.py",
-            self._limits(),
-        ]
+    def report_limits(self) -> ReportLimits:
+        limits = self.limits
+        return ReportLimits(
+            header_bytes=limits.output_bytes, text_chars=limits.output_bytes // 2,
+            images=limits.images, pixels=limits.image_pixels,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, limits={self.limits})"
 
 
 class SandboxSession:
-    """One trajectory's private folder (``folder`` on the host, ``/mnt/data`` inside) and
-    its next guest process, started ahead so that its start-up (Python, the image
-    libraries, the seccomp filter) overlaps the model's generation instead of adding to
-    each execution. Every execution still gets a process of its own."""
+    """One trajectory's workspace (``folder`` on the host is ``/mnt/data`` inside), its
+    control group, and its next guest process, started ahead."""
 
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: Sandbox, *, spare: bool = True) -> None:
         self.sandbox = sandbox
-        self.folder = Path(tempfile.mkdtemp(prefix="speceyes-sandbox-"))
-        self._spare: subprocess.Popen[bytes] | None = sandbox._start(self.folder)
+        limits = sandbox.limits
+        self.workspace = workspace.Workspace(
+            uid=sandbox.uid, gid=sandbox.uid, disk_bytes=limits.disk_mb << 20,
+            files=limits.files,
+        )  # fmt: skip
+        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.group = cgroup.SessionGroup.create(
+            sandbox.hierarchy, name, memory_bytes=limits.memory_mb << 20, tasks=limits.threads
+        )
+        self.keeps_spare = spare
+        self._spare: subprocess.Popen[bytes] | None = None
+        try:
+            self._spare = self._start() if spare else None
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def folder(self) -> Path:
+        return self.workspace.data
 
     @property
     def root(self) -> str:
         """The folder as the code sees it."""
-        return WORK_MOUNT if self.sandbox.isolation == "bubblewrap" else str(self.folder)
+        return self.sandbox.launcher.work_root or str(self.workspace.data)
 
     def inside(self, relative: str) -> str:
         """A path in the folder, as the code sees it."""
         return f"{self.root}/{relative}"
 
-    def outside(self, path: str) -> Path | None:
-        """The host file a path the code named lies at; None unless it is a regular file
-        in the folder (a link out of it is refused: the host resolves links itself)."""
-        if not path.startswith(self.root + "/"):
-            return None
-        folder = self.folder.resolve()
-        host = (folder / path[len(self.root) + 1 :]).resolve()
-        if not host.is_relative_to(folder) or not host.is_file():
-            return None
-        return host
-
     def run(self, request: dict[str, Any]) -> Execution:
-        process = self._spare or self.sandbox._start(self.folder)
+        over = self.workspace.over_budget()
+        if over is not None:
+            return Execution(None, "disk_limit", over, 0.0)
+        process = self._spare or self._start()
         self._spare = None
         try:
-            return self.sandbox._finish(process, request)
+            return self._finish(process, request)
         finally:
-            self._spare = self.sandbox._start(self.folder)
+            if self.keeps_spare:
+                self._spare = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        launcher = self.sandbox.launcher
+        command = launcher.command(
+            self.workspace.data, self.workspace.tmp,
+            self.sandbox.guest_setup(self.root, counted=self.group is not None),
+        )  # fmt: skip
+        if self.group is not None:
+            command = [*self.group.join_command(), *command]
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=launcher.environment() if launcher.name == "none" else {},
+            cwd=self.workspace.data,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def _finish(self, process: subprocess.Popen[bytes], request: dict[str, Any]) -> Execution:
+        """Hand ``request`` to a started guest and read how it ends."""
+        limits = self.sandbox.limits
+        if self.group is not None:
+            self.group.start_count()
+        started = time.perf_counter()
+        deadline = started + limits.wall_s
+        assert process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it died starting: its stderr says why
+            process.stdin.write(json.dumps(request).encode())
+            process.stdin.close()
+        out, err, overrun = collect(
+            process, deadline, stdout_cap=limits.output_bytes + 3 * limits.image_pixels,
+            stderr_cap=limits.output_bytes,
+        )  # fmt: skip
+        for stream in (process.stdout, process.stderr):
+            assert stream is not None
+            stream.close()
+        if overrun is not None:
+            self._kill(process)
+        status = _wait(process, deadline if overrun is None else time.perf_counter() + 5)
+        if status is None:  # it closed its pipes and ran on
+            overrun = "timeout"
+            self._kill(process)
+            status = _wait(process, time.perf_counter() + 5)
+        seconds = time.perf_counter() - started
+        cpu_s = status[1].ru_utime + status[1].ru_stime if status else 0.0
+        peak, oom_kills = self._memory(status)
+        tail = decode_text(err[-4 * STDERR_TAIL :])[-STDERR_TAIL:]
+        ended = _Ended(seconds, cpu_s, peak)
+        if overrun == "timeout":
+            return ended(None, "timeout", f"killed after {limits.wall_s:g} s (wall clock)")
+        if overrun == "output_limit":
+            return ended(None, "output_limit", "killed: it wrote more than its output allows")
+        if oom_kills:
+            said = f"killed: over the memory limit of {limits.memory_mb} MiB"
+            return ended(None, "memory_limit", f"{said} (its processes and files together)")
+        code = _exit_code(status[0] if status else 0, bubblewrap=self.sandbox.isolation != "none")
+        if code.signal == signal.SIGKILL and cpu_s >= limits.cpu_s - 0.1:
+            return ended(None, "cpu_limit", f"killed: over the CPU time limit of {limits.cpu_s} s")
+        if code.signal:
+            return ended(None, "killed", f"killed by {code.describe()}; {tail}")
+        try:
+            report = parse(out, self.sandbox.report_limits())
+        except BadReport as exc:
+            stop: Stop = "no_result" if not out else "bad_report"
+            return ended(None, stop, f"{code.describe()}: {exc}; {tail}")
+        return ended(report, None, tail)
+
+    def _memory(self, status: tuple[int, Any] | None) -> tuple[int, int]:
+        """(the peak memory of this execution, OOM kills in it): the group's (files in
+        tmpfs included), else the guest's peak resident size."""
+        if self.group is not None:
+            usage = self.group.usage()
+            return usage.peak_bytes, usage.oom_kills
+        return (status[1].ru_maxrss << 10 if status else 0), 0
+
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        """Kill every process of this sandbox: its group, or the guest under bubblewrap
+        (PID 1 of its namespace: the kernel ends the namespace with it) and its parents."""
+        if self.group is not None:
+            self.group.kill()
+        for pid in _children(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
     def close(self) -> None:
         if self._spare is not None:
-            _kill_group(self._spare)
+            self._kill(self._spare)
+            _wait(self._spare, time.perf_counter() + 5)
             for stream in (self._spare.stdin, self._spare.stdout, self._spare.stderr):
                 if stream is not None:
                     stream.close()
             self._spare = None
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.group is not None:
+            self.group.remove()
+        self.workspace.remove()
 
     def __enter__(self) -> SandboxSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class _Ended:
+    seconds: float
+    cpu_s: float
+    peak_bytes: int
+
+    def __call__(self, report: GuestReport | None, stop: Stop | None, detail: str) -> Execution:
+        return Execution(report, stop, detail, self.seconds, self.cpu_s, self.peak_bytes)
+
+
+@dataclass(frozen=True)
+class _ExitCode:
+    code: int
+    signal: int  # 0: it exited
+
+    def describe(self) -> str:
+        if not self.signal:
+            return f"exit {self.code}"
+        try:
+            name = signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+        if self.signal == signal.SIGSYS:
+            name += " (a system call the sandbox forbids)"
+        return name
+
+
+def _exit_code(status: int, *, bubblewrap: bool) -> _ExitCode:
+    """A wait status as an exit code or a signal; bubblewrap exits 128 + N when its
+    guest dies of signal N."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return _ExitCode(code, -code)
+    if bubblewrap and 128 < code < 128 + 65:
+        return _ExitCode(code, code - 128)
+    return _ExitCode(code, 0)
+
+
+def _wait(process: subprocess.Popen[bytes], deadline: float) -> tuple[int, Any] | None:
+    """Reap ``process`` by the deadline: (its wait status, its resource usage, which
+    includes the guest that bubblewrap reaped), or None if it is still running."""
+    if process.returncode is not None:
+        return None
+    handle = os.pidfd_open(process.pid)
+    try:
+        ready, _, _ = select.select([handle], [], [], max(0.0, deadline - time.perf_counter()))
+        if not ready:
+            return None
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        os.close(handle)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return status, usage
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _launcher(isolation: Isolation, *, bwrap: str, runsc: str, uid: int) -> Launcher:
+    if isolation == "none":
+        return Unisolated()
+    if isolation == "gvisor":
+        from common.sandbox.gvisor import GVisor
+
+        return GVisor(runsc, uid=uid)
+    return Bubblewrap(bwrap, uid=uid, gid=uid)
 
 
 def require_code_sandbox(settings: Settings) -> None:
@@ -298,77 +395,12 @@ def require_code_sandbox(settings: Settings) -> None:
     sandbox.check()
 
 
-def probe_request() -> dict[str, Any]:
-    """A request with every field but the code (for checks and benchmarks)."""
+def probe_request(session: SandboxSession) -> dict[str, Any]:
+    """A request with every field but the code (for checks, tests and benchmarks)."""
     return {
-        "image_path": f"{WORK_MOUNT}/missing.jpg",
-        "output_dir": f"{WORK_MOUNT}/out/",
+        "image_path": session.inside("image.jpg"),
+        "output_dir": session.inside("out/"),
         "model_output_dir": f"{WORK_MOUNT}/out/",
         "refused": [],
         "min_crop_side": 1,
     }
-
-
-def _guest_site() -> dict[str, str]:
-    """The installed files of the packages the guest may import, and the shared
-    libraries their wheels carry (``*.libs`` folders beside them)."""
-    site: dict[str, str] = {}
-    for package in GUEST_PACKAGES:
-        spec = find_spec(package)
-        if spec is None or spec.origin is None:
-            continue
-        origin = Path(spec.origin)
-        source = origin.parent if spec.submodule_search_locations else origin
-        site[source.name] = str(source)
-        if not spec.submodule_search_locations and spec.cached and Path(spec.cached).is_file():
-            site[f"__pycache__/{Path(spec.cached).name}"] = spec.cached
-        for libs in source.parent.glob("*.libs"):
-            site[libs.name] = str(libs)
-    return site
-
-
-def _collect(
-    process: subprocess.Popen[bytes], deadline: float, cap: int
-) -> tuple[bytes, bytes, Stop | None]:
-    """Read stdout and stderr until both close, the deadline passes or they exceed the
-    cap; in the last two cases kill the process group."""
-    assert process.stdout is not None and process.stderr is not None
-    fds = process.stdout.fileno(), process.stderr.fileno()
-    chunks: dict[int, list[bytes]] = {fd: [] for fd in fds}
-    total = 0
-    stop: Stop | None = None
-    with selectors.DefaultSelector() as selector:
-        for stream in (process.stdout, process.stderr):
-            selector.register(stream, selectors.EVENT_READ)
-        while selector.get_map():
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                stop = "timeout"
-                break
-            for key, _ in selector.select(remaining):
-                data = os.read(key.fd, 65536)
-                if not data:
-                    selector.unregister(key.fileobj)
-                    continue
-                chunks[key.fd].append(data)
-                total += len(data)
-            if total > cap:
-                stop = "output_limit"
-                break
-    if stop is not None:
-        _kill_group(process)
-    else:
-        try:
-            process.wait(max(0.0, deadline - time.perf_counter()))
-        except subprocess.TimeoutExpired:
-            stop = "timeout"
-            _kill_group(process)
-    process.stdout.close()
-    process.stderr.close()
-    return b"".join(chunks[fds[0]]), b"".join(chunks[fds[1]]), stop
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()

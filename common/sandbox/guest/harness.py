@@ -1,21 +1,23 @@
 """The guest side of one Thyme code execution: ``python harness.py`` inside the sandbox.
 
 It starts before there is work for it (the host keeps one ready): it hides its result
-channel, imports what every run needs, lowers its resource limits (``argv[1]``, JSON)
-and locks itself down with seccomp. Then it reads one JSON request on stdin (the code,
-the input image's path, the output folder), edits the code as Thyme's evaluation does
-(``rewrite``), runs it with the evaluation's names in scope and its prints captured, and
-writes one JSON line to its original stdout: ``{"outputs": [...], "printed": ...,
-"error": ...}``. ``outputs`` lists what the evaluation would hand back to the model: the
-processed images' paths, or the printed text; empty when the execution failed.
+channel, imports what every run needs, arms its death with its parent, lowers its
+resource limits (``argv[1]``, JSON) and locks itself down with seccomp. Then it reads
+one JSON request on stdin (the code, the input image's path, the output folder), edits
+the code as Thyme's evaluation does (``rewrite``), runs it with the evaluation's names in
+scope and its prints captured, and decides what goes back to the model (``outputs``).
 
-The host never trusts this line beyond its size and shape: everything here runs in the
-same process as the model's code.
+It writes one JSON line to its original stdout, ``{"images": [{"width", "height"}...],
+"text", "printed", "error", "notes"}``, followed by each image's raw RGB bytes: the
+images to show (``images``), else the text to show (``text``), else nothing (the
+execution failed: ``error`` says why).
+
+The host never trusts any of it beyond its size and shape: everything here runs in the
+same process as the model's code, which can write anything to that channel.
 """
 
 from __future__ import annotations
 
-import glob
 import importlib
 import importlib.util
 import io
@@ -23,13 +25,13 @@ import json
 import os
 import re
 import resource
+import signal
 import sys
 import types
 from contextlib import redirect_stdout
 from typing import Any
 
-IMAGE_GLOBS = ("jpg", "jpeg", "png", "bmp", "gif", "tiff")
-PRINTED_IMAGE = r"\.(?:jpg|jpeg|png|bmp|gif|tiff))"
+_PR_SET_PDEATHSIG = 1
 
 
 class PrintLimit(Exception):
@@ -64,13 +66,15 @@ def _limit(kind: int, value: int, hard: int | None = None) -> None:
     resource.setrlimit(kind, (value, value if hard is None else hard))
 
 
-def _apply_limits(limits: dict[str, int]) -> None:
+def _apply_limits(limits: dict[str, Any]) -> None:
     _limit(resource.RLIMIT_CORE, 0)
-    _limit(resource.RLIMIT_CPU, limits["cpu_s"], limits["cpu_s"] + 1)  # SIGXCPU, then KILL
+    # as PID 1 of its namespace the guest ignores SIGXCPU: the hard limit's SIGKILL ends it
+    _limit(resource.RLIMIT_CPU, limits["cpu_s"])
     _limit(resource.RLIMIT_AS, limits["memory_bytes"])
     _limit(resource.RLIMIT_NOFILE, limits["open_files"])
     _limit(resource.RLIMIT_FSIZE, limits["file_bytes"])
-    _limit(resource.RLIMIT_NPROC, limits["processes"])
+    if limits["processes"] is not None:  # (None: a control group counts them)
+        _limit(resource.RLIMIT_NPROC, limits["processes"])
 
 
 def _scope(image_path: str, output_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -117,63 +121,48 @@ def _image_size(path: str) -> tuple[int, int] | None:
         return None
 
 
-def _outputs(
-    local: dict[str, Any], printed: str, code: str, folder: str
-) -> tuple[list[str], str | None]:
-    """What the evaluation hands back: images the code saved and named, else its print."""
-    paths: list[str] = []
-    error = None
-    named = local.get("processed_path")
-    if isinstance(named, str) and named.startswith(folder) and os.path.isfile(named):
-        paths.append(named)
-    elif isinstance(named, str) and named.startswith(folder) and not os.path.exists(named):
-        error = f"'processed_path' variable set to '{named}', but file does not exist."
-    elif named is not None:
-        error = f"'processed_path' variable was '{named}', which is not a valid file path."
-    if not printed:
-        return paths, error
-    saved = [path for ext in IMAGE_GLOBS for path in glob.glob(os.path.join(folder, f"*.{ext}"))]
-    mentioned = 0
-    missing = ""
-    for match in re.finditer(rf"({re.escape(folder)}[^\s\'\"]+" + PRINTED_IMAGE, printed):
-        mentioned += 1
-        if os.path.isfile(match.group(1)):
-            if match.group(1) not in paths:
-                paths.append(match.group(1))
-        elif not error:
-            missing = f"Path '{match.group(1)}' found in print, but file does not exist."
-    if not paths:
-        named = len(re.findall(r"([^\s\'\"]+" + PRINTED_IMAGE, printed))
-        if len(saved) in (mentioned, named):
-            paths = saved
-        else:
-            error = missing
-    if not paths and folder not in code:
-        paths.append(printed)
-    return paths, error
+def _die_with_parent() -> None:
+    """SIGKILL when the process that started us dies (the filter then keeps it so)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def main() -> None:
-    result = os.fdopen(os.dup(1), "w")  # the result channel; fd 1 goes to stderr
+    result = os.fdopen(os.dup(1), "wb")  # the result channel; fd 1 goes to stderr
     os.dup2(2, 1)
     # warm up before the request arrives (the host starts this process ahead of time)
     import autopep8  # noqa: F401
+    import outputs
     import rewrite
     import seccomp
     from PIL import Image  # noqa: F401
 
     limits = json.loads(sys.argv[1])
+    os.chdir(limits["workdir"])
+    _die_with_parent()
     _apply_limits(limits)
     seccomp.install()
     request = json.loads(sys.stdin.read())
     sys.setrecursionlimit(2000)
+    report, images = _execute(request, limits, outputs, rewrite)
+    result.write(json.dumps(report).encode() + b"\n")
+    for data in images:
+        result.write(data)
+    result.flush()
+    os._exit(0)  # now: no waiting for threads the code left running, no atexit hooks
+
+
+def _execute(
+    request: dict[str, Any], limits: dict[str, Any], outputs: Any, rewrite: Any
+) -> tuple[dict[str, Any], list[bytes]]:
+    """Run the request's code; (the report, the raw RGB bytes of the images it names)."""
     image_path, folder = request["image_path"], request["output_dir"].rstrip("/")
     code = request["code"]
+    report: dict[str, Any] = {"images": [], "text": None, "printed": "", "notes": []}
     for pattern in request["refused"]:
         if re.search(pattern, code, re.IGNORECASE):
-            report = {"outputs": [], "printed": "", "error": "refused: " + pattern}
-            result.write(json.dumps(report) + "\n")
-            return
+            return {**report, "error": "refused: " + pattern}, []
     os.makedirs(folder, exist_ok=True)
     code = rewrite.rewrite(
         code, image_path, _image_size(image_path), model_output_dir=request["model_output_dir"],
@@ -181,13 +170,20 @@ def main() -> None:
     )  # fmt: skip
     names, local = _scope(image_path, folder)
     captured = _BoundedText(limits["printed_chars"])
-    outputs: list[str] = []
-    printed = ""
+    images: list[bytes] = []
+    error = None
     try:
         with redirect_stdout(captured):
             exec(code, names, local)
-        printed = captured.getvalue().strip()
-        outputs, error = _outputs(local, printed, code, folder)
+        report["printed"] = printed = captured.getvalue().strip()
+        paths, error = outputs.hand_back(local, printed, code, folder)
+        if paths and os.path.exists(paths[0]):
+            report["images"], images, report["notes"] = outputs.frames(
+                paths, most=limits["images"], pixels=limits["image_pixels"],
+                file_bytes=limits["file_bytes"],
+            )  # fmt: skip
+        elif paths:
+            report["text"] = paths[0]
     except ImportError as exc:
         error = f"Code execution failed due to ImportError: {exc}"
     except MemoryError as exc:
@@ -198,9 +194,7 @@ def main() -> None:
         error = str(exc)
     except Exception as exc:
         error = f"Code execution failed: {type(exc).__name__}: {exc}"
-    report = {"outputs": outputs, "printed": printed, "error": error, "code": code}
-    result.write(json.dumps(report) + "\n")
-    result.flush()
+    return {**report, "error": error}, images
 
 
 if __name__ == "__main__":

@@ -1,13 +1,30 @@
-"""A seccomp filter the guest installs on itself before it runs model-written code.
+"""The seccomp filter the guest puts on itself before it reads model-written code.
 
-After it, the process can still compute, read and write files in what it can see, and
-start threads, but the kernel refuses with EPERM: new processes (fork, vfork, clone
-without CLONE_THREAD; clone3 answers ENOSYS so that threads fall back to clone), exec,
-ptrace and reading or writing other processes' memory, sockets, changing resource
-limits, mounts and namespaces, keyrings, BPF, perf events, userfaultfd, personality.
+An allowlist: the kernel answers every system call not named below with ENOSYS ("this
+kernel has no such call", which libraries meet with their fallbacks), and the calls in
+``REFUSED`` with EPERM, so that a refusal reads as one ("Operation not permitted").
+
+What stays allowed is what image code needs: reading and writing files in what the
+sandbox shows, memory, threads, clocks, signals to itself. Some calls are allowed only
+with safe arguments:
+
+- ``clone``: threads only (``CLONE_THREAD``, no namespace flag); ``clone3`` answers
+  ENOSYS so that the C library falls back to ``clone``;
+- ``prlimit64``: reading this process's limits, never setting them;
+- ``ioctl``: anything but ``TIOCSTI`` (typing into a terminal);
+- ``prctl``: anything but ``PR_SET_PDEATHSIG`` (the harness arms it: the guest dies
+  with its parent);
+- ``chmod`` and kin, ``open`` and kin: never a set-user-ID or set-group-ID mode.
+
+Refused among others: new processes (fork, vfork, clone without a thread), exec,
+ptrace and other processes' memory, sockets, io_uring, memfd, links and device nodes,
+mounts and namespaces, BPF, perf events, userfaultfd, keyrings, personality, changing
+ids or limits. A call through a foreign ABI (32-bit ``int 0x80`` on x86_64) kills the
+process; x32 numbers are refused.
 
 The filter is classic BPF over ``struct seccomp_data`` (nr at 0, arch at 4, args from
-16), built for x86_64 and aarch64; on any other machine ``install`` refuses.
+16, each argument 8 bytes, low word first on these little-endian machines), built for
+x86_64 and aarch64; anywhere else ``install`` refuses.
 """
 
 from __future__ import annotations
@@ -17,7 +34,58 @@ import errno
 import platform
 import struct
 
-# BPF opcodes
+try:  # the host imports this module (tests); the guest imports it by bare name
+    from . import syscalls
+except ImportError:
+    import syscalls  # type: ignore[no-redef]
+
+# -- the policy ---------------------------------------------------------------------
+ALLOWED = """
+    read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 lseek close
+    close_range fstat stat lstat newfstatat statx statfs fstatfs access faccessat
+    faccessat2 getdents64 getdents readlink readlinkat mkdir mkdirat rmdir unlink
+    unlinkat rename renameat renameat2 truncate ftruncate fallocate fadvise64 umask
+    utime utimes utimensat futimesat fsync fdatasync dup dup2 dup3 fcntl flock pipe
+    pipe2 sendfile copy_file_range poll ppoll select pselect6 epoll_create epoll_create1
+    epoll_ctl epoll_wait epoll_pwait epoll_pwait2 eventfd eventfd2
+    mmap munmap mprotect mremap madvise brk mbind get_mempolicy set_mempolicy msync
+    mincore futex set_robust_list get_robust_list set_tid_address rseq gettid
+    sched_yield sched_getaffinity sched_setaffinity sched_getparam sched_getscheduler
+    sched_get_priority_max sched_get_priority_min getpriority nanosleep clock_nanosleep
+    clock_gettime clock_getres gettimeofday time times getrusage exit exit_group tgkill
+    tkill kill rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigtimedwait
+    rt_sigsuspend sigaltstack restart_syscall pause alarm getitimer setitimer
+    timer_create timer_settime timer_gettime timer_delete timer_getoverrun
+    timerfd_create timerfd_settime timerfd_gettime getpid getppid getuid geteuid getgid
+    getegid getgroups getresuid getresgid getpgrp getpgid getsid getcwd chdir fchdir
+    uname sysinfo getrlimit getrandom getcpu arch_prctl
+""".split()  # noqa: SIM905 -- read as a list of words
+
+REFUSED = """
+    fork vfork execve execveat ptrace process_vm_readv process_vm_writev socket
+    socketpair setrlimit mount umount2 fsopen fsconfig fsmount fspick move_mount
+    open_tree mount_setattr unshare setns chroot pivot_root bpf keyctl add_key
+    request_key perf_event_open userfaultfd personality io_uring_setup io_uring_enter
+    io_uring_register memfd_create memfd_secret link linkat symlink symlinkat mknod
+    mknodat kexec_load kexec_file_load init_module finit_module delete_module reboot
+    syslog sync syncfs setuid setgid setreuid setregid setresuid setresgid setgroups
+    setfsuid setfsgid capset chown fchown lchown fchownat pidfd_open pidfd_getfd
+    pidfd_send_signal kcmp name_to_handle_at open_by_handle_at swapon swapoff acct
+    settimeofday clock_settime clock_adjtime adjtimex shmget msgget semget mq_open
+    process_madvise
+""".split()  # noqa: SIM905
+
+_CLONE_THREAD = 0x00010000
+_CLONE_NAMESPACES = (
+    0x7E020080  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
+)
+_TIOCSTI = 0x5412
+_PR_SET_PDEATHSIG = 1
+_SET_ID_BITS = 0o6000  # S_ISUID | S_ISGID
+# the argument that carries a mode, by call
+_MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "open": 2, "openat": 3, "creat": 1}
+
+# -- classic BPF ----------------------------------------------------------------------
 _LD_W_ABS = 0x20
 _JEQ_K = 0x15
 _JGE_K = 0x35
@@ -27,87 +95,60 @@ _RET_K = 0x06
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 _KILL_PROCESS = 0x80000000
+_PERMISSION = _ERRNO | errno.EPERM
+_NO_SUCH_CALL = _ERRNO | errno.ENOSYS
 
-_CLONE_THREAD = 0x00010000
 _X32_BIT = 0x40000000
+_ARCHES = {"x86_64": (0xC000003E, syscalls.X86_64), "aarch64": (0xC00000B7, syscalls.AARCH64)}
 
-# arch: (AUDIT_ARCH value, {name: syscall number})
-_ARCHES: dict[str, tuple[int, dict[str, int]]] = {
-    "x86_64": (
-        0xC000003E,
-        {
-            "clone": 56,
-            "fork": 57,
-            "vfork": 58,
-            "execve": 59,
-            "execveat": 322,
-            "clone3": 435,
-            "ptrace": 101,
-            "process_vm_readv": 310,
-            "process_vm_writev": 311,
-            "socket": 41,
-            "socketpair": 53,
-            "setrlimit": 160,
-            "prlimit64": 302,
-            "mount": 165,
-            "umount2": 166,
-            "unshare": 272,
-            "setns": 308,
-            "chroot": 161,
-            "pivot_root": 155,
-            "bpf": 321,
-            "keyctl": 250,
-            "add_key": 248,
-            "request_key": 249,
-            "perf_event_open": 298,
-            "userfaultfd": 323,
-            "personality": 135,
-            "kexec_load": 246,
-            "init_module": 175,
-            "finit_module": 313,
-            "reboot": 169,
-            "syslog": 103,
-        },
-    ),
-    "aarch64": (
-        0xC00000B7,
-        {
-            "clone": 220,
-            "execve": 221,
-            "execveat": 281,
-            "clone3": 435,
-            "ptrace": 117,
-            "process_vm_readv": 270,
-            "process_vm_writev": 271,
-            "socket": 198,
-            "socketpair": 199,
-            "setrlimit": 164,
-            "prlimit64": 261,
-            "mount": 40,
-            "umount2": 39,
-            "unshare": 97,
-            "setns": 268,
-            "chroot": 51,
-            "pivot_root": 41,
-            "bpf": 280,
-            "keyctl": 219,
-            "add_key": 217,
-            "request_key": 218,
-            "perf_event_open": 241,
-            "userfaultfd": 282,
-            "personality": 92,
-            "kexec_load": 104,
-            "init_module": 105,
-            "finit_module": 273,
-            "reboot": 142,
-            "syslog": 116,
-        },
-    ),
-}
+Op = tuple[int, int, int, int]  # code, jump if true, jump if false, k
 
 
-def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("HBBI", code, jt, jf, k)
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> Op:
+    return code, jt, jf, k
+
+
+def _low_word(argument: int) -> Op:
+    return _op(_LD_W_ABS, 16 + 8 * argument)
+
+
+def _high_word(argument: int) -> Op:
+    return _op(_LD_W_ABS, 16 + 8 * argument + 4)
+
+
+def _rule(name: str) -> list[Op]:
+    """What follows a match of ``name``'s number: every path ends in a return."""
+    if name == "clone":  # threads only
+        return [
+            _low_word(0),
+            _op(_JSET_K, _CLONE_NAMESPACES, jt=2),
+            _op(_JSET_K, _CLONE_THREAD, jf=1),
+            _op(_RET_K, _ALLOW),
+            _op(_RET_K, _PERMISSION),
+        ]
+    if name == "prlimit64":  # prlimit64(0, resource, NULL, old): a read of its own
+        return [
+            _low_word(0), _op(_JEQ_K, 0, jf=7),
+            _high_word(0), _op(_JEQ_K, 0, jf=5),
+            _low_word(2), _op(_JEQ_K, 0, jf=3),
+            _high_word(2), _op(_JEQ_K, 0, jf=1),
+            _op(_RET_K, _ALLOW),
+            _op(_RET_K, _PERMISSION),
+        ]  # fmt: skip
+    if name in ("ioctl", "prctl"):
+        argument, refused = (1, _TIOCSTI) if name == "ioctl" else (0, _PR_SET_PDEATHSIG)
+        return [
+            _low_word(argument),
+            _op(_JEQ_K, refused, jf=1),
+            _op(_RET_K, _PERMISSION),
+            _op(_RET_K, _ALLOW),
+        ]
+    return [  # a mode argument without set-id bits
+        _low_word(_MODE_ARGUMENT[name]),
+        _op(_JSET_K, _SET_ID_BITS, jf=1),
+        _op(_RET_K, _PERMISSION),
+        _op(_RET_K, _ALLOW),
+    ]
 
 
 def program(machine: str | None = None) -> bytes:
@@ -116,29 +157,26 @@ def program(machine: str | None = None) -> bytes:
     if machine not in _ARCHES:
         raise OSError(f"no seccomp filter for {machine}")
     arch, numbers = _ARCHES[machine]
-    deny = _ERRNO | errno.EPERM
     ops = [
         _op(_LD_W_ABS, 4),
         _op(_JEQ_K, arch, jt=1),
-        _op(_RET_K, _KILL_PROCESS),  # a foreign syscall ABI
+        _op(_RET_K, _KILL_PROCESS),  # a foreign system call ABI
         _op(_LD_W_ABS, 0),
     ]
     if machine == "x86_64":  # the x32 ABI's numbers carry bit 30
-        ops += [_op(_JGE_K, _X32_BIT, jf=1), _op(_RET_K, deny)]
-    # clone: threads only
-    ops += [
-        _op(_JEQ_K, numbers["clone"], jf=4),
-        _op(_LD_W_ABS, 16),  # the low word of the flags argument
-        _op(_JSET_K, _CLONE_THREAD, jf=1),
-        _op(_RET_K, _ALLOW),
-        _op(_RET_K, deny),
-    ]
-    ops += [_op(_JEQ_K, numbers["clone3"], jf=1), _op(_RET_K, _ERRNO | errno.ENOSYS)]
-    for name, number in numbers.items():
-        if name not in ("clone", "clone3"):
-            ops += [_op(_JEQ_K, number, jf=1), _op(_RET_K, deny)]
-    ops.append(_op(_RET_K, _ALLOW))
-    return b"".join(ops)
+        ops += [_op(_JGE_K, _X32_BIT, jf=1), _op(_RET_K, _PERMISSION)]
+    for name in ALLOWED:
+        if name in numbers:
+            ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, _ALLOW)]
+    for name in ("clone", "prlimit64", "ioctl", "prctl", *_MODE_ARGUMENT):
+        if name in numbers:
+            rule = _rule(name)
+            ops += [_op(_JEQ_K, numbers[name], jf=len(rule)), *rule]
+    for name in REFUSED:
+        if name in numbers:
+            ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, _PERMISSION)]
+    ops.append(_op(_RET_K, _NO_SUCH_CALL))  # clone3 among them
+    return b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in ops)
 
 
 class _SockFprog(ctypes.Structure):
@@ -146,17 +184,20 @@ class _SockFprog(ctypes.Structure):
 
 
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_SECCOMP = 22
-_SECCOMP_MODE_FILTER = 2
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_TSYNC = 1
+_SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 
 
 def install() -> None:
-    """Load the filter into this process (and every thread it starts later)."""
+    """Load the filter into every thread of this process (and all it starts later)."""
     code = program()
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    number = _SECCOMP_SYSCALL[platform.machine()]
+    flags = _SECCOMP_FILTER_FLAG_TSYNC
+    if libc.syscall(number, _SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(fprog)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER) failed")

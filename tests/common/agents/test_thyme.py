@@ -123,13 +123,13 @@ def test_the_rewrite_clamps_boxes_as_the_evaluation_does():
 def test_images_the_code_writes_meet_the_configured_pixel_limit():
     from dataclasses import replace
 
-    from common.config import ImageLimits
-
-    # the crop is 64x64 (4,096 pixels): over a limit of 4,000 it is unreadable, the step dropped
-    tight = replace(LIMITS, images=ImageLimits(max_pixels=4_000))
+    # the crop is 64x64 (4,096 pixels): over a limit of 4,000 it is left out, the step dropped
+    tight = replace(LIMITS, sandbox=replace(LIMITS.sandbox, image_pixels=4_000))
     model = Recording(scripts={"job": JobScript(agent_steps=(CROP, ANSWER))})
     image = Image.new("RGB", (300, 200), (10, 200, 30))
     trajectory = run_thyme(Query("job", image, "What colour?", ("red", "green")), model, tight)
     assert trajectory.answer == "B"
-    assert trajectory.steps[0].observation.endswith("its images are unreadable")
+    observation = trajectory.steps[0].observation
+    assert observation.startswith("execution failed, step dropped: its images are unreadable")
+    assert "crop_1.png: 64x64 is over the 4000 pixels left" in observation
     assert CROP not in model.shown[1]

@@ -1,0 +1,179 @@
+"""The host's end of a guest's output: every byte is hostile, every bound checked first.
+
+The guest writes a JSON header line on its result channel (stdout), then the raw RGB
+bytes of the images it hands back; what it prints goes to stderr. The host
+
+- reads both pipes with caps (``collect``): over a cap or the wall clock, it stops
+  reading and the sandbox is killed;
+- parses the header (``parse``) within ``header_bytes``, refusing anything that is not
+  the expected shape: nesting, types, the number of images, their pixels together;
+- takes the images' bytes only when their length is exactly what the header's sizes
+  add up to, and builds the images from raw pixels: no file of the guest's is opened,
+  no image format is decoded on this side;
+- cleans every text (``clean_text``) before it reaches the model, the store, the API or
+  a terminal: control characters but newline and tab removed, invalid UTF-8 and lone
+  surrogates replaced.
+
+Anything wrong raises ``BadReport``, whose message becomes the step's observation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import selectors
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from PIL import Image
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MOST_NOTES = 8
+_NOTE_CHARS = 300
+
+
+class BadReport(Exception):
+    """The guest's report breaks the protocol (the message says how)."""
+
+
+@dataclass(frozen=True)
+class ReportLimits:
+    """What a report may hold: ``header_bytes`` of JSON, ``text_chars`` of any text,
+    ``images`` images of ``pixels`` pixels together."""
+
+    header_bytes: int
+    text_chars: int
+    images: int
+    pixels: int
+
+
+@dataclass(frozen=True)
+class GuestReport:
+    """What one execution handed back: images to show, else a text to show, else
+    nothing (``error`` says why); what it printed; notes on images left out."""
+
+    images: list[Image.Image] = field(default_factory=list)
+    text: str | None = None
+    printed: str = ""
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+Overrun = Literal["timeout", "output_limit"]
+
+
+def collect(
+    process: subprocess.Popen[bytes], deadline: float, *, stdout_cap: int, stderr_cap: int
+) -> tuple[bytearray, bytearray, Overrun | None]:
+    """Read stdout and stderr until both close, the deadline passes or either exceeds
+    its cap (the overrun is returned; the caller kills the sandbox)."""
+    assert process.stdout is not None and process.stderr is not None
+    caps = {process.stdout.fileno(): stdout_cap, process.stderr.fileno(): stderr_cap}
+    received = {fd: bytearray() for fd in caps}  # (grown in place: no second copy)
+    overrun: Overrun | None = None
+    with selectors.DefaultSelector() as selector:
+        for stream in (process.stdout, process.stderr):
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map() and overrun is None:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                overrun = "timeout"
+                break
+            for key, _ in selector.select(remaining):
+                data = os.read(key.fd, 1 << 20)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                received[key.fd] += data
+                if len(received[key.fd]) > caps[key.fd]:
+                    overrun = "output_limit"
+    out, err = received.values()
+    return out, err, overrun
+
+
+def parse(stdout: bytes | bytearray, limits: ReportLimits) -> GuestReport:
+    """The report on the result channel, checked field by field."""
+    end = stdout.find(b"\n", 0, limits.header_bytes)
+    if end < 0:
+        raise BadReport(f"no report line within {limits.header_bytes} bytes")
+    try:
+        header = json.loads(bytes(stdout[:end]))
+    except (ValueError, RecursionError) as exc:
+        raise BadReport(f"the report is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(header, dict):
+        raise BadReport("the report is not a JSON object")
+    sizes = _image_sizes(header.get("images"), limits)
+    images = _images(memoryview(stdout)[end + 1 :], sizes)
+    notes = header.get("notes")
+    if not isinstance(notes, list) or len(notes) > _MOST_NOTES:
+        raise BadReport(f"'notes' is not a list of at most {_MOST_NOTES} texts")
+    return GuestReport(
+        images=images,
+        text=_text(header, "text", limits, optional=True),
+        printed=_text(header, "printed", limits) or "",
+        error=_text(header, "error", limits, optional=True),
+        notes=[clean_text(_string(note, "a note"), _NOTE_CHARS) for note in notes],
+    )
+
+
+def _image_sizes(value: Any, limits: ReportLimits) -> list[tuple[int, int]]:
+    if not isinstance(value, list) or len(value) > limits.images:
+        raise BadReport(f"'images' is not a list of at most {limits.images}")
+    sizes: list[tuple[int, int]] = []
+    for item in value:
+        width, height = (
+            (item.get("width"), item.get("height")) if isinstance(item, dict) else (0, 0)
+        )
+        if not (type(width) is int and type(height) is int and width > 0 and height > 0):
+            raise BadReport("an image's size is not two positive integers")
+        sizes.append((width, height))
+    if sum(width * height for width, height in sizes) > limits.pixels:
+        raise BadReport(f"the images hold more than {limits.pixels} pixels together")
+    return sizes
+
+
+def _images(data: memoryview, sizes: list[tuple[int, int]]) -> list[Image.Image]:
+    expected = sum(3 * width * height for width, height in sizes)
+    if len(data) != expected:
+        raise BadReport(f"{len(data)} bytes of pixels where the sizes say {expected}")
+    images, offset = [], 0
+    for width, height in sizes:
+        pixels = data[offset : offset + 3 * width * height]
+        image = Image.frombytes("RGB", (width, height), pixels)
+        image.info["pixels_sha256"] = hashlib.sha256(pixels).hexdigest()
+        images.append(image)
+        offset += len(pixels)
+    return images
+
+
+def _text(
+    header: dict[str, Any], name: str, limits: ReportLimits, *, optional: bool = False
+) -> str | None:
+    value = header.get(name)
+    if value is None and optional:
+        return None
+    return clean_text(_string(value, f"'{name}'"), limits.text_chars)
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise BadReport(f"{what} is not a text")
+    return value
+
+
+def clean_text(text: str, limit: int | None = None) -> str:
+    """``text`` safe to show anywhere: no control characters but newline and tab, lone
+    surrogates replaced (U+FFFD), at most ``limit`` characters."""
+    if limit is not None:
+        text = text[:limit]
+    return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text))
+
+
+def decode_text(data: bytes | bytearray, limit: int | None = None) -> str:
+    """Bytes from the guest as clean text (invalid UTF-8 replaced)."""
+    return clean_text(bytes(data).decode("utf-8", "replace"), limit)
