@@ -25,15 +25,19 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) sandbox
 
-# Thyme's code sandbox is bubblewrap (Debian's package), installed here where we can
-# (root, or passwordless sudo); without it Thyme refuses to start, DeepEyes runs as ever.
+# Thyme's code sandbox is bubblewrap (Debian's package), with gVisor's runsc as an
+# optional stronger isolation; installed here where we can (root, or passwordless sudo).
+# Without bubblewrap Thyme refuses to start; DeepEyes runs as ever.
+SANDBOX_PACKAGES := bwrap:bubblewrap runsc:runsc
 sandbox:
-	@command -v bwrap >/dev/null || { \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
-		$$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	for pair in $(SANDBOX_PACKAGES); do \
+		command -v $${pair%%:*} >/dev/null && continue; \
+		$$SUDO apt-get install -y -qq $${pair#*:} >/dev/null 2>&1 || \
 		{ $$SUDO apt-get update -qq >/dev/null 2>&1 && \
-		  $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
-		echo "warning: could not install bubblewrap; --agent thyme will refuse to start"; }
+		  $$SUDO apt-get install -y -qq $${pair#*:} >/dev/null 2>&1; } || \
+		echo "warning: could not install $${pair#*:} (bubblewrap: --agent thyme will refuse to start; runsc: no gVisor isolation)"; \
+	done
 
 demo: setup
 	$(VENV)/bin/speceyes annotate samples/manifest.jsonl --small synth --large synth \

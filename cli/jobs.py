@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
@@ -15,6 +16,9 @@ FIELDS = (
     "error_code", "error_message", "attempts", "created_at", "fast_started_at", "gated_at",
     "agent_started_at", "finished_at",
 )  # fmt: skip
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def register(commands: Any) -> None:
@@ -46,22 +50,36 @@ def run_show(args: argparse.Namespace) -> int:
         return 0
     for name, value in record.items():
         if value is not None:
-            print(f"{name:<19} {value}")
+            say(f"{name:<19} {value}")
     for step in (trajectory or {}).get("steps", []):
-        print(
+        say(
             f"--- step {step['index'] + 1} ({step['finish_reason']}, "
             f"{step['new_tokens']} tokens, {step['generate_seconds']:.2f} s)"
         )
-        print(step["text"])
+        say(step["text"])
         if step.get("box_original"):
-            print(f"    zoom {step['box_model']} (model view) -> {step['box_original']} (original)")
+            say(f"    zoom {step['box_model']} (model view) -> {step['box_original']} (original)")
         if step.get("code") is not None:
-            stopped = f", stopped: {step['sandbox_stop']}" if step.get("sandbox_stop") else ""
-            print(f"    code ran in the sandbox ({step['tool_seconds']:.2f} s{stopped})")
+            say(f"    code ran in the sandbox ({_sandbox_use(step)})")
             if step.get("code_output"):
-                print("    printed: " + step["code_output"][:500].replace("\n", "\n             "))
+                say("    printed: " + step["code_output"][:500].replace("\n", "\n             "))
             for image in step.get("images") or []:
-                print(f"    image {image['width']}x{image['height']} ({image['pixels_sha256']})")
+                say(f"    image {image['width']}x{image['height']} ({image['pixels_sha256']})")
         if step.get("observation"):
-            print(f"    -> {step['observation']}")
+            say(f"    -> {step['observation']}")
     return 0
+
+
+def say(text: str) -> None:
+    """Print text that a model, a user or model-written code wrote: control characters
+    (terminal escapes among them) are shown as escapes, never sent to the terminal."""
+    print(_CONTROL.sub(lambda match: ascii(match.group())[1:-1], text))
+
+
+def _sandbox_use(step: dict[str, Any]) -> str:
+    said = f"{step['tool_seconds']:.2f} s"
+    if step.get("sandbox_cpu_s") is not None:
+        said += f", {step['sandbox_cpu_s']:.2f} CPU s, {step['sandbox_peak_mb']:.0f} MB"
+    if step.get("sandbox_stop"):
+        said += f", stopped: {step['sandbox_stop']}"
+    return said

@@ -37,8 +37,9 @@ class ScriptedSettings(BaseModel):
     agent_step_s: float = Field(0.0, ge=0.0)
     scripts_file: Path | None = Field(
         None,
-        description="JSON object: job id -> that job's script (JobScript's fields), for "
-        "tests that run workers in other processes.",
+        description="JSON object: job id -> that job's script (JobScript's fields); the key "
+        "'*' scripts every other job (e.g. chosen Thyme code for a whole corpus, to replay "
+        "an attack through annotate or the workers).",
     )
 
 

@@ -3,7 +3,9 @@
 Each job follows a ``JobScript``: its screen decision, the small model's answer and the
 gate confidence its per-token scores will produce, the agent's steps, and the phases in
 which the job's calls fail. Scripts are looked up by job id (``Query.job_id`` in batch
-calls, ``Conversation.key`` in agent steps); jobs without one get ``default(job_id)``.
+calls, ``Conversation.key`` in agent steps); jobs without one follow the ``"*"`` script
+if there is one (so a whole corpus can replay chosen agent steps, e.g. Thyme code an
+auditor wants to see run through the workers), else ``default(job_id)``.
 
 An optional simulated cost per call (fixed seconds + seconds per item, slept) makes the
 funnel's throughput measurable without a model.
@@ -30,6 +32,7 @@ from common.images import ResizeRule
 from common.protocols import REFERENCE, Protocol, get_protocol
 
 Phase = str  # "screen" | "speculate" | "generate"
+EVERY_JOB = "*"  # the key of a script every job without its own follows
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,8 @@ class ScriptedModel:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def script(self, job_id: str) -> JobScript:
-        return self.scripts.get(job_id) or self.default(job_id)
+        """The job's own script, else the one for every job (``"*"``), else the default."""
+        return self.scripts.get(job_id) or self.scripts.get(EVERY_JOB) or self.default(job_id)
 
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
         scripts = self._call("screen", [q.job_id for q in queries])

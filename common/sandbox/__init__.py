@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from common.config import AgentLimits, SandboxLimits, Settings
 from common.errors import ConfigurationError
-from common.sandbox import cgroup, workspace
+from common.sandbox import cgroup, janitor, workspace
 from common.sandbox.channel import BadReport, GuestReport, ReportLimits, collect, decode_text, parse
 from common.sandbox.launch import WORK_MOUNT, Bubblewrap, Launcher, Unisolated
 
@@ -92,7 +92,9 @@ class Sandbox:
         self.uid = uid
         self.launcher = _launcher(isolation, bwrap=bwrap, runsc=runsc, uid=uid)
         self.hierarchy = cgroup.find_hierarchy() if os.geteuid() == 0 else None
-        cgroup.sweep_stale(self.hierarchy)
+        cgroup.sweep_stale(self.hierarchy)  # what workers that died left
+        if os.geteuid() == 0:
+            janitor.kill_orphans(uid)
         workspace.sweep_stale()
 
     @classmethod
@@ -161,14 +163,18 @@ class SandboxSession:
     def __init__(self, sandbox: Sandbox, *, spare: bool = True) -> None:
         self.sandbox = sandbox
         limits = sandbox.limits
+        if os.geteuid() == 0:  # (a guest that is not root cannot be signalled by its parent)
+            janitor.ensure_janitor(sandbox.uid)
         self.workspace = workspace.Workspace(
             uid=sandbox.uid, gid=sandbox.uid, disk_bytes=limits.disk_mb << 20,
             files=limits.files,
         )  # fmt: skip
         name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        launcher = sandbox.launcher
         self.group = cgroup.SessionGroup.create(
-            sandbox.hierarchy, name, memory_bytes=limits.memory_mb << 20, tasks=limits.threads
-        )
+            sandbox.hierarchy, name, memory_bytes=limits.memory_mb << 20,
+            tasks=limits.threads + launcher.host_tasks,
+        )  # fmt: skip
         self.keeps_spare = spare
         self._spare: subprocess.Popen[bytes] | None = None
         try:
@@ -204,10 +210,9 @@ class SandboxSession:
 
     def _start(self) -> subprocess.Popen[bytes]:
         launcher = self.sandbox.launcher
-        command = launcher.command(
-            self.workspace.data, self.workspace.tmp,
-            self.sandbox.guest_setup(self.root, counted=self.group is not None),
-        )  # fmt: skip
+        counted = self.group is not None and launcher.tasks_counted
+        setup = self.sandbox.guest_setup(self.root, counted=counted)
+        command = launcher.command(self.workspace, setup)
         if self.group is not None:
             command = [*self.group.join_command(), *command]
         return subprocess.Popen(
@@ -247,8 +252,7 @@ class SandboxSession:
             self._kill(process)
             status = _wait(process, time.perf_counter() + 5)
         seconds = time.perf_counter() - started
-        cpu_s = status[1].ru_utime + status[1].ru_stime if status else 0.0
-        peak, oom_kills = self._memory(status)
+        cpu_s, peak, oom_kills = self._usage(status)
         tail = decode_text(err[-4 * STDERR_TAIL :])[-STDERR_TAIL:]
         ended = _Ended(seconds, cpu_s, peak)
         if overrun == "timeout":
@@ -270,13 +274,15 @@ class SandboxSession:
             return ended(None, stop, f"{code.describe()}: {exc}; {tail}")
         return ended(report, None, tail)
 
-    def _memory(self, status: tuple[int, Any] | None) -> tuple[int, int]:
-        """(the peak memory of this execution, OOM kills in it): the group's (files in
-        tmpfs included), else the guest's peak resident size."""
-        if self.group is not None:
-            usage = self.group.usage()
-            return usage.peak_bytes, usage.oom_kills
-        return (status[1].ru_maxrss << 10 if status else 0), 0
+    def _usage(self, status: tuple[int, Any] | None) -> tuple[float, int, int]:
+        """This execution's CPU seconds, peak memory and OOM kills: the guest's own as its
+        parent reaped it, and its group's (the files in its tmpfs, gVisor's kernel)."""
+        cpu_s = status[1].ru_utime + status[1].ru_stime if status else 0.0
+        peak = status[1].ru_maxrss << 10 if status else 0
+        if self.group is None:
+            return cpu_s, peak, 0
+        usage = self.group.usage()
+        return max(cpu_s, usage.cpu_s), usage.peak_bytes, usage.oom_kills
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
         """Kill every process of this sandbox: its group, or the guest under bubblewrap

@@ -120,6 +120,7 @@ class SessionGroup:
     def __init__(self, hierarchy: Hierarchy, name: str) -> None:
         self.hierarchy = hierarchy
         self.folders = {c: parent / name for c, parent in hierarchy.folders.items()}
+        self._cpu_s_at_start = 0.0
         self._oom_kills_at_start = 0
 
     @classmethod
@@ -195,25 +196,32 @@ class SessionGroup:
         return True
 
     def usage(self) -> Usage:
-        """CPU seconds used by the group, its peak memory and OOM kills, the last two
-        since ``start_count``."""
-        if self.hierarchy.version == 2:
-            folder = self.folders["unified"]
-            cpu_s = _stat(folder / "cpu.stat", "usage_usec") / 1e6
-            peak = _number(folder / "memory.peak")
-        else:
-            cpu_s = _number(self.folders["cpuacct"] / "cpuacct.usage") / 1e9
-            peak = _number(self.folders["memory"] / "memory.max_usage_in_bytes")
-        return Usage(cpu_s, peak, self._oom_kills() - self._oom_kills_at_start)
+        """What the group used since ``start_count``: CPU seconds, peak memory, OOM kills."""
+        return Usage(
+            self._cpu_s() - self._cpu_s_at_start,
+            self._peak_bytes(),
+            self._oom_kills() - self._oom_kills_at_start,
+        )
 
     def start_count(self) -> None:
-        """Count peak memory and OOM kills from now (one execution's)."""
+        """Count from now (one execution's use)."""
         with contextlib.suppress(OSError):
             if self.hierarchy.version == 2:
                 _write(self.folders["unified"] / "memory.peak", "0")
             else:
                 _write(self.folders["memory"] / "memory.max_usage_in_bytes", "0")
+        self._cpu_s_at_start = self._cpu_s()
         self._oom_kills_at_start = self._oom_kills()
+
+    def _cpu_s(self) -> float:
+        if self.hierarchy.version == 2:
+            return _stat(self.folders["unified"] / "cpu.stat", "usage_usec") / 1e6
+        return _number(self.folders["cpuacct"] / "cpuacct.usage") / 1e9
+
+    def _peak_bytes(self) -> int:
+        if self.hierarchy.version == 2:
+            return _number(self.folders["unified"] / "memory.peak")
+        return _number(self.folders["memory"] / "memory.max_usage_in_bytes")
 
     def _oom_kills(self) -> int:
         if self.hierarchy.version == 2:

@@ -34,6 +34,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Protocol
 
+from common.sandbox.workspace import Workspace
+
 GUEST = Path(__file__).resolve().parent / "guest"
 GUEST_MOUNT = "/opt/speceyes"
 PYTHON_MOUNT = "/opt/python"
@@ -59,10 +61,12 @@ class Launcher(Protocol):
 
     name: str
     work_root: str  # /mnt/data as the guest sees it: fixed, or the host folder
+    host_tasks: int  # tasks of the isolation itself in the session's control group
+    tasks_counted: bool  # whether that group sees the guest's own tasks one for one
 
     def missing(self) -> str | None: ...
 
-    def command(self, data: Path, tmp: Path, limits: str) -> list[str]: ...
+    def command(self, space: Workspace, setup: str) -> list[str]: ...
 
     def environment(self) -> dict[str, str]: ...
 
@@ -101,6 +105,14 @@ class Runtime:
         )  # fmt: skip
 
 
+def sandboxed_environment(runtime: Runtime) -> dict[str, str]:
+    """The guest's whole environment where it sees the sandbox's mounts."""
+    env = {**GUEST_ENV, "PYTHONPATH": SITE_MOUNT}
+    if runtime.library_path:
+        env["LD_LIBRARY_PATH"] = runtime.library_path
+    return env
+
+
 def guest_site() -> dict[str, str]:
     """The installed files of the packages the guest may import, and the shared
     libraries their wheels carry (``*.libs`` folders beside them), by name."""
@@ -122,6 +134,8 @@ class Bubblewrap:
 
     name = "bubblewrap"
     work_root = WORK_MOUNT
+    host_tasks = 1  # bubblewrap's own process, outside the namespaces
+    tasks_counted = True
 
     def __init__(self, executable: str, *, uid: int, gid: int) -> None:
         self.executable, self.uid, self.gid = executable, uid, gid
@@ -143,7 +157,7 @@ class Bubblewrap:
             return "the sandbox drops root with /usr/bin/setpriv (Debian's util-linux): missing"
         return None
 
-    def command(self, data: Path, tmp: Path, limits: str) -> list[str]:
+    def command(self, space: Workspace, setup: str) -> list[str]:
         argv = [
             self.executable, "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup", "--as-pid-1", "--die-with-parent",
@@ -175,7 +189,7 @@ class Bubblewrap:
         argv += ["--ro-bind", str(GUEST), GUEST_MOUNT]
         for name, source in self.site.items():
             argv += ["--ro-bind", source, f"{SITE_MOUNT}/{name}"]
-        argv += ["--bind", str(data), WORK_MOUNT, "--bind", str(tmp), "/tmp"]
+        argv += ["--bind", str(space.data), WORK_MOUNT, "--bind", str(space.tmp), "/tmp"]
         for name, value in self.environment().items():
             argv += ["--setenv", name, value]
         argv += ["--remount-ro", "/"]
@@ -185,13 +199,10 @@ class Bubblewrap:
                 "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
                 "--no-new-privs", "--",
             ]  # fmt: skip
-        return [*argv, self.runtime.executable, "-S", f"{GUEST_MOUNT}/harness.py", limits]
+        return [*argv, self.runtime.executable, "-S", f"{GUEST_MOUNT}/harness.py", setup]
 
     def environment(self) -> dict[str, str]:
-        env = {**GUEST_ENV, "PYTHONPATH": SITE_MOUNT}
-        if self.runtime.library_path:
-            env["LD_LIBRARY_PATH"] = self.runtime.library_path
-        return env
+        return sandboxed_environment(self.runtime)
 
 
 def _parents(paths: list[str]) -> list[str]:
@@ -204,6 +215,8 @@ class Unisolated:
     """The guest as a plain child process (``SPECEYES_ALLOW_UNSANDBOXED_CODE``)."""
 
     name = "none"
+    host_tasks = 0
+    tasks_counted = True
 
     def __init__(self) -> None:
         self.site = guest_site()
@@ -212,7 +225,7 @@ class Unisolated:
     def missing(self) -> str | None:
         return None
 
-    def command(self, data: Path, tmp: Path, limits: str) -> list[str]:
+    def command(self, space: Workspace, setup: str) -> list[str]:
         parents = dict.fromkeys(str(Path(source).parent) for source in self.site.values())
         path = os.pathsep.join([str(GUEST), *parents])
         bootstrap = (
@@ -220,7 +233,7 @@ class Unisolated:
             "import runpy; runpy.run_path(sys.path[0] + '/harness.py', run_name='__main__')"
         )
         executable = str(Path(sys.base_prefix) / "bin" / f"python{VERSION}")
-        return [executable, "-I", "-S", "-c", bootstrap, limits]
+        return [executable, "-I", "-S", "-c", bootstrap, setup]
 
     def environment(self) -> dict[str, str]:
         return dict(GUEST_ENV)

@@ -263,7 +263,7 @@ def test_new_weights_in_the_same_checkpoint_folder_make_new_jobs(tmp_path: Path,
 
 
 def test_deepeyes_and_thyme_batches_keep_each_jobs_agent(tmp_path: Path, capsys):
-    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     write_images(tmp_path / "c", 3)
@@ -306,8 +306,42 @@ def test_thyme_refuses_to_start_without_its_sandbox(tmp_path: Path, capsys, monk
     assert "needs bubblewrap" in err and "SPECEYES_ALLOW_UNSANDBOXED_CODE" in err
 
 
+def test_a_corpus_replays_chosen_thyme_code_through_annotate(tmp_path: Path, capsys, monkeypatch):
+    """How an operator or an auditor replays an attack: one scripted trajectory for every
+    job ("*"), through annotate, the funnel and the sandbox."""
+    from tests.common.sandbox.conftest import bubblewrap_or_skip
+
+    bubblewrap_or_skip()
+    escapes = (
+        "<think>\x1b[2J\x1b[31mwiped</think><code>\n```python\nprint('\\x1b[2Jgone')\n```\n</code>"
+    )
+    fork = "<code>\n```python\nimport os\nos.fork()\n```\n</code>"
+    scripts = tmp_path / "scripts.json"
+    script = {"needs_tools": True, "agent_steps": [escapes, fork, "<answer>A</answer>"]}
+    scripts.write_text(json.dumps({"*": script}))
+    monkeypatch.setenv("SPECEYES_SCRIPTED__SCRIPTS_FILE", str(scripts))
+    write_images(tmp_path / "c", 3)
+    db = tmp_path / "s.db"
+    code = annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--agent", "thyme",
+                    "--db", f"sqlite:///{db}")  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    rows = db_rows(db, "SELECT id, answered_by, final_answer, trajectory FROM jobs")
+    assert [(by, answer) for _, by, answer, _ in rows] == [("large", "A")] * 3
+    for _, _, _, trajectory in rows:
+        printing, forking, _ = json.loads(trajectory)["steps"]
+        assert printing["code_output"] == "[2Jgone"  # the escape removed at the boundary
+        assert forking["code"] == "import os\nos.fork()"
+        assert "Operation not permitted" in forking["observation"]
+    capsys.readouterr()
+    assert main(["jobs", "show", rows[0][0], "--db", f"sqlite:///{db}"]) == 0
+    shown = capsys.readouterr().out
+    # the model's own text is kept as written, and shown escaped, never sent to a terminal
+    assert "\x1b" not in shown and "\\x1b[2J\\x1b[31mwiped" in shown
+    assert "code ran in the sandbox" in shown and "CPU s" in shown
+
+
 def test_thyme_runs_the_tiny_checkpoints_end_to_end(tmp_path: Path, tiny_cache_dir, monkeypatch):
-    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     monkeypatch.setenv("SPECEYES_CACHE_DIR", str(tiny_cache_dir))

@@ -243,7 +243,7 @@ def test_a_thyme_slow_worker_runs_code_in_the_sandbox_and_survives_hostile_code(
     tmp_path, deployment
 ):
     from tests.common.agents.test_thyme import ANSWER, CROP, LOOPS, RAISES
-    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     setup = deployment(agent="thyme", baseline="true", fast_max_wait_s="0.2",
@@ -251,7 +251,7 @@ def test_a_thyme_slow_worker_runs_code_in_the_sandbox_and_survives_hostile_code(
     folder = tmp_path / "corpus"
     write_images(folder, 4)
     batch_id = setup.submit(folder)
-    steal = "<code>\n```python\nprint(open('/proc/1/environ').read() or 'empty')\n```\n</code>"
+    steal = "<code>\n```python\nprint(dict(os.environ))\n```\n</code>"
     jobs = setup.script(
         batch_id,
         {
@@ -271,10 +271,10 @@ def test_a_thyme_slow_worker_runs_code_in_the_sandbox_and_survives_hostile_code(
     by_job = setup.jobs()
     steps = {item: by_job[job_id].trajectory["steps"] for item, job_id in jobs.items()}
     assert steps["img000.png"][0]["images"][0]["width"] == 64
-    assert steps["img001.png"][0]["sandbox_stop"] in ("timeout", "killed")
+    assert steps["img001.png"][0]["sandbox_stop"] in ("timeout", "cpu_limit")
     assert "ValueError" in steps["img002.png"][0]["observation"]
     printed = steps["img003.png"][0]["code_output"]
-    assert "SPECEYES" not in printed and "redis://" not in printed
+    assert "LANG" in printed and "SPECEYES" not in printed and "redis://" not in printed
 
 
 def test_one_slow_worker_runs_concurrent_trajectories(tmp_path, deployment):
@@ -302,7 +302,7 @@ def test_a_thyme_slow_worker_refuses_to_start_without_its_sandbox(tmp_path, depl
 @pytest.mark.parametrize("agent", ["deepeyes", "thyme"])
 def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny_cache_dir, agent):
     if agent == "thyme":
-        from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+        from tests.common.sandbox.conftest import bubblewrap_or_skip
 
         bubblewrap_or_skip()
     setup = deployment(

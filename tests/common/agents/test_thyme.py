@@ -12,7 +12,7 @@ from common.config import AgentLimits, SandboxLimits
 from common.contracts import Query
 from common.protocols import THYME
 from common.sandbox.guest.rewrite import clamp_box, rewrite
-from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+from tests.common.sandbox.conftest import bubblewrap_or_skip
 
 CROP = """<think>look closer</think><code>
 ```python
@@ -92,7 +92,7 @@ def test_a_failed_execution_drops_its_step_and_the_loop_goes_on():
 def test_code_that_loops_forever_is_killed_and_the_trajectory_ends_cleanly():
     trajectory = run(LOOPS, LOOPS, ANSWER)
     killed = trajectory.steps[:2]
-    assert all(step.sandbox_stop in ("timeout", "killed") for step in killed), killed
+    assert all(step.sandbox_stop in ("timeout", "cpu_limit") for step in killed), killed
     assert trajectory.answer == "B"
 
 

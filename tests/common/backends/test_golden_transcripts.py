@@ -199,7 +199,7 @@ def test_thyme_phases_i_and_ii_see_the_question_before_its_please(tiny_paths):
 def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
     from common.agents.thyme import run_thyme
     from common.protocols import THYME
-    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32",

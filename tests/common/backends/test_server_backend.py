@@ -105,7 +105,7 @@ def test_unforced_random_trajectories_match_too(models, server):
 
 def test_thyme_trajectories_match_step_for_step(models, server, tiny_paths):
     from common.agents.thyme import run_thyme
-    from tests.common.sandbox.test_hostile import bubblewrap_or_skip
+    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32",

@@ -75,19 +75,28 @@ def _pids_of(uid: int) -> list[int]:
         except OSError:
             continue  # it ended while we looked
         uids = next((line.split()[1:] for line in lines if line.startswith("Uid:")), [])
-        if str(uid) in uids:
+        zombie = any(line.startswith("State:\tZ") for line in lines)  # dead, awaiting init
+        if str(uid) in uids and not zombie:
             pids.append(int(status.parent.name))
     return pids
 
 
 def _children() -> list[int]:
+    """This process's children, but its sandbox janitor (which lives as long as it)."""
     children: list[int] = []
     for task in Path("/proc/self/task").iterdir():
         try:
             children += [int(pid) for pid in (task / "children").read_text().split()]
         except OSError:
             continue
-    return children
+    return [pid for pid in children if b"common.sandbox.janitor" not in _command(pid)]
+
+
+def _command(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 @dataclass

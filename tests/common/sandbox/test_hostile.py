@@ -7,14 +7,16 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from common.config import SandboxLimits
 from common.sandbox import Execution, Sandbox, SandboxSession, SandboxUnavailable, probe_request
-from tests.common.sandbox.conftest import SANDBOX_UID, TEST_LIMITS, bubblewrap_or_skip
+from tests.common.sandbox.conftest import SANDBOX_UID, TEST_LIMITS, _pids_of, bubblewrap_or_skip
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -250,3 +252,51 @@ def test_without_isolation_the_limits_and_seccomp_still_hold():
         assert execution.stop == "timeout"
         out = printed(run(opened, "print(open(image_path.rsplit('/', 1)[0] + '/x', 'w'))"))
         assert str(opened.folder) in out  # it works in the real folder, not /mnt/data
+
+
+def test_a_worker_killed_mid_execution_takes_its_sandbox_along(sandbox):
+    """SIGKILL of the worker: its janitor kills the guest and removes its folder and group."""
+    _, root = _killed_worker_running_code()
+    deadline = time.monotonic() + 10
+    while (_pids_of(SANDBOX_UID) or Path(root).exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the janitor sees the worker end and sweeps
+    assert not _pids_of(SANDBOX_UID) and not Path(root).exists()
+
+
+def test_without_its_janitor_the_next_sandbox_sweeps_what_a_dead_worker_left(sandbox):
+    _, root = _killed_worker_running_code(janitor_too=True)
+    assert Path(root).exists()  # nobody was left to clean up ...
+    Sandbox(TEST_LIMITS)  # ... until the next sandbox starts on the machine
+    assert not _pids_of(SANDBOX_UID) and not Path(root).exists()
+
+
+def _killed_worker_running_code(*, janitor_too: bool = False) -> tuple[subprocess.Popen, str]:
+    """A worker process whose session runs code, SIGKILLed (and its janitor first)."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    assert worker.stdout is not None
+    root = worker.stdout.readline().strip()  # the session's folder
+    started = Path(root) / "fs" / "data" / "started"
+    deadline = time.monotonic() + 10
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)  # the code is on its way
+    assert started.exists()  # it is running now
+    if janitor_too:
+        found = subprocess.run(["pgrep", "-f", f"common.sandbox.janitor {worker.pid} "],
+                               capture_output=True, text=True)  # fmt: skip
+        for pid in found.stdout.split():
+            os.kill(int(pid), 9)
+    worker.kill()
+    worker.wait()
+    return worker, root
+
+
+KILLED_WORKER = """
+from common.sandbox import Sandbox, probe_request
+from tests.common.sandbox.conftest import TEST_LIMITS
+session = Sandbox(TEST_LIMITS).session()
+print(session.workspace.root, flush=True)
+code = "open('/mnt/data/started', 'w').close()\\nimport time\\ntime.sleep(60)"
+session.run({**probe_request(session), "code": code})
+"""

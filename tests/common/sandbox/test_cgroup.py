@@ -1,0 +1,114 @@
+"""Control groups for sandbox sessions: found in either cgroup version, made with their
+limits, joined before anything runs, emptied and removed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from common.sandbox import cgroup
+from common.sandbox.cgroup import Hierarchy, SessionGroup, find_hierarchy
+
+V1_MOUNTS = """\
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+V1_GROUPS = "8:pids:/\n4:memory:/jobs/worker-1\n2:cpuacct:/\n1:cpu:/\n0::/\n"
+
+
+def test_cgroup_v1_groups_go_below_the_workers_own_in_each_controller():
+    hierarchy = find_hierarchy(V1_MOUNTS, V1_GROUPS)
+    assert hierarchy == Hierarchy(
+        1,
+        {
+            "memory": Path("/sys/fs/cgroup/memory/jobs/worker-1/speceyes-sandbox"),
+            "pids": Path("/sys/fs/cgroup/pids/speceyes-sandbox"),
+            "cpu": Path("/sys/fs/cgroup/cpu/speceyes-sandbox"),
+            "cpuacct": Path("/sys/fs/cgroup/cpuacct/speceyes-sandbox"),
+        },
+    )
+
+
+def test_cgroup_v2_groups_go_beside_the_workers_own(tmp_path):
+    (tmp_path / "system.slice").mkdir()
+    (tmp_path / "system.slice" / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    mounts = f"30 23 0:26 / {tmp_path} rw,nosuid - cgroup2 cgroup2 rw\n"
+    hierarchy = find_hierarchy(mounts, "0::/system.slice/worker.service\n")
+    assert hierarchy == Hierarchy(2, {"unified": tmp_path / "system.slice/speceyes-sandbox"})
+    (tmp_path / "system.slice" / "cgroup.subtree_control").write_text("cpu\n")
+    assert find_hierarchy(mounts, "0::/system.slice/worker.service\n") is None  # no memory
+    assert find_hierarchy("", "") is None
+
+
+def test_a_v2_group_is_made_with_its_limits(tmp_path):
+    parent = tmp_path / "speceyes-sandbox"
+    group = SessionGroup.create(
+        Hierarchy(2, {"unified": parent}), "123-abc", memory_bytes=512 << 20, tasks=32
+    )
+    assert group is not None
+    folder = parent / "123-abc"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert (folder / "memory.max").read_text() == str(512 << 20)
+    assert (folder / "memory.swap.max").read_text() == "0"
+    assert (folder / "pids.max").read_text() == "32"
+    assert (folder / "cpu.max").read_text() == "100000 100000"
+    (folder / "cgroup.procs").write_text("")
+    (folder / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    (folder / "memory.peak").write_text("1048576\n")
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    usage = group.usage()
+    assert (usage.cpu_s, usage.peak_bytes, usage.oom_kills) == (2.5, 1 << 20, 1)
+    group.start_count()  # one execution's use from here (the kernel resets the peak)
+    assert group.usage() == cgroup.Usage(0.0, 0, 0)
+    assert group.join_command()[:2] == ["/bin/sh", "-c"]
+
+
+def test_a_machine_without_a_usable_hierarchy_gets_no_group(tmp_path):
+    assert SessionGroup.create(None, "x", memory_bytes=1, tasks=1) is None
+    unwritable = Hierarchy(2, {"unified": tmp_path / "missing" / "deeper"})
+    assert SessionGroup.create(unwritable, "x", memory_bytes=1, tasks=1) is None
+
+
+@pytest.fixture
+def real() -> Hierarchy:
+    hierarchy = find_hierarchy() if os.geteuid() == 0 else None
+    if hierarchy is None or SessionGroup.create(hierarchy, "probe", memory_bytes=1 << 30,
+                                                tasks=8) is None:  # fmt: skip
+        pytest.skip("no control groups this process may make")
+    SessionGroup(hierarchy, "probe").remove()
+    return hierarchy
+
+
+def test_a_real_group_holds_what_joins_it_and_is_emptied(real):
+    group = SessionGroup.create(real, f"{os.getpid()}-real", memory_bytes=256 << 20, tasks=8)
+    assert group is not None
+    try:
+        process = subprocess.Popen([*group.join_command(), "sleep", "60"])
+        try:
+            deadline = time.monotonic() + 5
+            while group.pids() != [process.pid] and time.monotonic() < deadline:
+                time.sleep(0.01)  # the shell is starting; it joins, then execs sleep
+            assert group.pids() == [process.pid]
+            assert group.kill() and group.pids() == []
+            assert process.wait(5) == -9
+        finally:
+            process.kill()
+    finally:
+        group.remove()
+    assert not any((parent / f"{os.getpid()}-real").exists() for parent in real.folders.values())
+
+
+def test_the_groups_of_a_dead_worker_are_swept(real):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = SessionGroup.create(real, f"{gone.pid}-stale", memory_bytes=1 << 30, tasks=8)
+    assert stale is not None
+    cgroup.sweep_stale(real)
+    assert not any(folder.exists() for folder in stale.folders.values())
