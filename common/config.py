@@ -173,6 +173,12 @@ class Settings(BaseSettings):
     sandbox_output_bytes: int = Field(
         1 << 20, ge=1024, description="Most bytes one execution may print and report."
     )
+    sandbox_text_chars: int = Field(
+        16_384,
+        ge=256,
+        description="Most characters of printed text one execution hands back to the model "
+        "(the rest is cut: a print is not a way to flood the model's context).",
+    )
     sandbox_max_images: int = Field(
         4, ge=1, description="Images one execution may hand back to the model (the first)."
     )
@@ -402,7 +408,8 @@ class Settings(BaseSettings):
             wall_s=self.sandbox_wall_s, cpu_s=self.sandbox_cpu_s,
             memory_mb=self.sandbox_memory_mb, disk_mb=self.sandbox_disk_mb,
             files=self.sandbox_files, output_bytes=self.sandbox_output_bytes,
-            images=self.sandbox_max_images, image_pixels=self.sandbox_image_pixels,
+            text_chars=self.sandbox_text_chars, images=self.sandbox_max_images,
+            image_pixels=self.sandbox_image_pixels,
         )  # fmt: skip
         return AgentLimits(
             max_steps=self.agent_max_steps, max_new_tokens=self.agent_max_new_tokens,
@@ -466,6 +473,7 @@ class SandboxLimits:
     file_mb: int = 64  # the largest file it may write
     threads: int = 32  # tasks (new processes are refused by seccomp in any case)
     output_bytes: int = _default("sandbox_output_bytes")  # the report; stderr likewise
+    text_chars: int = _default("sandbox_text_chars")  # printed text handed to the model
     images: int = _default("sandbox_max_images")
     image_pixels: int = _default("sandbox_image_pixels")
 

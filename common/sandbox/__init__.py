@@ -149,7 +149,7 @@ class Sandbox:
         limits = self.limits
         return ReportLimits(
             header_bytes=limits.output_bytes, text_chars=limits.output_bytes // 2,
-            images=limits.images, pixels=limits.image_pixels,
+            images=limits.images, pixels=limits.image_pixels, shown_chars=limits.text_chars,
         )  # fmt: skip
 
     def __repr__(self) -> str:
@@ -237,9 +237,12 @@ class SandboxSession:
         with contextlib.suppress(BrokenPipeError):  # it died starting: its stderr says why
             process.stdin.write(json.dumps(request).encode())
             process.stdin.close()
+        group = self.group
         out, err, overrun = collect(
             process, deadline, stdout_cap=limits.output_bytes + 3 * limits.image_pixels,
             stderr_cap=limits.output_bytes,
+            # the group counts CPU exactly, where RLIMIT_CPU samples it at each tick
+            over_cpu=lambda: group is not None and group.usage().cpu_s > limits.cpu_s,
         )  # fmt: skip
         for stream in (process.stdout, process.stderr):
             assert stream is not None
@@ -259,6 +262,8 @@ class SandboxSession:
             return ended(None, "timeout", f"killed after {limits.wall_s:g} s (wall clock)")
         if overrun == "output_limit":
             return ended(None, "output_limit", "killed: it wrote more than its output allows")
+        if overrun == "cpu_limit":
+            return ended(None, "cpu_limit", f"killed: over the CPU time limit of {limits.cpu_s} s")
         if oom_kills:
             said = f"killed: over the memory limit of {limits.memory_mb} MiB"
             return ended(None, "memory_limit", f"{said} (its processes and files together)")
@@ -285,15 +290,20 @@ class SandboxSession:
         return max(cpu_s, usage.cpu_s), usage.peak_bytes, usage.oom_kills
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
-        """Kill every process of this sandbox: its group, or the guest under bubblewrap
-        (PID 1 of its namespace: the kernel ends the namespace with it) and its parents."""
-        if self.group is not None:
-            self.group.kill()
-        for pid in _children(process.pid):
+        """Kill every process of this sandbox, the guest first: its parent (bubblewrap,
+        runsc) then reaps it and ends. (Killed together, the guest could pass to a worker
+        that is PID 1 or a subreaper, which would never reap it.) Under bubblewrap the
+        guest is PID 1 of its namespace: the kernel ends the namespace with it."""
+        inside = set(_children(process.pid)) | set(self.group.pids() if self.group else ())
+        inside.discard(process.pid)
+        for pid in inside:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        if not inside or not _ended(process, time.perf_counter() + 1):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        if self.group is not None:
+            self.group.kill()  # anything left
 
     def close(self) -> None:
         if self._spare is not None:
@@ -367,6 +377,21 @@ def _wait(process: subprocess.Popen[bytes], deadline: float) -> tuple[int, Any] 
         os.close(handle)
     process.returncode = os.waitstatus_to_exitcode(status)
     return status, usage
+
+
+def _ended(process: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Whether ``process`` has ended by the deadline (it is not reaped here)."""
+    if process.returncode is not None:
+        return True
+    try:
+        handle = os.pidfd_open(process.pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([handle], [], [], max(0.0, deadline - time.perf_counter()))
+        return bool(ready)
+    finally:
+        os.close(handle)
 
 
 def _children(pid: int) -> list[int]:

@@ -26,13 +26,19 @@ import re
 import selectors
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from PIL import Image
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# control characters but newline and tab; bidirectional overrides and isolates (text
+# that displays other than it reads); tag characters (invisible ASCII)
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]"
+)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_LINE_SEPARATOR = re.compile("[\u2028\u2029\x85]")
 _MOST_NOTES = 8
 _NOTE_CHARS = 300
 
@@ -43,13 +49,15 @@ class BadReport(Exception):
 
 @dataclass(frozen=True)
 class ReportLimits:
-    """What a report may hold: ``header_bytes`` of JSON, ``text_chars`` of any text,
-    ``images`` images of ``pixels`` pixels together."""
+    """What a report may hold: ``header_bytes`` of JSON, ``text_chars`` of any text
+    (``shown_chars`` of the text for the model), ``images`` images of ``pixels`` pixels
+    together."""
 
     header_bytes: int
     text_chars: int
     images: int
     pixels: int
+    shown_chars: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,17 +72,31 @@ class GuestReport:
     notes: list[str] = field(default_factory=list)
 
 
-Overrun = Literal["timeout", "output_limit"]
+Overrun = Literal["timeout", "output_limit", "cpu_limit"]
+CHECK_EVERY_S = 0.1
+# a guest trickling a few bytes at a time would keep this loop spinning on the worker's
+# CPU: past FREE_SMALL_READS reads of under SMALL_READ bytes, wait THROTTLE_S before each
+# next one (at most ~200 wake-ups a second, whatever the guest does)
+SMALL_READ = 1 << 16
+FREE_SMALL_READS = 64
+THROTTLE_S = 0.005
 
 
 def collect(
-    process: subprocess.Popen[bytes], deadline: float, *, stdout_cap: int, stderr_cap: int
+    process: subprocess.Popen[bytes],
+    deadline: float,
+    *,
+    stdout_cap: int,
+    stderr_cap: int,
+    over_cpu: Callable[[], bool] = lambda: False,
 ) -> tuple[bytearray, bytearray, Overrun | None]:
-    """Read stdout and stderr until both close, the deadline passes or either exceeds
-    its cap (the overrun is returned; the caller kills the sandbox)."""
+    """Read stdout and stderr until both close, the deadline passes, either exceeds its
+    cap or ``over_cpu()`` (asked every ``CHECK_EVERY_S``) says the sandbox has spent its
+    CPU time (the overrun is returned; the caller kills the sandbox)."""
     assert process.stdout is not None and process.stderr is not None
     caps = {process.stdout.fileno(): stdout_cap, process.stderr.fileno(): stderr_cap}
     received = {fd: bytearray() for fd in caps}  # (grown in place: no second copy)
+    small_reads = 0
     overrun: Overrun | None = None
     with selectors.DefaultSelector() as selector:
         for stream in (process.stdout, process.stderr):
@@ -84,7 +106,10 @@ def collect(
             if remaining <= 0:
                 overrun = "timeout"
                 break
-            for key, _ in selector.select(remaining):
+            if over_cpu():
+                overrun = "cpu_limit"
+                break
+            for key, _ in selector.select(min(remaining, CHECK_EVERY_S)):
                 data = os.read(key.fd, 1 << 20)
                 if not data:
                     selector.unregister(key.fileobj)
@@ -92,6 +117,9 @@ def collect(
                 received[key.fd] += data
                 if len(received[key.fd]) > caps[key.fd]:
                     overrun = "output_limit"
+                small_reads += len(data) < SMALL_READ
+            if small_reads > FREE_SMALL_READS:
+                time.sleep(THROTTLE_S)  # a rate limit on the guest's wake-ups, not a wait
     out, err = received.values()
     return out, err, overrun
 
@@ -114,7 +142,7 @@ def parse(stdout: bytes | bytearray, limits: ReportLimits) -> GuestReport:
         raise BadReport(f"'notes' is not a list of at most {_MOST_NOTES} texts")
     return GuestReport(
         images=images,
-        text=_text(header, "text", limits, optional=True),
+        text=_text(header, "text", limits, optional=True, limit=limits.shown_chars),
         printed=_text(header, "printed", limits) or "",
         error=_text(header, "error", limits, optional=True),
         notes=[clean_text(_string(note, "a note"), _NOTE_CHARS) for note in notes],
@@ -152,12 +180,19 @@ def _images(data: memoryview, sizes: list[tuple[int, int]]) -> list[Image.Image]
 
 
 def _text(
-    header: dict[str, Any], name: str, limits: ReportLimits, *, optional: bool = False
+    header: dict[str, Any],
+    name: str,
+    limits: ReportLimits,
+    *,
+    optional: bool = False,
+    limit: int | None = None,
 ) -> str | None:
     value = header.get(name)
     if value is None and optional:
         return None
-    return clean_text(_string(value, f"'{name}'"), limits.text_chars)
+    return clean_text(
+        _string(value, f"'{name}'"), min(limit or limits.text_chars, limits.text_chars)
+    )
 
 
 def _string(value: Any, what: str) -> str:
@@ -167,10 +202,12 @@ def _string(value: Any, what: str) -> str:
 
 
 def clean_text(text: str, limit: int | None = None) -> str:
-    """``text`` safe to show anywhere: no control characters but newline and tab, lone
+    """``text`` safe to show anywhere: no control characters but newline and tab (line
+    separators become newlines), no bidirectional overrides or tag characters, lone
     surrogates replaced (U+FFFD), at most ``limit`` characters."""
     if limit is not None:
         text = text[:limit]
+    text = _LINE_SEPARATOR.sub("\n", text)
     return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text))
 
 

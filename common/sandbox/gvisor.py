@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from pathlib import Path
 from typing import Any
 
 from common.sandbox.launch import (
@@ -78,7 +79,8 @@ class GVisor:
         binds += [("/usr/bin", "/bin"), *runtime.binds, (str(GUEST), GUEST_MOUNT)]
         binds += [(source, f"{SITE_MOUNT}/{name}") for name, source in self.site.items()]
         mounts = [_bind(source, target, "ro") for source, target in binds]
-        mounts += [{"destination": t, "type": "tmpfs", "options": ["ro"]} for t in runtime.masks]
+        masks = [*runtime.masks, *(["/usr/local"] if Path("/usr/local").is_dir() else [])]
+        mounts += [{"destination": t, "type": "tmpfs", "options": ["ro"]} for t in masks]
         mounts += [_bind("/dev/null", target, "ro") for target in runtime.blanks]
         mounts += [_bind(str(space.data), WORK_MOUNT, "rw"), _bind(str(space.tmp), "/tmp", "rw")]
         return {

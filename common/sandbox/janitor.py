@@ -34,8 +34,11 @@ def ensure_janitor(uid: int) -> None:
     with _lock:
         if os.getpid() in _started:
             return
+        command = (
+            f"from common.sandbox.janitor import sweep_after; sweep_after({os.getpid()}, {uid})"
+        )
         subprocess.Popen(
-            [sys.executable, "-m", "common.sandbox.janitor", str(os.getpid()), str(uid)],
+            [sys.executable, "-c", command],
             cwd=Path(__file__).resolve().parents[2],
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a signal to the worker's group does not reach it
@@ -74,7 +77,3 @@ def _status(path: Path) -> dict[str, str]:
         return dict(line.split(":", 1) for line in path.read_text().splitlines() if ":" in line)
     except OSError:
         return {}
-
-
-if __name__ == "__main__":
-    sweep_after(int(sys.argv[1]), int(sys.argv[2]))

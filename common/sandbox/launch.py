@@ -52,7 +52,6 @@ GUEST_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
-DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -175,8 +174,10 @@ class Bubblewrap:
             "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
             "--perms", "0755", "--dir", "/dev",
         ]  # fmt: skip
-        for device in DEVICES:
-            argv += ["--dev-bind", device, device]
+        if Path("/usr/local").is_dir():  # the host's own installs: packages, our code
+            argv += ["--tmpfs", "/usr/local", "--remount-ro", "/usr/local"]
+        for name, source in space.devices.items():
+            argv += ["--dev-bind", source, f"/dev/{name}"]
         targets = [t for _, t in self.runtime.binds] + [GUEST_MOUNT, f"{SITE_MOUNT}/-", WORK_MOUNT]
         for folder in _parents(targets):  # made here, or bubblewrap copies odd modes
             argv += ["--perms", "0755", "--dir", folder]

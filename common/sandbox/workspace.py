@@ -33,8 +33,9 @@ from common.sandbox.cgroup import alive
 log = logging.getLogger(__name__)
 
 PREFIX = "speceyes-sandbox-"
+DEVICES = {"null": (1, 3), "zero": (1, 5), "random": (1, 8), "urandom": (1, 9)}
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
-_MNT_DETACH = 2
+_MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -56,9 +57,26 @@ class Workspace:
                 (self.fs / name).mkdir(mode=0o700)
                 if os.geteuid() == 0:
                     os.chown(self.fs / name, uid, gid)
+            self.devices = self._devices()
         except BaseException:
             self.remove()
             raise
+
+    def _devices(self) -> dict[str, str]:
+        """The device nodes the sandbox shows, by name: nodes of its own where the worker
+        may make them (so that what the code does to them, a timestamp, stays here), else
+        the host's."""
+        devices = {name: f"/dev/{name}" for name in DEVICES}
+        if os.geteuid() != 0:
+            return devices
+        (self.root / "dev").mkdir(mode=0o755)
+        for name, (major, minor) in DEVICES.items():
+            node = self.root / "dev" / name
+            with contextlib.suppress(OSError):
+                os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+                os.chmod(node, 0o666)  # (past the umask)
+                devices[name] = str(node)
+        return devices
 
     @property
     def data(self) -> Path:
@@ -152,16 +170,28 @@ def _empty_files(folder: int) -> str | None:
 
 
 def sweep_stale() -> None:
-    """Remove the workspaces of sessions whose worker is gone."""
+    """Remove the workspaces of sessions whose worker is gone: folders of ours only (a
+    real folder, not a link, owned by this uid, 0700), unmounted without following a
+    link (anyone may plant names in /tmp)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
         owner = folder.name[len(PREFIX) :].split("-", 1)[0]
-        if not owner.isdigit() or alive(int(owner)):
+        if not owner.isdigit() or alive(int(owner)) or not _ours(folder):
             continue
         with contextlib.suppress(OSError):
-            if (folder / "fs").is_mount():
-                _unmount(folder / "fs")
+            fs = folder / "fs"
+            if stat.S_ISDIR(fs.lstat().st_mode) and os.path.ismount(fs):
+                _unmount(fs)
             remove_tree(folder)
             log.info("removed a stale sandbox folder %s", folder)
+
+
+def _ours(folder: Path) -> bool:
+    try:
+        info = folder.lstat()
+    except OSError:
+        return False
+    mode = info.st_mode
+    return stat.S_ISDIR(mode) and info.st_uid == os.geteuid() and stat.S_IMODE(mode) == 0o700
 
 
 def _libc() -> ctypes.CDLL:
@@ -176,5 +206,5 @@ def _mount_tmpfs(target: Path, options: str) -> None:
 
 
 def _unmount(target: Path) -> None:
-    if _libc().umount2(bytes(target), _MNT_DETACH) != 0:
+    if _libc().umount2(bytes(target), _MNT_DETACH | _UMOUNT_NOFOLLOW) != 0:
         log.warning("cannot unmount %s: %s", target, os.strerror(ctypes.get_errno()))

@@ -12,8 +12,13 @@ with safe arguments:
   ENOSYS so that the C library falls back to ``clone``;
 - ``prlimit64``: reading this process's limits, never setting them;
 - ``ioctl``: anything but ``TIOCSTI`` (typing into a terminal);
-- ``prctl``: anything but ``PR_SET_PDEATHSIG`` (the harness arms it: the guest dies
-  with its parent);
+- ``prctl``: reading only (``PR_GET_*``): the harness arms the parent-death signal, and
+  the code may not rename itself (a name shows in the host's ``/proc``);
+- ``fcntl``: descriptors and their flags, no locks on files the host shares, no
+  leases or notifications, no larger pipe buffers;
+- ``kill``, ``tkill``, ``tgkill``: standard signals only (real-time ones queue, and the
+  queue is counted per uid across sandboxes);
+- ``renameat2``: no whiteout (a device node);
 - ``chmod`` and kin, ``open`` and kin: never a set-user-ID or set-group-ID mode.
 
 Refused among others: new processes (fork, vfork, clone without a thread), exec,
@@ -44,18 +49,17 @@ ALLOWED = """
     read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 lseek close
     close_range fstat stat lstat newfstatat statx statfs fstatfs access faccessat
     faccessat2 getdents64 getdents readlink readlinkat mkdir mkdirat rmdir unlink
-    unlinkat rename renameat renameat2 truncate ftruncate fallocate fadvise64 umask
-    utime utimes utimensat futimesat fsync fdatasync dup dup2 dup3 fcntl flock pipe
+    unlinkat rename renameat truncate ftruncate fallocate fadvise64 umask
+    utime utimes utimensat futimesat fsync fdatasync dup dup2 dup3 pipe
     pipe2 sendfile copy_file_range poll ppoll select pselect6 epoll_create epoll_create1
     epoll_ctl epoll_wait epoll_pwait epoll_pwait2 eventfd eventfd2
     mmap munmap mprotect mremap madvise brk mbind get_mempolicy set_mempolicy msync
     mincore futex set_robust_list get_robust_list set_tid_address rseq gettid
     sched_yield sched_getaffinity sched_setaffinity sched_getparam sched_getscheduler
     sched_get_priority_max sched_get_priority_min getpriority nanosleep clock_nanosleep
-    clock_gettime clock_getres gettimeofday time times getrusage exit exit_group tgkill
-    tkill kill rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigtimedwait
+    clock_gettime clock_getres gettimeofday time times getrusage exit exit_group
+    rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigtimedwait
     rt_sigsuspend sigaltstack restart_syscall pause alarm getitimer setitimer
-    timer_create timer_settime timer_gettime timer_delete timer_getoverrun
     timerfd_create timerfd_settime timerfd_gettime getpid getppid getuid geteuid getgid
     getegid getgroups getresuid getresgid getpgrp getpgid getsid getcwd chdir fchdir
     uname sysinfo getrlimit getrandom getcpu arch_prctl
@@ -72,18 +76,36 @@ REFUSED = """
     setfsuid setfsgid capset chown fchown lchown fchownat pidfd_open pidfd_getfd
     pidfd_send_signal kcmp name_to_handle_at open_by_handle_at swapon swapoff acct
     settimeofday clock_settime clock_adjtime adjtimex shmget msgget semget mq_open
-    process_madvise
+    process_madvise flock timer_create
 """.split()  # noqa: SIM905
 
 _CLONE_THREAD = 0x00010000
 _CLONE_NAMESPACES = (
     0x7E020080  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 )
-_TIOCSTI = 0x5412
-_PR_SET_PDEATHSIG = 1
+_SIGRTMIN = 32
 _SET_ID_BITS = 0o6000  # S_ISUID | S_ISGID
-# the argument that carries a mode, by call
-_MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "open": 2, "openat": 3, "creat": 1}
+_RENAME_WHITEOUT = 4
+# calls allowed when one argument (by index) is one of some values, below a bound, or
+# without some bits: {name: (argument, test, values)}
+_ARGUMENT_RULES: dict[str, tuple[int, str, tuple[int, ...]]] = {
+    "ioctl": (1, "not", (0x5412,)),  # TIOCSTI
+    # PR_GET_PDEATHSIG, _DUMPABLE, _NAME, _SECCOMP, PR_CAPBSET_READ, PR_GET_TIMERSLACK,
+    # _NO_NEW_PRIVS, _THP_DISABLE
+    "prctl": (0, "in", (2, 3, 16, 21, 23, 30, 39, 42)),
+    # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GETLK, F_DUPFD_CLOEXEC, F_GETPIPE_SZ
+    "fcntl": (1, "in", (0, 1, 2, 3, 4, 5, 1030, 1032)),
+    "kill": (1, "below", (_SIGRTMIN,)),
+    "tkill": (1, "below", (_SIGRTMIN,)),
+    "tgkill": (2, "below", (_SIGRTMIN,)),
+    "renameat2": (4, "without", (_RENAME_WHITEOUT,)),
+    "chmod": (1, "without", (_SET_ID_BITS,)),
+    "fchmod": (1, "without", (_SET_ID_BITS,)),
+    "fchmodat": (2, "without", (_SET_ID_BITS,)),
+    "open": (2, "without", (_SET_ID_BITS,)),
+    "openat": (3, "without", (_SET_ID_BITS,)),
+    "creat": (1, "without", (_SET_ID_BITS,)),
+}
 
 # -- classic BPF ----------------------------------------------------------------------
 _LD_W_ABS = 0x20
@@ -135,20 +157,17 @@ def _rule(name: str) -> list[Op]:
             _op(_RET_K, _ALLOW),
             _op(_RET_K, _PERMISSION),
         ]  # fmt: skip
-    if name in ("ioctl", "prctl"):
-        argument, refused = (1, _TIOCSTI) if name == "ioctl" else (0, _PR_SET_PDEATHSIG)
-        return [
-            _low_word(argument),
-            _op(_JEQ_K, refused, jf=1),
-            _op(_RET_K, _PERMISSION),
-            _op(_RET_K, _ALLOW),
-        ]
-    return [  # a mode argument without set-id bits
-        _low_word(_MODE_ARGUMENT[name]),
-        _op(_JSET_K, _SET_ID_BITS, jf=1),
-        _op(_RET_K, _PERMISSION),
-        _op(_RET_K, _ALLOW),
-    ]
+    argument, test, values = _ARGUMENT_RULES[name]
+    allow, deny = _op(_RET_K, _ALLOW), _op(_RET_K, _PERMISSION)
+    if test == "in":  # each match jumps to the allow at the end
+        count = len(values)
+        matches = [_op(_JEQ_K, value, jt=count - index) for index, value in enumerate(values)]
+        return [_low_word(argument), *matches, deny, allow]
+    if test == "not":
+        return [_low_word(argument), _op(_JEQ_K, values[0], jf=1), deny, allow]
+    if test == "below":
+        return [_low_word(argument), _op(_JGE_K, values[0], jf=1), deny, allow]
+    return [_low_word(argument), _op(_JSET_K, values[0], jf=1), deny, allow]  # without
 
 
 def program(machine: str | None = None) -> bytes:
@@ -168,7 +187,7 @@ def program(machine: str | None = None) -> bytes:
     for name in ALLOWED:
         if name in numbers:
             ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, _ALLOW)]
-    for name in ("clone", "prlimit64", "ioctl", "prctl", *_MODE_ARGUMENT):
+    for name in ("clone", "prlimit64", *_ARGUMENT_RULES):
         if name in numbers:
             rule = _rule(name)
             ops += [_op(_JEQ_K, numbers[name], jf=len(rule)), *rule]

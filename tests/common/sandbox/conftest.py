@@ -89,7 +89,7 @@ def _children() -> list[int]:
             children += [int(pid) for pid in (task / "children").read_text().split()]
         except OSError:
             continue
-    return [pid for pid in children if b"common.sandbox.janitor" not in _command(pid)]
+    return [pid for pid in children if b"sweep_after(" not in _command(pid)]
 
 
 def _command(pid: int) -> bytes:

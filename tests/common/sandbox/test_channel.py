@@ -69,8 +69,17 @@ def test_texts_come_out_clean_and_bounded():
     assert parsed.text == "[2Jred" + "y" * 89  # cut at 100 characters, then cleaned
     assert parsed.printed == "a\tb\nc\ufffd" and parsed.error == "\ufffd"
     assert parsed.notes == ["]0;titlenote"]
-    assert clean_text("ok\u202e") == "ok\u202e"  # (format characters are not controls)
+    # text that displays other than it reads, or hides ASCII from people
+    assert clean_text("abc\u202edcba\u2066x\u2069\U000e0041\U000e0042") == "abcdcbax"
+    assert clean_text("one\u2028two\u2029three\x85four") == "one\ntwo\nthree\nfour"
+    assert clean_text("zero\u200bwidth") == "zero\u200bwidth"  # (shown as nothing; harmless)
     assert decode_text(b"\xff\x1b[0mok") == "\ufffd[0mok"
+
+
+def test_the_text_for_the_model_has_its_own_cap():
+    shown = ReportLimits(header_bytes=4096, text_chars=100, images=2, pixels=1000, shown_chars=10)
+    parsed = parse(report({**EMPTY, "text": "t" * 50, "printed": "p" * 50}), shown)
+    assert parsed.text == "t" * 10 and parsed.printed == "p" * 50
 
 
 def _regex_paths(printed: str, prefix: str) -> list[str]:

@@ -283,7 +283,7 @@ def _killed_worker_running_code(*, janitor_too: bool = False) -> tuple[subproces
         time.sleep(0.02)  # the code is on its way
     assert started.exists()  # it is running now
     if janitor_too:
-        found = subprocess.run(["pgrep", "-f", f"common.sandbox.janitor {worker.pid} "],
+        found = subprocess.run(["pgrep", "-f", f"sweep_after\\({worker.pid}, "],
                                capture_output=True, text=True)  # fmt: skip
         for pid in found.stdout.split():
             os.kill(int(pid), 9)

@@ -87,6 +87,7 @@ def test_the_folders_of_a_dead_worker_are_swept(tmp_path):
     gone = subprocess.Popen(["true"])  # a worker's pid that existed and is gone
     gone.wait()
     stale = Path(tempfile.gettempdir()) / f"{workspace.PREFIX}{gone.pid}-test"
+    stale.mkdir(mode=0o700)
     (stale / "fs" / "deep").mkdir(parents=True)
     mounted = os.geteuid() == 0
     if mounted:
@@ -100,3 +101,34 @@ def test_the_folders_of_a_dead_worker_are_swept(tmp_path):
         assert str(stale) not in Path("/proc/self/mountinfo").read_text()
     finally:
         alive.rmdir()
+
+
+def test_a_planted_name_is_never_followed_by_the_sweep(tmp_path):
+    """Anyone may create ``/tmp/speceyes-sandbox-<dead pid>-x``: a link there, or a folder
+    not ours, is left alone, and nothing it points at is unmounted or removed."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    victim = tmp_path / "victim"
+    (victim / "fs").mkdir(parents=True)
+    (victim / "fs" / "keep").write_text("the host's")
+    planted = Path(tempfile.gettempdir()) / f"{workspace.PREFIX}{gone.pid}-planted"
+    linked = Path(tempfile.gettempdir()) / f"{workspace.PREFIX}{gone.pid}-linked"
+    planted.mkdir(mode=0o700)
+    (planted / "fs").symlink_to(victim / "fs")
+    linked.symlink_to(victim)
+    mounted = os.geteuid() == 0
+    if mounted:
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", victim / "fs"], check=True)
+        (victim / "fs" / "keep").write_text("the host's")
+    try:
+        workspace.sweep_stale()
+        assert (victim / "fs" / "keep").read_text() == "the host's"
+        assert not mounted or os.path.ismount(victim / "fs")
+        assert linked.is_symlink()  # not ours: left as found
+    finally:
+        if mounted:
+            subprocess.run(["umount", victim / "fs"], check=True)
+        linked.unlink()
+        if planted.exists():
+            (planted / "fs").unlink(missing_ok=True)
+            planted.rmdir()
