@@ -300,3 +300,39 @@ print(session.workspace.root, flush=True)
 code = "open('/mnt/data/started', 'w').close()\\nimport time\\ntime.sleep(60)"
 session.run({**probe_request(session), "code": code})
 """
+
+
+def test_a_worker_that_reaps_orphans_is_left_no_zombies(sandbox):
+    """A worker that is PID 1 or a subreaper (a container's entrypoint) inherits what
+    its children leave: killing a guest before its parent leaves it nothing to reap."""
+    done = subprocess.run(
+        [sys.executable, "-c", SUBREAPER_WORKER], cwd=REPO, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    stops, zombies = done.stdout.split("|")
+    assert stops.split() == ["timeout", "output_limit", "cpu_limit"]
+    assert zombies.strip() == "0"
+
+
+SUBREAPER_WORKER = """
+import ctypes, pathlib
+from dataclasses import replace
+from common.sandbox import Sandbox, probe_request
+from tests.common.sandbox.conftest import TEST_LIMITS
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+programs = [
+    "import time\\ntime.sleep(60)", "os.write(1, b'x' * (50 << 20))",
+    "x = 0\\nwhile True:\\n    x += 1",
+]
+stops = []
+with Sandbox(replace(TEST_LIMITS, wall_s=2.0, cpu_s=1)).session() as session:
+    for code in programs:
+        stops.append(session.run({**probe_request(session), "code": code}).stop)
+zombies = 0
+for task in pathlib.Path("/proc/self/task").iterdir():
+    for child in (task / "children").read_text().split():
+        if "State:\\tZ" in pathlib.Path(f"/proc/{child}/status").read_text():
+            zombies += 1
+print(" ".join(stops), "|", zombies)
+"""
