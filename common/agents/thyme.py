@@ -71,6 +71,7 @@ class _Loop:
         self.protocol: Protocol = model.protocol
         self.conversation = Conversation(key=query.job_id)
         self.trajectory = Trajectory()
+        self.written: list[str] = []  # the model's own text in the assistant turn
 
     def run(self) -> Trajectory:
         image = self._place_image()
@@ -157,7 +158,7 @@ class _Loop:
         notes = "".join(f"; {note}" for note in report.notes)
         if report.text is not None:
             step.observation = "printed text returned" + notes
-            return [report.text]
+            return [_inert(report.text)]
         views: list[Part] = []
         described = []
         for image in report.images:
@@ -179,6 +180,7 @@ class _Loop:
 
     def _extend_turn(self, content: list[Part]) -> None:
         """Start the assistant turn, or add to it (Thyme's output stays in one turn)."""
+        self.written.append(content[0] if isinstance(content[0], str) else "")
         messages = self.conversation.messages
         if messages[-1].role == "assistant":
             messages[-1].content += content
@@ -186,9 +188,10 @@ class _Loop:
             messages.append(Message("assistant", content))
 
     def _conclude(self) -> Trajectory:
-        turns = [m for m in self.conversation.messages if m.role == "assistant"]
-        text = "".join(p for p in turns[-1].content if isinstance(p, str)) if turns else ""
-        match = _ANSWER.search(text)
+        # The first <answer> of the turn, as the evaluation takes it, but in what the
+        # model wrote only: its code's printed output is in the turn too, and could
+        # otherwise set the answer (the same whenever that output holds no answer tag).
+        match = _ANSWER.search("".join(self.written))
         if match is not None:
             self.trajectory.answer = match.group(1).strip()
         else:
@@ -198,6 +201,13 @@ class _Loop:
                 f"(at most {self.limits.max_steps})"
             )
         return self.trajectory
+
+
+def _inert(text: str) -> str:
+    """Printed text as the model may read it: a chat template's special tokens in it
+    (``<|im_end|>``, ``<|image_pad|>``) would be read as real ones, ending the turn or
+    asking for an image that is not there, so their brackets are broken apart."""
+    return text.replace("<|", "< |").replace("|>", "| >")
 
 
 def _describe(image: Image.Image) -> dict[str, Any]:

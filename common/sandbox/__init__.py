@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from common.config import AgentLimits, SandboxLimits, Settings
-from common.errors import ConfigurationError
+from common.errors import ConfigurationError, RetryableError
 from common.sandbox import cgroup, janitor, workspace
 from common.sandbox.channel import BadReport, GuestReport, ReportLimits, collect, decode_text, parse
 from common.sandbox.launch import WORK_MOUNT, Bubblewrap, Launcher, Unisolated
@@ -171,10 +171,16 @@ class SandboxSession:
         )  # fmt: skip
         name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         launcher = sandbox.launcher
-        self.group = cgroup.SessionGroup.create(
-            sandbox.hierarchy, name, memory_bytes=limits.memory_mb << 20,
-            tasks=limits.threads + launcher.host_tasks,
-        )  # fmt: skip
+        try:  # (a machine with groups gets one per session, or no session: never less)
+            self.group = cgroup.SessionGroup.create(
+                sandbox.hierarchy, name, memory_bytes=limits.memory_mb << 20,
+                tasks=limits.threads + launcher.host_tasks,
+            )  # fmt: skip
+        except OSError as exc:
+            self.workspace.remove()
+            raise RetryableError(
+                f"cannot make the code sandbox's control group: {exc}", code="sandbox_busy"
+            ) from None
         self.keeps_spare = spare
         self._spare: subprocess.Popen[bytes] | None = None
         try:
@@ -254,6 +260,7 @@ class SandboxSession:
             overrun = "timeout"
             self._kill(process)
             status = _wait(process, time.perf_counter() + 5)
+        self.sandbox.launcher.reap()
         seconds = time.perf_counter() - started
         cpu_s, peak, oom_kills = self._usage(status)
         tail = decode_text(err[-4 * STDERR_TAIL :])[-STDERR_TAIL:]
@@ -313,6 +320,7 @@ class SandboxSession:
                 if stream is not None:
                     stream.close()
             self._spare = None
+            self.sandbox.launcher.reap()
         if self.group is not None:
             self.group.remove()
         self.workspace.remove()

@@ -127,16 +127,17 @@ class SessionGroup:
     def create(
         cls, hierarchy: Hierarchy | None, name: str, *, memory_bytes: int, tasks: int
     ) -> SessionGroup | None:
-        """A new group with these limits, or None where none can be made here."""
+        """A new group with these limits; None where the machine offers none. Where it
+        does, a group that cannot be made is an error (``OSError``), never a session
+        without one."""
         if hierarchy is None:
             return None
         group = cls(hierarchy, name)
         try:
             group._make(memory_bytes, tasks)
-        except OSError as exc:
-            log.warning("no control group for the sandbox (%s): per-process limits only", exc)
+        except OSError:
             group.remove()
-            return None
+            raise
         return group
 
     def _make(self, memory_bytes: int, tasks: int) -> None:
@@ -229,9 +230,17 @@ class SessionGroup:
         return _stat(self.folders["memory"] / "memory.oom_control", "oom_kill")
 
     def remove(self) -> None:
-        """Kill what is left and remove the group (its parent stays, for other sessions)."""
+        """Kill what is left, give back the memory still charged to the group (page cache
+        of files its processes read), so that the kernel can free the group at once
+        rather than keep it dying while those pages live, and remove it (its parent
+        stays, for other sessions)."""
         if not self.kill():
             log.warning("sandbox processes in %s outlived SIGKILL", self.folders)
+        with contextlib.suppress(OSError):
+            if self.hierarchy.version == 2:
+                _write(self.folders["unified"] / "memory.reclaim", str(1 << 40))
+            else:
+                _write(self.folders["memory"] / "memory.force_empty", "0")
         for folder in self.folders.values():
             with contextlib.suppress(OSError):
                 folder.rmdir()

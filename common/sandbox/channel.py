@@ -32,10 +32,16 @@ from typing import Any, Literal
 
 from PIL import Image
 
-# control characters but newline and tab; bidirectional overrides and isolates (text
-# that displays other than it reads); tag characters (invisible ASCII)
+# control characters but newline and tab; the format characters (Unicode's Cf: the
+# bidirectional overrides that make text display other than it reads, zero-width and
+# invisible operators, tag characters), variation selectors, fillers and the combining
+# grapheme joiner: invisible characters that can carry a hidden message
 _CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f"
+    "\u0890\u0891\u08e2\u115f\u1160\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
 )
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LINE_SEPARATOR = re.compile("[\u2028\u2029\x85]")
@@ -203,7 +209,7 @@ def _string(value: Any, what: str) -> str:
 
 def clean_text(text: str, limit: int | None = None) -> str:
     """``text`` safe to show anywhere: no control characters but newline and tab (line
-    separators become newlines), no bidirectional overrides or tag characters, lone
+    separators become newlines), no invisible or format characters (``_CONTROL``), lone
     surrogates replaced (U+FFFD), at most ``limit`` characters."""
     if limit is not None:
         text = text[:limit]

@@ -18,7 +18,9 @@ RLIMIT_NPROC, which gVisor applies inside).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -104,6 +106,29 @@ class GVisor:
     def environment(self) -> dict[str, str]:
         return sandboxed_environment(self.runtime)
 
+    def reap(self) -> None:
+        """Reap runsc's helpers that ended as this process's children: runsc starts its
+        sandbox in a session of its own, so a worker that is PID 1 or a subreaper (a
+        container's entrypoint) inherits them, and nothing else would wait for them."""
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if _name_and_state(child) in (("exe", "Z"), ("runsc", "Z")):
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(child, os.WNOHANG)
+
 
 def _bind(source: str, target: str, mode: str) -> dict[str, Any]:
     return {"destination": target, "type": "bind", "source": source, "options": ["rbind", mode]}
+
+
+def _name_and_state(pid: int) -> tuple[str, str]:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "", ""
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    return name, stat[stat.rindex(")") + 2 :].split()[0]

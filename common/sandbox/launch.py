@@ -69,6 +69,9 @@ class Launcher(Protocol):
 
     def environment(self) -> dict[str, str]: ...
 
+    def reap(self) -> None:
+        """Reap what the isolation leaves this process to reap (after each execution)."""
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -186,7 +189,7 @@ class Bubblewrap:
         for target in self.runtime.masks:
             argv += ["--tmpfs", target, "--remount-ro", target]
         for target in self.runtime.blanks:
-            argv += ["--dev-bind", "/dev/null", target]
+            argv += ["--dev-bind", space.devices["null"], target]
         argv += ["--ro-bind", str(GUEST), GUEST_MOUNT]
         for name, source in self.site.items():
             argv += ["--ro-bind", source, f"{SITE_MOUNT}/{name}"]
@@ -204,6 +207,9 @@ class Bubblewrap:
 
     def environment(self) -> dict[str, str]:
         return sandboxed_environment(self.runtime)
+
+    def reap(self) -> None:
+        """Nothing to reap: bubblewrap reaps its guest (killed first, see the session)."""
 
 
 def _parents(paths: list[str]) -> list[str]:
@@ -238,3 +244,6 @@ class Unisolated:
 
     def environment(self) -> dict[str, str]:
         return dict(GUEST_ENV)
+
+    def reap(self) -> None:
+        """Nothing to reap: the guest is this process's own child."""

@@ -116,14 +116,15 @@ def walk(folder: Path) -> Iterator[os.stat_result]:
     while pending:
         current = pending.pop()
         try:
-            entries = list(os.scandir(current))
+            entries = os.scandir(current)
         except OSError:
             continue
-        for entry in entries:
-            info = entry.stat(follow_symlinks=False)
-            yield info
-            if stat.S_ISDIR(info.st_mode):
-                pending.append(Path(entry.path))
+        with entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                yield info
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(Path(entry.path))
 
 
 def remove_tree(folder: Path) -> None:
@@ -160,12 +161,18 @@ def remove_tree(folder: Path) -> None:
 
 
 def _empty_files(folder: int) -> str | None:
-    """Remove every non-folder in the open folder; the name of a subfolder, if any."""
-    entries = list(os.scandir(folder))
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            return entry.name
-        os.unlink(entry.name, dir_fd=folder)
+    """Remove every non-folder in the open folder; the name of a subfolder, if any.
+    Reads the folder as a stream (it may hold hundreds of thousands of names), again
+    until a pass removes nothing, since removing while reading may skip names."""
+    removed = True
+    while removed:
+        removed = False
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    return entry.name
+                os.unlink(entry.name, dir_fd=folder)
+                removed = True
     return None
 
 

@@ -11,7 +11,11 @@ with safe arguments:
 - ``clone``: threads only (``CLONE_THREAD``, no namespace flag); ``clone3`` answers
   ENOSYS so that the C library falls back to ``clone``;
 - ``prlimit64``: reading this process's limits, never setting them;
-- ``ioctl``: anything but ``TIOCSTI`` (typing into a terminal);
+- ``ioctl``: what Python asks of a descriptor (is it a terminal, its size, bytes
+  waiting, blocking, close-on-exec): no typing into a terminal, nothing of the
+  filesystem under a file;
+- ``preadv2``, ``pwritev2``: no flags (``RWF_NOWAIT`` tells which pages are cached);
+- ``madvise``: advice on its own memory, without KSM merging or paging out file pages;
 - ``prctl``: reading only (``PR_GET_*``): the harness arms the parent-death signal, and
   the code may not rename itself (a name shows in the host's ``/proc``);
 - ``fcntl``: descriptors and their flags, no locks on files the host shares, no
@@ -20,6 +24,10 @@ with safe arguments:
   queue is counted per uid across sandboxes);
 - ``renameat2``: no whiteout (a device node);
 - ``chmod`` and kin, ``open`` and kin: never a set-user-ID or set-group-ID mode.
+
+Some are answered "done" without running (``PRETENDED``): flushing files to disk (the
+code's files are in a tmpfs; a flush would reach the host's disk) and file advice (it
+could evict the host's page cache).
 
 Refused among others: new processes (fork, vfork, clone without a thread), exec,
 ptrace and other processes' memory, sockets, io_uring, memfd, links and device nodes,
@@ -46,15 +54,15 @@ except ImportError:
 
 # -- the policy ---------------------------------------------------------------------
 ALLOWED = """
-    read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 lseek close
+    read write readv writev pread64 pwrite64 preadv pwritev lseek close
     close_range fstat stat lstat newfstatat statx statfs fstatfs access faccessat
     faccessat2 getdents64 getdents readlink readlinkat mkdir mkdirat rmdir unlink
-    unlinkat rename renameat truncate ftruncate fallocate fadvise64 umask
-    utime utimes utimensat futimesat fsync fdatasync dup dup2 dup3 pipe
+    unlinkat rename renameat truncate ftruncate fallocate umask
+    utime utimes utimensat futimesat dup dup2 dup3 pipe
     pipe2 sendfile copy_file_range poll ppoll select pselect6 epoll_create epoll_create1
     epoll_ctl epoll_wait epoll_pwait epoll_pwait2 eventfd eventfd2
-    mmap munmap mprotect mremap madvise brk mbind get_mempolicy set_mempolicy msync
-    mincore futex set_robust_list get_robust_list set_tid_address rseq gettid
+    mmap munmap mprotect mremap brk mbind get_mempolicy set_mempolicy msync
+    futex set_robust_list get_robust_list set_tid_address rseq gettid
     sched_yield sched_getaffinity sched_setaffinity sched_getparam sched_getscheduler
     sched_get_priority_max sched_get_priority_min getpriority nanosleep clock_nanosleep
     clock_gettime clock_getres gettimeofday time times getrusage exit exit_group
@@ -72,12 +80,17 @@ REFUSED = """
     request_key perf_event_open userfaultfd personality io_uring_setup io_uring_enter
     io_uring_register memfd_create memfd_secret link linkat symlink symlinkat mknod
     mknodat kexec_load kexec_file_load init_module finit_module delete_module reboot
-    syslog sync syncfs setuid setgid setreuid setregid setresuid setresgid setgroups
+    syslog setuid setgid setreuid setregid setresuid setresgid setgroups
     setfsuid setfsgid capset chown fchown lchown fchownat pidfd_open pidfd_getfd
     pidfd_send_signal kcmp name_to_handle_at open_by_handle_at swapon swapoff acct
     settimeofday clock_settime clock_adjtime adjtimex shmget msgget semget mq_open
     process_madvise flock timer_create
 """.split()  # noqa: SIM905
+
+# answered "done" without running: what they would do reaches past the sandbox (a flush
+# of the host's disk, advice that evicts the host's page cache), and the code's own
+# files are in a tmpfs, where they change nothing anyway
+PRETENDED = ["fsync", "fdatasync", "sync_file_range", "sync", "syncfs", "fadvise64"]
 
 _CLONE_THREAD = 0x00010000
 _CLONE_NAMESPACES = (
@@ -89,7 +102,9 @@ _RENAME_WHITEOUT = 4
 # calls allowed when one argument (by index) is one of some values, below a bound, or
 # without some bits: {name: (argument, test, values)}
 _ARGUMENT_RULES: dict[str, tuple[int, str, tuple[int, ...]]] = {
-    "ioctl": (1, "not", (0x5412,)),  # TIOCSTI
+    # TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX: what Python asks of a
+    # descriptor (no typing into a terminal, nothing of the filesystem under a file)
+    "ioctl": (1, "in", (0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)),
     # PR_GET_PDEATHSIG, _DUMPABLE, _NAME, _SECCOMP, PR_CAPBSET_READ, PR_GET_TIMERSLACK,
     # _NO_NEW_PRIVS, _THP_DISABLE
     "prctl": (0, "in", (2, 3, 16, 21, 23, 30, 39, 42)),
@@ -99,6 +114,12 @@ _ARGUMENT_RULES: dict[str, tuple[int, str, tuple[int, ...]]] = {
     "tkill": (1, "below", (_SIGRTMIN,)),
     "tgkill": (2, "below", (_SIGRTMIN,)),
     "renameat2": (4, "without", (_RENAME_WHITEOUT,)),
+    # no RWF_NOWAIT: it tells which pages of a (host) file are cached
+    "preadv2": (5, "in", (0,)),
+    "pwritev2": (5, "in", (0,)),
+    # the advice a program gives its own memory; no KSM merging, no paging out or
+    # cooling of (host) file pages
+    "madvise": (2, "in", (0, 1, 2, 3, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19, 22, 23)),
     "chmod": (1, "without", (_SET_ID_BITS,)),
     "fchmod": (1, "without", (_SET_ID_BITS,)),
     "fchmodat": (2, "without", (_SET_ID_BITS,)),
@@ -194,6 +215,9 @@ def program(machine: str | None = None) -> bytes:
     for name in REFUSED:
         if name in numbers:
             ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, _PERMISSION)]
+    for name in PRETENDED:
+        if name in numbers:
+            ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, _ERRNO | 0)]
     ops.append(_op(_RET_K, _NO_SUCH_CALL))  # clone3 among them
     return b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in ops)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import unicodedata
 
 import pytest
 
@@ -72,8 +73,16 @@ def test_texts_come_out_clean_and_bounded():
     # text that displays other than it reads, or hides ASCII from people
     assert clean_text("abc\u202edcba\u2066x\u2069\U000e0041\U000e0042") == "abcdcbax"
     assert clean_text("one\u2028two\u2029three\x85four") == "one\ntwo\nthree\nfour"
-    assert clean_text("zero\u200bwidth") == "zero\u200bwidth"  # (shown as nothing; harmless)
+    assert clean_text("zero\u200bwidth") == "zerowidth"
     assert decode_text(b"\xff\x1b[0mok") == "\ufffd[0mok"
+
+
+def test_every_format_character_and_variation_selector_is_removed():
+    hidden = "".join(
+        chr(c) for c in range(0x110000)
+        if unicodedata.category(chr(c)) == "Cf" or 0xFE00 <= c <= 0xFE0F or 0xE0100 <= c <= 0xE01EF
+    )  # fmt: skip
+    assert len(hidden) > 300 and clean_text(f"a{hidden}b") == "ab"
 
 
 def test_the_text_for_the_model_has_its_own_cap():

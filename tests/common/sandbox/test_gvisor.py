@@ -4,9 +4,12 @@ bubblewrap (what they observe may differ: gVisor shows its own /proc and /dev/sh
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from common.sandbox import Sandbox, probe_request
+from common.sandbox import Sandbox, SandboxUnavailable, probe_request
 from tests.common.sandbox.conftest import TEST_LIMITS, bubblewrap_or_skip
 from tests.common.sandbox.programs import PROGRAMS
 from tests.common.sandbox.test_programs import CROP, contained, trajectory_of
@@ -30,3 +33,25 @@ def test_thyme_code_runs_under_gvisor_as_our_uid(gvisor):
 @pytest.mark.parametrize("program", CHOSEN, ids=[p.name for p in CHOSEN])
 def test_a_hostile_program_is_contained_under_gvisor(program, gvisor):
     contained(program.code, gvisor)
+
+
+def test_a_missing_runsc_is_one_clear_error():
+    with pytest.raises(SandboxUnavailable, match=r"gVisor sandbox needs 'no-such-runsc'.*runsc"):
+        Sandbox(isolation="gvisor", runsc="no-such-runsc").check()
+
+
+def test_a_worker_that_reaps_orphans_is_left_no_zombies_by_gvisor(gvisor):
+    """runsc starts its sandbox in a session of its own: a worker that is PID 1 or a
+    subreaper inherits its helpers, and the session reaps them."""
+    from tests.common.sandbox.test_hostile import REPO, SUBREAPER_WORKER
+
+    script = SUBREAPER_WORKER.replace(
+        "Sandbox(replace(", 'Sandbox(isolation="gvisor", limits=replace('
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    stops, zombies = done.stdout.split("|")
+    assert stops.split() == ["timeout", "output_limit", "cpu_limit"]
+    assert zombies.strip() == "0"

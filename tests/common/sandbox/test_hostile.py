@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from common.config import SandboxLimits
+from common.errors import RetryableError
 from common.sandbox import Execution, Sandbox, SandboxSession, SandboxUnavailable, probe_request
 from tests.common.sandbox.conftest import SANDBOX_UID, TEST_LIMITS, _pids_of, bubblewrap_or_skip
 
@@ -239,6 +240,19 @@ def test_bombs_in_other_sessions_leave_an_innocent_one_untouched(sandbox):
     assert all(not (e.report and (e.report.text or e.report.images)) for e in results.values())
 
 
+def test_a_control_group_that_cannot_be_made_refuses_the_session(sandbox, tmp_path):
+    """A machine with control groups runs no session without one: that is a fault to
+    retry, not a mode to fall back to."""
+    from common.sandbox.cgroup import Hierarchy
+
+    if sandbox.hierarchy is None:
+        pytest.skip("no control groups here")
+    broken = Sandbox(TEST_LIMITS)
+    broken.hierarchy = Hierarchy(2, {"unified": tmp_path / "a" / "b"})  # (cannot be made)
+    with pytest.raises(RetryableError, match="cannot make the code sandbox's control group"):
+        broken.session()
+
+
 def test_a_missing_bubblewrap_is_one_clear_error():
     with pytest.raises(SandboxUnavailable, match=r"bubblewrap.*SPECEYES_ALLOW_UNSANDBOXED_CODE"):
         Sandbox(bwrap="no-such-bwrap").check()
@@ -322,7 +336,8 @@ from common.sandbox import Sandbox, probe_request
 from tests.common.sandbox.conftest import TEST_LIMITS
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 programs = [
-    "import time\\ntime.sleep(60)", "os.write(1, b'x' * (50 << 20))",
+    "import time\\ntime.sleep(60)",
+    "data = b'x' * (1 << 20)\\nfor _ in range(50):\\n    os.write(1, data)",
     "x = 0\\nwhile True:\\n    x += 1",
 ]
 stops = []
