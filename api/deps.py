@@ -86,9 +86,10 @@ def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Ca
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
     if wait := limiters.requests.take(row.id):
         raise too_many(
-            "rate_limited", f"over {config.api_rate_per_s:g} requests/s for this key "
-            "(api_rate_per_s)", wait,
-        )  # fmt: skip
+            "rate_limited",
+            f"over {config.api_rate_per_s:g} requests/s for this key (api_rate_per_s)",
+            wait,
+        )
     return Caller(tenant=row.tenant, admin=row.admin)
 
 

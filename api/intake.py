@@ -79,9 +79,10 @@ def image_from_bytes(data: bytes, settings: Settings) -> StoredImage:
 def image_from_base64(text: str, settings: Settings) -> StoredImage:
     if len(text) > settings.max_upload_bytes * 4 // 3 + 4:
         raise ApiError(
-            413, "max_upload_bytes",
+            413,
+            "max_upload_bytes",
             f"the image is over the limit (max_upload_bytes) of {settings.max_upload_bytes}",
-        )  # fmt: skip
+        )
     try:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -221,9 +222,14 @@ def store_image(spec: JobSpec, settings: Settings) -> StoredImage:
 def new_item(spec: JobSpec, image: StoredImage, position: int, item_id: str) -> NewItem:
     """The store's view of one requested job."""
     return NewItem(
-        position, item_id, spec.question, spec.options, image.path, image.digest,
+        position,
+        item_id,
+        spec.question,
+        spec.options,
+        image.path,
+        image.digest,
         expected=spec.answer,
-    )  # fmt: skip
+    )
 
 
 def parse_id(value: str, field: str) -> str:
@@ -243,9 +249,11 @@ def check_in_flight(session: Session, caller: Caller, settings: Settings, adding
     unfinished = reads.unfinished_jobs(session, caller.tenant)
     if unfinished > limit:
         raise too_many(
-            "max_jobs_in_flight", f"{unfinished - adding} unfinished jobs and {adding} new; the "
-            f"limit (api_max_jobs_in_flight) is {limit} per tenant", 5.0,
-        )  # fmt: skip
+            "max_jobs_in_flight",
+            f"{unfinished - adding} unfinished jobs and {adding} new; the "
+            f"limit (api_max_jobs_in_flight) is {limit} per tenant",
+            5.0,
+        )
 
 
 def public_path(path: str | None, upload_root: Path) -> str | None:

@@ -19,9 +19,13 @@ class RateLimiter:
     """``rate`` events a second per key, bursts of up to ``burst``."""
 
     def __init__(
-        self, rate: float, burst: float, *, clock: Callable[[], float] = time.monotonic,
+        self,
+        rate: float,
+        burst: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
         max_keys: int = 100_000,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.rate, self.burst, self.clock, self.max_keys = rate, burst, clock, max_keys
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
         self._lock = threading.Lock()

@@ -41,13 +41,15 @@ class StoreAudit(Collector):
         except Exception:  # a scrape must not fail because the database blinked
             return
         answers = GaugeMetricFamily(
-            "speceyes_store_audited_answers", "Audited accepted answers, by agreement.",
+            "speceyes_store_audited_answers",
+            "Audited accepted answers, by agreement.",
             labels=["agrees"],
-        )  # fmt: skip
+        )
         answers.add_metric(["true"], agreed)
         answers.add_metric(["false"], audited - agreed)
         yield answers
         yield GaugeMetricFamily(
-            "speceyes_store_audit_alarms", "Batches whose audit drift alarm is raised.",
+            "speceyes_store_audit_alarms",
+            "Batches whose audit drift alarm is raised.",
             value=alarms or 0,
-        )  # fmt: skip
+        )

@@ -109,9 +109,14 @@ def run(args: argparse.Namespace) -> int:
     source = str(args.source.resolve())
     with _bar(len(rows), "hashing", args.no_progress) as bar:
         submitted = submit_corpus(
-            sessions, rows, source=source, name=args.name or args.source.name,
-            settings=settings, dispatcher=dispatcher, on_item=lambda: bar.update(1),
-        )  # fmt: skip
+            sessions,
+            rows,
+            source=source,
+            name=args.name or args.source.name,
+            settings=settings,
+            dispatcher=dispatcher,
+            on_item=lambda: bar.update(1),
+        )
     verb = "created" if submitted.batch_created else "resumed"
     print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
     if settings.broker_url:
@@ -184,9 +189,15 @@ def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
     from tqdm import tqdm
 
     return tqdm(
-        total=total, initial=initial, desc=label, unit="job", disable=disabled,
-        file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-    )  # fmt: skip
+        total=total,
+        initial=initial,
+        desc=label,
+        unit="job",
+        disable=disabled,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
 
 
 def _print_summary(result: RunResult) -> None:
@@ -225,9 +236,11 @@ def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -
 
     key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
     judge = Judge(
-        settings.judge_url or "", settings.judge_model or "", api_key=key,
+        settings.judge_url or "",
+        settings.judge_model or "",
+        api_key=key,
         timeout_s=settings.judge_timeout_s,
-    )  # fmt: skip
+    )
     try:
         counts = judge_batch(sessions, batch_id, judge, concurrency=settings.judge_concurrency)
     finally:

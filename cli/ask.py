@@ -68,23 +68,34 @@ def run(args: argparse.Namespace) -> int:
         small=models.small,
         settings=settings.funnel,
     ).outcomes
-    report: dict[str, Any] = {"gate": f"{settings.gate_mode}, K={settings.gate_top_k}, "
-                              f"tau={settings.gate_threshold}"}  # fmt: skip
+    report: dict[str, Any] = {
+        "gate": f"{settings.gate_mode}, K={settings.gate_top_k}, tau={settings.gate_threshold}"
+    }
     if isinstance(outcome, Accepted):
-        report |= {"status": JobStatus.DONE, "answered_by": AnsweredBy.SMALL,
-                   "answer": outcome.answer, "confidence": outcome.confidence,
-                   "screen": outcome.screen.raw_text if outcome.screen else None}  # fmt: skip
+        report |= {
+            "status": JobStatus.DONE,
+            "answered_by": AnsweredBy.SMALL,
+            "answer": outcome.answer,
+            "confidence": outcome.confidence,
+            "screen": outcome.screen.raw_text if outcome.screen else None,
+        }
         _report(report | _sent(sent, recorder, args.explain), args.json)
         return 0
     assert isinstance(outcome, Deferred)
-    report |= {"deferred": outcome.reason, "small_answer": outcome.small_answer,
-               "confidence": outcome.confidence,
-               "screen": outcome.screen.raw_text if outcome.screen else None}  # fmt: skip
+    report |= {
+        "deferred": outcome.reason,
+        "small_answer": outcome.small_answer,
+        "confidence": outcome.confidence,
+        "screen": outcome.screen.raw_text if outcome.screen else None,
+    }
     agent = run_agent_stage(query, models.large, settings.agent_limits)
-    report |= {"answered_by": AnsweredBy.LARGE, "steps": [
-        {"text": step.text, "box": step.box_original, "observation": step.observation}
-        for step in agent.trajectory.steps
-    ]}  # fmt: skip
+    report |= {
+        "answered_by": AnsweredBy.LARGE,
+        "steps": [
+            {"text": step.text, "box": step.box_original, "observation": step.observation}
+            for step in agent.trajectory.steps
+        ],
+    }
     report |= _sent(sent, recorder, args.explain)
     if agent.answer is None:
         report |= {"status": JobStatus.FAILED, "error_code": agent.error_code, "error": agent.error}

@@ -86,9 +86,11 @@ def register(commands: Any) -> None:
     )
     sandbox.add_argument("--runs", type=int, default=20, help="executions per program (20)")
     sandbox.add_argument(
-        "--isolation", choices=["bubblewrap", "gvisor", "none"], default="bubblewrap",
+        "--isolation",
+        choices=["bubblewrap", "gvisor", "none"],
+        default="bubblewrap",
         help="what isolates the code (bubblewrap)",
-    )  # fmt: skip
+    )
     sandbox.add_argument(
         "--gap-s", type=float, default=0.3, help="the model's time between executions (0.3)"
     )
@@ -221,8 +223,9 @@ def run_embedded(args: argparse.Namespace) -> int:
         f"per batch + {args.fast_job_s} s per job (batch {args.batch_size}), agent "
         f"{args.agent_s} s per trajectory, {args.agent_workers} agent worker(s)"
     )
-    schedule = Schedule(args.batch_size, args.fast_batch_s, args.fast_job_s, args.agent_s,
-                        args.agent_workers)  # fmt: skip
+    schedule = Schedule(
+        args.batch_size, args.fast_batch_s, args.fast_job_s, args.agent_s, args.agent_workers
+    )
     figures = {}
     with tempfile.TemporaryDirectory() as scratch:
         corpus = Path(scratch) / "corpus"
@@ -379,16 +382,17 @@ def run_agent(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     path = resolve_model(settings.large_model, "large", settings.cache_dir)
     protocol = get_protocol(protocol_name(settings.large_model, "large", settings.protocol))
-    model = TransformersModel(path, device=settings.device, dtype=settings.dtype,
-                              protocol=protocol)  # fmt: skip
+    model = TransformersModel(path, device=settings.device, dtype=settings.dtype, protocol=protocol)
     limits = AgentLimits(max_steps=args.steps, max_new_tokens=args.tokens)
     queries = []
     for index in range(args.trajectories):
         image = Image.new("RGB", (448, 336), (index * 13 % 256, 80, 160))
         ImageDraw.Draw(image).ellipse((40 + index, 30, 200, 180), fill=(250, 250, 250))
         queries.append(Query(f"b{index}", image, f"What is at spot {index}?", ("a", "b")))
-    print(f"agent: {args.trajectories} trajectories x {args.steps} steps x {args.tokens} "
-          f"tokens, {settings.large_model} on {model.device}")  # fmt: skip
+    print(
+        f"agent: {args.trajectories} trajectories x {args.steps} steps x {args.tokens} "
+        f"tokens, {settings.large_model} on {model.device}"
+    )
     run_agent_stage(queries[0], model, AgentLimits(max_steps=1, max_new_tokens=2))  # warm up
     base = None
     for n in (int(part) for part in args.concurrency.split(",")):
@@ -399,8 +403,10 @@ def run_agent(args: argparse.Namespace) -> int:
         base = base or rate
         sizes = engine.batch_sizes if isinstance(engine, Lockstep) else [1]
         mean = sum(sizes) / max(1, len(sizes))
-        print(f"  N = {n:<3} {rate:7.2f} trajectories/s   x{rate / base:5.2f}   "
-              f"mean batch {mean:4.1f}")  # fmt: skip
+        print(
+            f"  N = {n:<3} {rate:7.2f} trajectories/s   x{rate / base:5.2f}   "
+            f"mean batch {mean:4.1f}"
+        )
     return 0
 
 

@@ -41,9 +41,11 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "batches", nargs="+", metavar="BATCH",
+        "batches",
+        nargs="+",
+        metavar="BATCH",
         help="batch ids or names (the newest of each); several are pooled (one per split)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--max-error", type=float, help="epsilon: pick tau so accepted answers err at most this"
     )
@@ -90,9 +92,12 @@ def run(args: argparse.Namespace) -> int:
     ((mode, top_k),) = gates
     try:
         choice = pick_tau(
-            [i.confidence for i in items], [not i.right for i in items], default_grid(),
-            max_error=args.max_error, delta=args.delta,
-        )  # fmt: skip
+            [i.confidence for i in items],
+            [not i.right for i in items],
+            default_grid(),
+            max_error=args.max_error,
+            delta=args.delta,
+        )
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
     print(f"{', '.join(args.batches)}: {len(items)} answered rows, gate {mode}, K={top_k}")
@@ -119,11 +124,15 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         record = {
             "gate": {"mode": mode, "top_k": top_k, "threshold": choice.tau},
-            "max_error": args.max_error, "delta": args.delta, "batches": ids,
-            "items": len(items), "accepted": accepted.accepted, "wrong": accepted.wrong,
+            "max_error": args.max_error,
+            "delta": args.delta,
+            "batches": ids,
+            "items": len(items),
+            "accepted": accepted.accepted,
+            "wrong": accepted.wrong,
             # the audit's next steps on drift: the certified taus stricter than this one
             "stricter": sorted(t.tau for t in choice.tests if t.certified and t.tau > choice.tau),
-        }  # fmt: skip
+        }
         args.out.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out} (speceyes annotate --calibration {args.out})")
     return 0
@@ -179,8 +188,9 @@ def _plot(rows: list[Any], path: Path) -> None:
 
     figure, axis = plt.subplots(figsize=(6.5, 4.2))
     for mode in MODES:
-        points = sorted((r.speedup, 100 * r.accuracy) for r in rows
-                        if r.mode == mode and r.top_k == 64)  # fmt: skip
+        points = sorted(
+            (r.speedup, 100 * r.accuracy) for r in rows if r.mode == mode and r.top_k == 64
+        )
         axis.plot([p[0] for p in points], [p[1] for p in points], "o-", label=mode)
     axis.set_xlabel("estimated speedup over the agent alone (x)")
     axis.set_ylabel("accuracy (%)")

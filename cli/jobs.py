@@ -11,11 +11,28 @@ from cli.options import add_store_flags, settings_from_args
 from common.errors import InvalidInput
 
 FIELDS = (
-    "id", "status", "answered_by", "final_answer", "question", "options", "image_path",
-    "screen_needs_tools", "screen_text", "small_answer", "confidence", "gate", "defer_reason",
-    "error_code", "error_message", "attempts", "created_at", "fast_started_at", "gated_at",
-    "agent_started_at", "finished_at",
-)  # fmt: skip
+    "id",
+    "status",
+    "answered_by",
+    "final_answer",
+    "question",
+    "options",
+    "image_path",
+    "screen_needs_tools",
+    "screen_text",
+    "small_answer",
+    "confidence",
+    "gate",
+    "defer_reason",
+    "error_code",
+    "error_message",
+    "attempts",
+    "created_at",
+    "fast_started_at",
+    "gated_at",
+    "agent_started_at",
+    "finished_at",
+)
 
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -25,9 +42,11 @@ def register(commands: Any) -> None:
     parser = commands.add_parser("jobs", help="look at jobs")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = actions.add_parser(
-        "show", help="one job with its trajectory", description="Print one job: every "
-        "phase's result, timestamps, and the agent's trajectory step by step."
-    )  # fmt: skip
+        "show",
+        help="one job with its trajectory",
+        description="Print one job: every "
+        "phase's result, timestamps, and the agent's trajectory step by step.",
+    )
     show.add_argument("job_id", metavar="ID")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     add_store_flags(show)

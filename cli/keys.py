@@ -12,16 +12,18 @@ def register(commands: Any) -> None:
     parser = commands.add_parser("keys", help="create, list and revoke API keys")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = actions.add_parser(
-        "create", help="create a key and print it (only this once)",
+        "create",
+        help="create a key and print it (only this once)",
         description="Create an API key. A key submits and reads the jobs and batches of its "
         "tenant only (another tenant's ids answer 404); an --admin key reads every tenant's, "
         "and what the command line made.",
-    )  # fmt: skip
+    )
     create.add_argument("name", help="who or what the key is for")
     create.add_argument(
-        "--tenant", help="whose jobs the key submits and reads (default: the key's NAME); "
+        "--tenant",
+        help="whose jobs the key submits and reads (default: the key's NAME); "
         "keys of one tenant share its jobs and idempotency keys",
-    )  # fmt: skip
+    )
     create.add_argument("--admin", action="store_true", help="may read every tenant's jobs")
     create.set_defaults(run=run_create)
     listing = actions.add_parser("list", help="names, ids and states of the keys")

@@ -21,9 +21,14 @@ each split timed from its first claim to its last result. Also beta and alpha pe
 """
 
 PAPER_ORDER = (
-    "vstar/direct_attributes", "vstar/relative_position", "hr/hr_bench_4k", "hr/hr_bench_8k",
-    "pope/adversarial", "pope/popular", "pope/random",
-)  # fmt: skip
+    "vstar/direct_attributes",
+    "vstar/relative_position",
+    "hr/hr_bench_4k",
+    "hr/hr_bench_8k",
+    "pope/adversarial",
+    "pope/popular",
+    "pope/random",
+)
 
 
 def register(commands: Any) -> None:

@@ -111,9 +111,16 @@ def check_drift(session: Session, job_id: str, settings: Settings) -> list[dict[
         batch.audit_alarm = {**found.as_dict(), "at": utcnow().isoformat(), "action": action}
         log.error(
             "audit drift in batch %s (%s): %d of %d audited answers agree with the agent "
-            "(99%% interval %.3f-%.3f, below %.3f); action: %s", batch.name, batch_id,
-            found.agreed, found.audited, found.low, found.high, found.baseline, action,
-        )  # fmt: skip
+            "(99%% interval %.3f-%.3f, below %.3f); action: %s",
+            batch.name,
+            batch_id,
+            found.agreed,
+            found.audited,
+            found.low,
+            found.high,
+            found.baseline,
+            action,
+        )
         raised.append(batch.audit_alarm)
     return raised
 

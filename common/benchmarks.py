@@ -110,9 +110,15 @@ def _hr_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
             item_id = f"{path.stem}/{record.get('index') or number}"
             options = [record[letter] for letter in HR_OPTIONS]
             stored = _keep_base64(record["image"], image_store)
-            row = SourceRow(0, item_id, record["question"], options, split=split,
-                            category=record.get("category") or None,
-                            expected=(record["answer"] or "").strip() or None)  # fmt: skip
+            row = SourceRow(
+                0,
+                item_id,
+                record["question"],
+                options,
+                split=split,
+                category=record.get("category") or None,
+                expected=(record["answer"] or "").strip() or None,
+            )
             yield _with_image(row, stored)
 
 
@@ -130,9 +136,15 @@ def _pope_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
         for record in batch.to_pylist():
             item_id = f"{path.stem.split('-')[0]}/{record.get('question_id') or number}"
             number += 1
-            row = SourceRow(0, item_id, str(record["question"]), None, split=split,
-                            category=record.get("category") or None,
-                            expected=str(record["answer"]).strip() or None)  # fmt: skip
+            row = SourceRow(
+                0,
+                item_id,
+                str(record["question"]),
+                None,
+                split=split,
+                category=record.get("category") or None,
+                expected=str(record["answer"]).strip() or None,
+            )
             yield _with_image(row, _keep_struct(record["image"], image_store))
 
 

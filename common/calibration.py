@@ -45,9 +45,12 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     total = 0.0
     for i in range(k + 1):
         log_term = (
-            math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-            + i * log_p + (n - i) * log_q
-        )  # fmt: skip
+            math.lgamma(n + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(n - i + 1)
+            + i * log_p
+            + (n - i) * log_q
+        )
         total += math.exp(log_term)
     return min(1.0, total)
 
@@ -168,9 +171,16 @@ def sweep(
                 if costs is not None and costs[1] > 0:
                     fast_s, agent_s = costs
                     speedup = agent_s / (fast_s + (1 - share) * agent_s)
-                rows.append(SweepRow(
-                    mode, top_k, tau, share, sum(right) / len(right) if right else math.nan,
-                    sum(overall) / len(overall),
-                    sum(agree) / len(agree) if agree else math.nan, speedup,
-                ))  # fmt: skip
+                rows.append(
+                    SweepRow(
+                        mode,
+                        top_k,
+                        tau,
+                        share,
+                        sum(right) / len(right) if right else math.nan,
+                        sum(overall) / len(overall),
+                        sum(agree) / len(agree) if agree else math.nan,
+                        speedup,
+                    )
+                )
     return rows

@@ -405,19 +405,27 @@ class Settings(BaseSettings):
     @property
     def agent_limits(self) -> AgentLimits:
         sandbox = SandboxLimits(
-            wall_s=self.sandbox_wall_s, cpu_s=self.sandbox_cpu_s,
-            memory_mb=self.sandbox_memory_mb, disk_mb=self.sandbox_disk_mb,
-            files=self.sandbox_files, output_bytes=self.sandbox_output_bytes,
-            text_chars=self.sandbox_text_chars, images=self.sandbox_max_images,
+            wall_s=self.sandbox_wall_s,
+            cpu_s=self.sandbox_cpu_s,
+            memory_mb=self.sandbox_memory_mb,
+            disk_mb=self.sandbox_disk_mb,
+            files=self.sandbox_files,
+            output_bytes=self.sandbox_output_bytes,
+            text_chars=self.sandbox_text_chars,
+            images=self.sandbox_max_images,
             image_pixels=self.sandbox_image_pixels,
-        )  # fmt: skip
+        )
         return AgentLimits(
-            max_steps=self.agent_max_steps, max_new_tokens=self.agent_max_new_tokens,
-            min_box_side=self.min_box_side, max_box_aspect=self.max_box_aspect,
+            max_steps=self.agent_max_steps,
+            max_new_tokens=self.agent_max_new_tokens,
+            min_box_side=self.min_box_side,
+            max_box_aspect=self.max_box_aspect,
             sandbox=sandbox,
             isolation="none" if self.allow_unsandboxed_code else self.sandbox_isolation,
-            bwrap=self.sandbox_bwrap, runsc=self.sandbox_runsc, sandbox_uid=self.sandbox_uid,
-        )  # fmt: skip
+            bwrap=self.sandbox_bwrap,
+            runsc=self.sandbox_runsc,
+            sandbox_uid=self.sandbox_uid,
+        )
 
     @property
     def funnel(self) -> FunnelSettings:

@@ -149,9 +149,13 @@ def _row(
     image_path = (base / image).resolve()
     if not image_path.is_file():
         return SourceRow(
-            position, item_id, question, options or None, str(image_path),
+            position,
+            item_id,
+            question,
+            options or None,
+            str(image_path),
             error=("image_missing", f"{where}: image not found: {image_path}"),
-        )  # fmt: skip
+        )
     expected = record.get("answer")
     expected = str(expected) if expected not in (None, "") else None
     return SourceRow(position, item_id, question, options or None, str(image_path), None, expected)

@@ -239,8 +239,11 @@ def follow_store(
     outage = _Outage(watch.on_outage)
     counts = outage.counts(sessions, batch_id, poll_s)
     finished_before, last_change, last_finished, warned = (
-        counts.finished, started, counts.finished, False,
-    )  # fmt: skip
+        counts.finished,
+        started,
+        counts.finished,
+        False,
+    )
     try:
         while counts.finished < counts.jobs:
             if on_progress is not None:

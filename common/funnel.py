@@ -224,8 +224,11 @@ def _calibration_batch(
         started = time.perf_counter()
         screener = large if settings.screener == "large" else small
         results = screen_stage(queries, screener, max_new_tokens=settings.screen_max_new_tokens)
-        screens = {q.job_id: s for q, s in zip(queries, results, strict=True)
-                   if not isinstance(s, ModelError)}  # fmt: skip
+        screens = {
+            q.job_id: s
+            for q, s in zip(queries, results, strict=True)
+            if not isinstance(s, ModelError)
+        }
         result.seconds["screen"] = time.perf_counter() - started
     started = time.perf_counter()
     top_k = max(settings.gate.top_k, REPLAY_K)

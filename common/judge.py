@@ -104,9 +104,12 @@ def judge_batch(
         rows = [
             (item.position, item.split, item.expected, job.question, job.options, job.final_answer)
             for item, job in reads.batch_results(session, batch_id)
-            if item.split and item.expected and item.judge_verdict is None
-            and job.status == JobStatus.DONE and job.final_answer is not None
-        ]  # fmt: skip
+            if item.split
+            and item.expected
+            and item.judge_verdict is None
+            and job.status == JobStatus.DONE
+            and job.final_answer is not None
+        ]
     pending: dict[str, tuple[str, str, list[int]]] = {}  # key -> (benchmark, prompt, rows)
     for position, split, expected, question, options, answer in rows:
         benchmark = split.split("/")[0]
@@ -134,9 +137,12 @@ def judge_batch(
         benchmark, prompt, _ = pending[key]
         response = judge.ask(prompt)
         return JudgeVerdict(
-            key=key, model=judge.model, verdict=read_verdict(benchmark, response),
-            response=response, created_at=utcnow(),
-        )  # fmt: skip
+            key=key,
+            model=judge.model,
+            verdict=read_verdict(benchmark, response),
+            response=response,
+            created_at=utcnow(),
+        )
 
     to_ask = [key for key, found in cached.items() if found is None]
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:

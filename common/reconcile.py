@@ -85,8 +85,9 @@ class Reconciler:
         result.released = len(orphans[Stage.FAST]) + len(orphans[Stage.AGENT])
         now = self.clock()
         if result.died or result.released:
-            log.warning("%d worker(s) died; %d job(s) they ran sent again", result.died,
-                        result.released)  # fmt: skip
+            log.warning(
+                "%d worker(s) died; %d job(s) they ran sent again", result.died, result.released
+            )
             self._distrust_held_until = now + 2 * settings.reconcile_after_s
         self._resend_stranded(result, now)
         return result
@@ -95,9 +96,10 @@ class Reconciler:
         with self.sessions() as session:
             jobs = liveness.waiting_jobs(session)
             waiting: dict[Stage | str, list[str]] = {
-                Stage.FAST: jobs[Stage.FAST], Stage.AGENT: jobs[Stage.AGENT],
+                Stage.FAST: jobs[Stage.FAST],
+                Stage.AGENT: jobs[Stage.AGENT],
                 AUDIT: audits.waiting(session),
-            }  # fmt: skip
+            }
         present = self.dispatcher.message_ids(held=now >= self._distrust_held_until)
         if present is None:  # this dispatcher cannot tell (in-process): nothing to heal
             return
@@ -123,5 +125,6 @@ class Reconciler:
         if result.resent:
             log.warning(
                 "sent again %d waiting job(s) that had no message on the broker for %.0f s",
-                sum(result.resent.values()), self.settings.reconcile_after_s,
-            )  # fmt: skip
+                sum(result.resent.values()),
+                self.settings.reconcile_after_s,
+            )

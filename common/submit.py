@@ -148,8 +148,9 @@ def submit_corpus(
             )
             jobs_created, items_added = submit_items(outbox.session, batch, items, config_key)
             send_waiting(outbox, batch.id)
-        return Submitted(batch.id, created, jobs_created, items_added, len(outbox.fast),
-                         len(outbox.slow))  # fmt: skip
+        return Submitted(
+            batch.id, created, jobs_created, items_added, len(outbox.fast), len(outbox.slow)
+        )
 
     # the same corpus submitted at once elsewhere: the second run finds what it made
     return resolving_races(create)

@@ -91,9 +91,13 @@ def load_query(ticket: Ticket, settings: Settings) -> Query | Failed:
     if ticket.image_path is None:
         return Failed(ticket.job_id, FailureCode.IMAGE_MISSING, "the job has no image")
     return prepare_query(
-        ticket.job_id, ticket.image_path, ticket.question, ticket.options,
-        settings.image_limits, expected_hash=ticket.image_hash,
-    )  # fmt: skip
+        ticket.job_id,
+        ticket.image_path,
+        ticket.question,
+        ticket.options,
+        settings.image_limits,
+        expected_hash=ticket.image_hash,
+    )
 
 
 def pixel_groups(tickets: list[Ticket], budget: int) -> list[list[Ticket]]:
@@ -181,12 +185,18 @@ class _Work:
         """A job failed on its own: retry it while it has attempts left, else fail it."""
         reason = f"{type(exc).__name__}: {exc}"
         if ticket.attempts < self.settings.max_attempts:
-            log.warning("job %s failed in the %s stage (attempt %d), retrying: %s",
-                        ticket.job_id, self.stage, ticket.attempts, reason)  # fmt: skip
+            log.warning(
+                "job %s failed in the %s stage (attempt %d), retrying: %s",
+                ticket.job_id,
+                self.stage,
+                ticket.attempts,
+                reason,
+            )
             self._release([ticket], delivery, count_attempt=True)
             return
-        log.error("job %s failed for good after %d attempts: %s", ticket.job_id,
-                  ticket.attempts, reason)  # fmt: skip
+        log.error(
+            "job %s failed for good after %d attempts: %s", ticket.job_id, ticket.attempts, reason
+        )
         with self.sessions.begin() as session:
             claims.fail_running(
                 session, ticket.job_id, self.stage, FailureCode.INTERNAL_ERROR, reason[:2000]
@@ -312,9 +322,12 @@ class FastWork(_Work):
             paused = [Deferred(query.job_id, DeferReason.AUDIT_PAUSED) for query in queries]
             return outcomes + paused, {"load": load_s}, funnel.gate
         result = run_fast_stage(
-            queries, large=self.models.large, small=self.models.small,
-            settings=funnel, on_screened=on_screened,
-        )  # fmt: skip
+            queries,
+            large=self.models.large,
+            small=self.models.small,
+            settings=funnel,
+            on_screened=on_screened,
+        )
         return outcomes + result.outcomes, {"load": load_s, **result.seconds}, funnel.gate
 
     def _sample_audits(self, session: Session, outcomes: Sequence[FastOutcome]) -> list[str]:

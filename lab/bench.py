@@ -13,8 +13,12 @@ from common.config import Settings
 from common.contracts import Query
 from lab.schedule import Draw, run_draws
 
-COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
-           "yellow": (230, 200, 40)}  # fmt: skip
+COLOURS = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 80, 220),
+    "yellow": (230, 200, 40),
+}
 SHAPES = ("circle", "square")
 
 

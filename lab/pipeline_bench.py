@@ -187,8 +187,17 @@ def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> 
     try:
         for index, pool in enumerate(pools):
             path = folder / f"worker-{index}-{pool}.log"
-            command = [sys.executable, "-m", "cli.main", "worker", pool, "--loglevel", "INFO",
-                       "--name", f"{pool}{index}@%h"]  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "worker",
+                pool,
+                "--loglevel",
+                "INFO",
+                "--name",
+                f"{pool}{index}@%h",
+            ]
             with path.open("wb") as out:
                 process = subprocess.Popen(
                     command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT

@@ -142,8 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--confident", type=float, default=0.7, help="alpha (0.7)")
     parser.add_argument("--runs", type=int, default=400, help="random draws (400)")
     args = parser.parse_args(argv)
-    schedule = Schedule(args.batch_size, args.fast_batch_s, args.fast_job_s, args.agent_s,
-                        args.agents)  # fmt: skip
+    schedule = Schedule(
+        args.batch_size, args.fast_batch_s, args.fast_job_s, args.agent_s, args.agents
+    )
     rng = random.Random(0)
     found = sorted(
         overhead_free(

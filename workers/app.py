@@ -80,8 +80,11 @@ class Runtime:
 
     @cached_property
     def models(self) -> Models:
-        log.info("loading models: small %s, large %s", self.settings.small_model,
-                 self.settings.large_model)  # fmt: skip
+        log.info(
+            "loading models: small %s, large %s",
+            self.settings.small_model,
+            self.settings.large_model,
+        )
         return load_models(self.settings)
 
     @cached_property
@@ -91,8 +94,9 @@ class Runtime:
     @cached_property
     def fast(self) -> FastWork:
         worker = self.supervisor.worker
-        return FastWork(self.sessions, self.models, self.settings, self.dispatcher, worker,
-                        split_first=True)  # fmt: skip
+        return FastWork(
+            self.sessions, self.models, self.settings, self.dispatcher, worker, split_first=True
+        )
 
     @cached_property
     def slow(self) -> AgentWork:
@@ -130,8 +134,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             # marked: some of them may be claimed by this worker and stuck as running.
             repeated.error("fast", "a fast batch failed outside its jobs; sending it again")
             delay = backoff_s(settings, retries)
-            runtime.dispatcher.send_fast(job_ids, delay_s=delay, takeover=True,
-                                         retries=retries + 1)  # fmt: skip
+            runtime.dispatcher.send_fast(job_ids, delay_s=delay, takeover=True, retries=retries + 1)
             return
         repeated.cleared("fast", "fast batches are recorded again")
         metrics.record_fast(len(job_ids), delivery)
@@ -143,8 +146,9 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         except Exception:
             repeated.error("slow", "the agent stage failed outside a job; sending it again")
             delay = backoff_s(settings, retries)
-            runtime.dispatcher.send_slow([job_id], delay_s=delay, takeover=True,
-                                         retries=retries + 1)  # fmt: skip
+            runtime.dispatcher.send_slow(
+                [job_id], delay_s=delay, takeover=True, retries=retries + 1
+            )
             return
         repeated.cleared("slow", "agent results are recorded again")
         metrics.record_agent(delivery)

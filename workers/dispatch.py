@@ -105,8 +105,9 @@ class CeleryDispatcher(Dispatcher):
     def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
         """Audits on their own queue at the lowest priority: a slow worker takes one only
         when no deferred job waits (kombu's Redis transport pops priority-major)."""
-        return self._send(AUDIT_TASK, self.settings.audit_queue, job_ids, delay_s, None,
-                          priority=AUDIT_PRIORITY)  # fmt: skip
+        return self._send(
+            AUDIT_TASK, self.settings.audit_queue, job_ids, delay_s, None, priority=AUDIT_PRIORITY
+        )
 
     def check(self) -> None:
         """Raise ``BackendUnavailable`` unless the broker answers."""

@@ -68,8 +68,9 @@ class Repeated:
         if repeats < 0:
             self.logger.exception(message, *args)
         else:
-            self.logger.error(message + " (%d more time(s) in the last %.0f s)", *args,
-                              repeats, now - last)  # fmt: skip
+            self.logger.error(
+                message + " (%d more time(s) in the last %.0f s)", *args, repeats, now - last
+            )
 
     def cleared(self, kind: str, message: str) -> None:
         """The error of ``kind`` is over: say so once."""
@@ -185,8 +186,11 @@ class Supervisor:
             log.error(
                 "%d message(s) wait on %s but this worker has taken none for %.0f s: its "
                 "consumer is stuck (a broker restart?). Exiting for the supervisor to "
-                "restart it.", waiting, queue, idle_s,
-            )  # fmt: skip
+                "restart it.",
+                waiting,
+                queue,
+                idle_s,
+            )
             self.exit(STALLED_EXIT)
         else:
             self.last_active = time.monotonic()  # nothing to take: idle is fine
@@ -208,8 +212,10 @@ def serve_health(port: int, supervisor: Supervisor, metrics_app: Callable[..., A
         path = environ.get("PATH_INFO", "")
         if path in ("/healthz", "/readyz"):
             status, body = supervisor.health(path)
-            start_response(f"{status} {'OK' if status == 200 else 'Service Unavailable'}",
-                           [("Content-Type", "application/json")])  # fmt: skip
+            start_response(
+                f"{status} {'OK' if status == 200 else 'Service Unavailable'}",
+                [("Content-Type", "application/json")],
+            )
             return [json.dumps(body).encode()]
         result: list[bytes] = metrics_app(environ, start_response)
         return result

@@ -39,9 +39,12 @@ router = APIRouter(prefix="/batches", tags=["batches"])
     summary="Submit many jobs: JSON {name, jobs: [...]} or a JSONL body of jobs",
 )
 async def submit_batch(
-    request: Request, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep,
+    request: Request,
+    caller: CallerDep,
+    settings: SettingsDep,
+    sessions: SessionsDep,
     dispatcher: DispatcherDep,
-) -> BatchSubmitted:  # fmt: skip
+) -> BatchSubmitted:
     batch = await read_batch(request, settings)
     stored = await run_in_threadpool(lambda: [store_image(job, settings) for job in batch.jobs])
     items = [
@@ -53,9 +56,12 @@ async def submit_batch(
     def create() -> submission.SubmittedBatch:
         with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:
             submitted = submission.submit_batch(
-                outbox.session, items, name=batch.name or "api", client_key=client_key,
+                outbox.session,
+                items,
+                name=batch.name or "api",
+                client_key=client_key,
                 tenant=caller.tenant,
-            )  # fmt: skip
+            )
             if submitted.created:
                 check_in_flight(outbox.session, caller, settings, adding=len(submitted.queued))
                 outbox.to_fast(submitted.queued)

@@ -47,9 +47,12 @@ UPLOAD_FORM = {  # the multipart body, for the OpenAPI docs (FastAPI reads the f
     summary="Submit one job (multipart upload, or JSON with base64 or a server path)",
 )
 async def submit_job(
-    request: Request, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep,
+    request: Request,
+    caller: CallerDep,
+    settings: SettingsDep,
+    sessions: SessionsDep,
     dispatcher: DispatcherDep,
-) -> JobSubmitted:  # fmt: skip
+) -> JobSubmitted:
     spec, stored = await read_job(request, settings)
     batch_id = parse_id(spec.batch_id, "batch_id") if spec.batch_id else None
     item = new_item(spec, stored, 0, spec.id or "")
@@ -57,9 +60,12 @@ async def submit_job(
     def create() -> submission.SubmittedJob:
         with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:
             job = submission.submit_job(
-                outbox.session, item, client_key=spec.idempotency_key, batch_id=batch_id,
+                outbox.session,
+                item,
+                client_key=spec.idempotency_key,
+                batch_id=batch_id,
                 tenant=caller.tenant,
-            )  # fmt: skip
+            )
             if job.created:
                 check_in_flight(outbox.session, caller, settings, adding=1)
             # a retry sends a waiting job again: its first message may never have left

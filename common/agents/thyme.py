@@ -64,9 +64,12 @@ def run_thyme(
 
 class _Loop:
     def __init__(
-        self, query: Query, model: VisionLanguageModel, limits: AgentLimits,
+        self,
+        query: Query,
+        model: VisionLanguageModel,
+        limits: AgentLimits,
         session: SandboxSession,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.query, self.model, self.limits, self.session = query, model, limits, session
         self.protocol: Protocol = model.protocol
         self.conversation = Conversation(key=query.job_id)

@@ -41,8 +41,9 @@ def load_models(settings: Settings) -> Models:
             protocol = get_protocol(protocol_name(spec, role, settings.protocol, settings.agent))
             return ServerModel(server_endpoint(settings, role), protocol=protocol)
 
-        return Models(large=serve(settings.large_model, "large"),
-                      small=serve(settings.small_model, "small"))  # fmt: skip
+        return Models(
+            large=serve(settings.large_model, "large"), small=serve(settings.small_model, "small")
+        )
 
     from common.backends.transformers_backend import TransformersModel
     from common.models.registry import resolve_model

@@ -259,10 +259,13 @@ def _speculation(reply: dict[str, Any], top_k: int) -> Speculation:
     rows: list[list[float]] = []
     for entry in content:
         values = sorted(
-            (float(top["logprob"]) for top in entry.get("top_logprobs") or []
-             if float(top["logprob"]) > PLACEHOLDER),
+            (
+                float(top["logprob"])
+                for top in entry.get("top_logprobs") or []
+                if float(top["logprob"]) > PLACEHOLDER
+            ),
             reverse=True,
-        )  # fmt: skip
+        )
         returned = len(entry.get("top_logprobs") or [])
         if returned < top_k or len(values) < 2:
             raise ConfigurationError(

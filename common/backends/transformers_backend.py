@@ -148,9 +148,11 @@ class TransformersModel:
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
         chats = [self.protocol.screen_query(query) for query in queries]
         rows = self._generate(
-            chats, max_new_tokens=max_new_tokens, stop=self.protocol.screen_stop,
+            chats,
+            max_new_tokens=max_new_tokens,
+            stop=self.protocol.screen_stop,
             end_ids=self.turn_end_ids,
-        )  # fmt: skip
+        )
         return [ScreenResult(not screen_says_tool_free(row.text), row.text) for row in rows]
 
     def speculate(
@@ -184,9 +186,12 @@ class TransformersModel:
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation:
         (row,) = self._generate(
-            [conversation.messages], max_new_tokens=max_new_tokens, stop=stop,
-            end_ids=self.turn_end_ids, continue_cut=conversation.continue_cut,
-        )  # fmt: skip
+            [conversation.messages],
+            max_new_tokens=max_new_tokens,
+            stop=stop,
+            end_ids=self.turn_end_ids,
+            continue_cut=conversation.continue_cut,
+        )
         return Generation(row.text, row.finish_reason, len(row.token_ids))
 
     # -- the one generation path --------------------------------------------------------

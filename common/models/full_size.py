@@ -33,17 +33,32 @@ PRESETS = ("qwen2.5-vl-7b", "test")
 
 # Qwen2.5-VL-7B-Instruct's config.json, the fields that set its size
 QWEN25_VL_7B_TEXT = {
-    "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-    "max_position_embeddings": 128000, "rms_norm_eps": 1e-6,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
-                        "mrope_section": [16, 24, 24]},
-}  # fmt: skip
+    "vocab_size": 152064,
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 128000,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 1000000.0,
+        "mrope_section": [16, 24, 24],
+    },
+}
 QWEN25_VL_7B_VISION = {
-    "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
-    "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
-    "temporal_patch_size": 2, "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31],
-}  # fmt: skip
+    "depth": 32,
+    "hidden_size": 1280,
+    "intermediate_size": 3420,
+    "num_heads": 16,
+    "out_hidden_size": 3584,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "window_size": 112,
+    "fullatt_block_indexes": [7, 15, 23, 31],
+}
 QWEN25_IMAGE_SIZE = {"shortest_edge": 4 * 28 * 28, "longest_edge": 16384 * 28 * 28}
 
 

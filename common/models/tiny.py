@@ -45,18 +45,43 @@ QWEN_SPLIT = (
 
 # Qwen's added tokens in their hub order (special ones first), then the agent tags.
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
-]  # fmt: skip
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 TAG_TOKENS = [
-    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
-    "<answer>", "</answer>", "<code>", "</code>", "<sandbox_output>", "</sandbox_output>",
-]  # fmt: skip
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<code>",
+    "</code>",
+    "<sandbox_output>",
+    "</sandbox_output>",
+]
 FIM_TOKENS = [
-    "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
     "<|file_sep|>",
-]  # fmt: skip
+]
 
 _CORPUS_WORDS = (
     "the a an of to in is are was what which where who how many color colour shape object "
@@ -187,9 +212,15 @@ def model_config(kind: str, tokenizer: Tokenizer) -> Any:
         "pad_token_id": ids["<|endoftext|>"],
         "tie_word_embeddings": False,
     }
-    vision: dict[str, Any] = {"depth": 2, "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
-              "num_heads": HEADS, "out_hidden_size": HIDDEN, "spatial_merge_size": 2,
-              "temporal_patch_size": 2}  # fmt: skip
+    vision: dict[str, Any] = {
+        "depth": 2,
+        "hidden_size": HIDDEN,
+        "intermediate_size": 2 * HIDDEN,
+        "num_heads": HEADS,
+        "out_hidden_size": HIDDEN,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    }
     if kind == "qwen2_5_vl":
         # mrope sections must sum to head_dim / 2 = 8 frequency pairs, highest first: time,
         # image rows, image columns. Text tokens use all eight alike. Two needs pull apart:
@@ -203,13 +234,20 @@ def model_config(kind: str, tokenizer: Tokenizer) -> Any:
         # and columns 0.1-0.018 rad per step and the text a 0.018 rad pair: measured,
         # 3 min of zoom training on large targets -> 35/48 boxes exact (14/48 with
         # sections [2, 3, 3]), and 4 min of direct answers copy the asked colour.
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 100.0,
-                                   "mrope_section": [1, 3, 4]}  # fmt: skip
+        text["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": 100.0,
+            "mrope_section": [1, 3, 4],
+        }
         vision |= {"patch_size": 14, "window_size": 56, "fullatt_block_indexes": [1]}
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **shared)
     text |= {"head_dim": HEAD_DIM}
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5_000_000.0,
-                               "mrope_section": [4, 2, 2], "mrope_interleaved": True}  # fmt: skip
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": 5_000_000.0,
+        "mrope_section": [4, 2, 2],
+        "mrope_interleaved": True,
+    }
     # deepstack indexes feed text layers and must stay below the text depth.
     vision |= {"patch_size": 16, "num_position_embeddings": 256, "deepstack_visual_indexes": [1]}
     return Qwen3VLConfig(text_config=text, vision_config=vision, **shared)

@@ -51,9 +51,15 @@ log = logging.getLogger(__name__)
 
 Isolation = Literal["bubblewrap", "gvisor", "none"]
 Stop = Literal[
-    "timeout", "output_limit", "memory_limit", "cpu_limit", "disk_limit", "killed",
-    "no_result", "bad_report",
-]  # fmt: skip
+    "timeout",
+    "output_limit",
+    "memory_limit",
+    "cpu_limit",
+    "disk_limit",
+    "killed",
+    "no_result",
+    "bad_report",
+]
 STDERR_TAIL = 2000  # characters of what the guest printed to stderr kept for the record
 
 
@@ -100,9 +106,12 @@ class Sandbox:
     @classmethod
     def for_agent(cls, limits: AgentLimits) -> Sandbox:
         return cls(
-            limits.sandbox, isolation=limits.isolation, bwrap=limits.bwrap,
-            runsc=limits.runsc, uid=limits.sandbox_uid,
-        )  # fmt: skip
+            limits.sandbox,
+            isolation=limits.isolation,
+            bwrap=limits.bwrap,
+            runsc=limits.runsc,
+            uid=limits.sandbox_uid,
+        )
 
     def check(self) -> None:
         """Refuse (``SandboxUnavailable``, one clear message) unless a trivial program
@@ -148,9 +157,12 @@ class Sandbox:
     def report_limits(self) -> ReportLimits:
         limits = self.limits
         return ReportLimits(
-            header_bytes=limits.output_bytes, text_chars=limits.output_bytes // 2,
-            images=limits.images, pixels=limits.image_pixels, shown_chars=limits.text_chars,
-        )  # fmt: skip
+            header_bytes=limits.output_bytes,
+            text_chars=limits.output_bytes // 2,
+            images=limits.images,
+            pixels=limits.image_pixels,
+            shown_chars=limits.text_chars,
+        )
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, limits={self.limits})"
@@ -166,16 +178,20 @@ class SandboxSession:
         if os.geteuid() == 0:  # (a guest that is not root cannot be signalled by its parent)
             janitor.ensure_janitor(sandbox.uid)
         self.workspace = workspace.Workspace(
-            uid=sandbox.uid, gid=sandbox.uid, disk_bytes=limits.disk_mb << 20,
+            uid=sandbox.uid,
+            gid=sandbox.uid,
+            disk_bytes=limits.disk_mb << 20,
             files=limits.files,
-        )  # fmt: skip
+        )
         name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         launcher = sandbox.launcher
         try:  # (a machine with groups gets one per session, or no session: never less)
             self.group = cgroup.SessionGroup.create(
-                sandbox.hierarchy, name, memory_bytes=limits.memory_mb << 20,
+                sandbox.hierarchy,
+                name,
+                memory_bytes=limits.memory_mb << 20,
                 tasks=limits.threads + launcher.host_tasks,
-            )  # fmt: skip
+            )
         except OSError as exc:
             self.workspace.remove()
             raise RetryableError(
@@ -245,11 +261,13 @@ class SandboxSession:
             process.stdin.close()
         group = self.group
         out, err, overrun = collect(
-            process, deadline, stdout_cap=limits.output_bytes + 3 * limits.image_pixels,
+            process,
+            deadline,
+            stdout_cap=limits.output_bytes + 3 * limits.image_pixels,
             stderr_cap=limits.output_bytes,
             # the group counts CPU exactly, where RLIMIT_CPU samples it at each tick
             over_cpu=lambda: group is not None and group.usage().cpu_s > limits.cpu_s,
-        )  # fmt: skip
+        )
         for stream in (process.stdout, process.stderr):
             assert stream is not None
             stream.close()

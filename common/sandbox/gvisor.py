@@ -70,9 +70,14 @@ class GVisor:
         spec = self.spec(space, setup)
         (bundle / "config.json").write_text(json.dumps(spec))
         return [
-            self.executable, f"--root={bundle / 'state'}", "--network=none",
-            "--ignore-cgroups", "run", f"--bundle={bundle}", f"speceyes-{uuid.uuid4().hex}",
-        ]  # fmt: skip
+            self.executable,
+            f"--root={bundle / 'state'}",
+            "--network=none",
+            "--ignore-cgroups",
+            "run",
+            f"--bundle={bundle}",
+            f"speceyes-{uuid.uuid4().hex}",
+        ]
 
     def spec(self, space: Workspace, setup: str) -> dict[str, Any]:
         """The OCI runtime spec of one guest."""

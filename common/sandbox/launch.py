@@ -102,9 +102,12 @@ class Runtime:
         masks += [f"{guest_stdlib}/{p.name}" for p in stdlib.glob("config-*") if p.is_dir()]
         blanks = [f"{guest_stdlib}/{p.name}" for p in stdlib.glob("_sysconfigdata*.py")]
         return cls(
-            tuple(binds), tuple(masks), tuple(blanks), f"{PYTHON_MOUNT}/bin/{binary}",
+            tuple(binds),
+            tuple(masks),
+            tuple(blanks),
+            f"{PYTHON_MOUNT}/bin/{binary}",
             f"{PYTHON_MOUNT}/lib" if libraries else None,
-        )  # fmt: skip
+        )
 
 
 def sandboxed_environment(runtime: Runtime) -> dict[str, str]:
@@ -161,10 +164,17 @@ class Bubblewrap:
 
     def command(self, space: Workspace, setup: str) -> list[str]:
         argv = [
-            self.executable, "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup", "--as-pid-1", "--die-with-parent",
-            "--new-session", "--clearenv",
-        ]  # fmt: skip
+            self.executable,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup",
+            "--as-pid-1",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+        ]
         if self.privileged:  # caps only to drop them again, with the uid (setpriv, below)
             argv += ["--cap-drop", "ALL"]
             argv += [
@@ -173,10 +183,23 @@ class Bubblewrap:
         else:
             argv += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
         argv += [
-            "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
-            "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
-            "--perms", "0755", "--dir", "/dev",
-        ]  # fmt: skip
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--perms",
+            "0755",
+            "--dir",
+            "/dev",
+        ]
         if Path("/usr/local").is_dir():  # the host's own installs: packages, our code
             argv += ["--tmpfs", "/usr/local", "--remount-ro", "/usr/local"]
         for name, source in space.devices.items():
@@ -199,10 +222,15 @@ class Bubblewrap:
         argv += ["--remount-ro", "/"]
         if self.privileged:
             argv += [
-                "/usr/bin/setpriv", f"--reuid={self.uid}", f"--regid={self.gid}",
-                "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-                "--no-new-privs", "--",
-            ]  # fmt: skip
+                "/usr/bin/setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         return [*argv, self.runtime.executable, "-S", f"{GUEST_MOUNT}/harness.py", setup]
 
     def environment(self) -> dict[str, str]:

@@ -30,9 +30,13 @@ def create_key(
     secret (shown once)."""
     secret = PREFIX + secrets.token_urlsafe(32)
     row = ApiKey(
-        id=new_id(), name=name, key_hash=hash_key(secret), created_at=utcnow(),
-        tenant=tenant or name, admin=admin,
-    )  # fmt: skip
+        id=new_id(),
+        name=name,
+        key_hash=hash_key(secret),
+        created_at=utcnow(),
+        tenant=tenant or name,
+        admin=admin,
+    )
     session.add(row)
     session.flush()
     return row, secret

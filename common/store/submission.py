@@ -150,8 +150,10 @@ def submit_job(
     existing = session.scalar(select(Job).where(Job.idempotency_key == key))
     if existing is not None:
         if (existing.image_hash, existing.question, existing.options) != (
-            item.image_hash, item.question, item.options,
-        ):  # fmt: skip
+            item.image_hash,
+            item.question,
+            item.options,
+        ):
             raise IdempotencyConflict(
                 "this idempotency key names a job with another image or question"
             )

@@ -35,8 +35,12 @@ from workers.dispatch import CeleryDispatcher
 def test_every_v1_route_needs_a_live_key(api):
     server = api()
     anonymous = TestClient(server.http.app)
-    for method, path in [("post", "/v1/jobs"), ("get", "/v1/jobs/" + "0" * 32),
-                         ("post", "/v1/batches"), ("get", "/v1/batches/" + "0" * 32)]:  # fmt: skip
+    for method, path in [
+        ("post", "/v1/jobs"),
+        ("get", "/v1/jobs/" + "0" * 32),
+        ("post", "/v1/batches"),
+        ("get", "/v1/batches/" + "0" * 32),
+    ]:
         response = getattr(anonymous, method)(path)
         assert response.status_code == 401 and response.json()["error"] == "unauthorized"
     wrong = anonymous.get("/v1/jobs/" + "0" * 32, headers={"X-API-Key": "sk-speceyes-nope"})
@@ -71,12 +75,14 @@ def test_a_job_is_created_once_per_idempotency_key_and_enqueued_after_commit(api
 def test_json_jobs_take_base64_or_a_path_inside_the_roots_only(api, tmp_path):
     server = api()
     data = png()
-    ok = server.http.post("/v1/jobs", json={"question": "Q?",
-                          "image_base64": base64.b64encode(data).decode()})  # fmt: skip
+    ok = server.http.post(
+        "/v1/jobs", json={"question": "Q?", "image_base64": base64.b64encode(data).decode()}
+    )
     assert ok.status_code == 202
     (server.root / "a.png").write_bytes(data)
-    inside = server.http.post("/v1/jobs", json={"question": "Q?",
-                              "image_path": str(server.root / "a.png")})  # fmt: skip
+    inside = server.http.post(
+        "/v1/jobs", json={"question": "Q?", "image_path": str(server.root / "a.png")}
+    )
     assert inside.status_code == 202
     outside_file = tmp_path / "secret.png"
     outside_file.write_bytes(data)
@@ -100,9 +106,13 @@ def test_json_jobs_take_base64_or_a_path_inside_the_roots_only(api, tmp_path):
 
 def test_each_limit_answers_4xx_naming_it(api):
     server = api(
-        max_upload_bytes=2000, max_image_pixels=10_000, max_question_chars=20, max_options=3,
-        max_batch_jobs=2, max_request_bytes=50_000,
-    )  # fmt: skip
+        max_upload_bytes=2000,
+        max_image_pixels=10_000,
+        max_question_chars=20,
+        max_options=3,
+        max_batch_jobs=2,
+        max_request_bytes=50_000,
+    )
     noise = Image.frombytes("RGB", (64, 64), os.urandom(64 * 64 * 3))
     buffer = io.BytesIO()
     noise.save(buffer, format="PNG")
@@ -137,8 +147,9 @@ def test_bad_input_is_refused_with_one_error_shape_and_creates_nothing(api):
     assert server.http.get("/v1/batches/" + "cd" * 16).status_code == 404
     no_question = server.http.post("/v1/jobs", files={"image": ("a.png", png())})
     assert no_question.status_code == 422 and set(no_question.json()) == {"error", "detail"}
-    bad_json = server.http.post("/v1/batches", content=b"{nope", headers={"content-type":
-                                "application/json"})  # fmt: skip
+    bad_json = server.http.post(
+        "/v1/batches", content=b"{nope", headers={"content-type": "application/json"}
+    )
     assert bad_json.status_code == 422 and bad_json.json()["error"] == "invalid_json"
     for form in ({"options": "not json"}, {"batch_id": "nope"}):
         response = upload(server, png(), **form)
@@ -173,8 +184,9 @@ def test_probes_and_metrics(api):
     assert ready.status_code == 200 and ready.json()["database"] == "ok"
     job_id = upload(server, png()).json()["id"]
     with server.sessions.begin() as session:  # as if audited, the agent disagreeing
-        session.execute(update(Job).where(Job.id == job_id).values(
-            audit_status="done", audit_agrees=False))  # fmt: skip
+        session.execute(
+            update(Job).where(Job.id == job_id).values(audit_status="done", audit_agrees=False)
+        )
     metrics = server.http.get("/metrics").text
     assert 'speceyes_api_jobs_submitted_total{route="jobs"}' in metrics
     assert 'speceyes_store_audited_answers{agrees="false"} 1.0' in metrics
@@ -189,15 +201,20 @@ def test_probes_and_metrics(api):
 def test_embedded_serving_runs_a_batch_and_streams_its_results(tmp_path, postgres_url):
     # No broker: the app runs the embedded runner itself (what `speceyes serve` does).
     settings = Settings(
-        database_url=postgres_url, backend="scripted", upload_dir=tmp_path / "uploads",
-        fast_batch_size=4, api_require_keys=False,
-    )  # fmt: skip
+        database_url=postgres_url,
+        backend="scripted",
+        upload_dir=tmp_path / "uploads",
+        fast_batch_size=4,
+        api_require_keys=False,
+    )
     sessions = open_store(settings.database_url)
     app = create_app(settings, sessions=sessions, dispatcher=make_dispatcher(settings, sessions))
     with TestClient(app) as http:
         client = SpecEyesClient(http=http)
-        jobs = [{"image": png(colour=(i, 50, 50)), "question": "Q?", "id": f"row{i}",
-                 "answer": "A"} for i in range(6)]  # fmt: skip
+        jobs = [
+            {"image": png(colour=(i, 50, 50)), "question": "Q?", "id": f"row{i}", "answer": "A"}
+            for i in range(6)
+        ]
         batch = client.submit_many(jobs, name="embedded", idempotency_key="b1")
         assert len(batch["job_ids"]) == 6 and batch["created"]
         again = client.submit_many(jobs, name="embedded", idempotency_key="b1")
@@ -220,8 +237,12 @@ def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypa
 
     for key in [key for key in os.environ if key.startswith("SPECEYES_")]:
         monkeypatch.delenv(key)
-    env = {**broker_env, "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads"),
-           "SPECEYES_FAST_BATCH_SIZE": "4", "SPECEYES_FAST_MAX_WAIT_S": "0.2"}  # fmt: skip
+    env = {
+        **broker_env,
+        "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads"),
+        "SPECEYES_FAST_BATCH_SIZE": "4",
+        "SPECEYES_FAST_MAX_WAIT_S": "0.2",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     settings = Settings()
@@ -233,12 +254,15 @@ def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypa
     try:
         with TestClient(create_app(settings, dispatcher=CeleryDispatcher(settings))) as http:
             client = SpecEyesClient(http=http, api_key=key)
-            jobs = [{"image": data, "question": "Q?", "id": f"r{i}"}
-                    for i, data in enumerate(images)]  # fmt: skip
+            jobs = [
+                {"image": data, "question": "Q?", "id": f"r{i}"} for i, data in enumerate(images)
+            ]
             batch = client.submit_many(jobs)
             # routes, scripted per job id: two need tools, one is unsure, three are easy
-            scripts = {batch["job_ids"][i]: JobScript(needs_tools=True, agent_answer="T").to_dict()
-                       for i in (0, 1)}  # fmt: skip
+            scripts = {
+                batch["job_ids"][i]: JobScript(needs_tools=True, agent_answer="T").to_dict()
+                for i in (0, 1)
+            }
             scripts[batch["job_ids"][2]] = JobScript(confidence=0.6, agent_answer="U").to_dict()
             (tmp_path / "scripts.json").write_text(json.dumps(scripts))
             env["SPECEYES_SCRIPTED__SCRIPTS_FILE"] = str(tmp_path / "scripts.json")
@@ -271,14 +295,23 @@ def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECEYES_")}
     env |= {"SPECEYES_BACKEND": "scripted", "SPECEYES_UPLOAD_DIR": str(tmp_path / "up")}
     command = [sys.executable, "-m", "cli.main"]
-    created = subprocess.run([*command, "keys", "create", "cli", "--db", db], env=env,
-                             capture_output=True, text=True, check=True)  # fmt: skip
+    created = subprocess.run(
+        [*command, "keys", "create", "cli", "--db", db],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     key = created.stdout.splitlines()[0]
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([*command, "serve", "--db", db, "--port", str(port)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    server = subprocess.Popen(
+        [*command, "serve", "--db", db, "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         with SpecEyesClient(f"http://127.0.0.1:{port}", api_key=key) as client:
 
@@ -305,6 +338,5 @@ def test_the_api_imports_neither_torch_nor_the_workers():
         "import sys, api.app, api.client; print(sorted(m for m in sys.modules "
         "if m.split('.')[0] in ('torch', 'transformers', 'workers', 'celery')))"
     )
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "[]"

@@ -27,12 +27,18 @@ def test_text_postgresql_cannot_store_is_refused_with_422_and_creates_nothing(ap
     refused(upload(server, png(), id="row\x00"), 422, "invalid_text")
     job = {"question": "Q?", "image_base64": B64}
     refused(server.http.post("/v1/jobs", json={**job, "id": "a\x00b"}), 422, "invalid_text")
-    refused(server.http.post("/v1/jobs", json={"question": "Q?", "image_path": "/x\x00.png"}),
-            422, "invalid_text")  # fmt: skip
+    refused(
+        server.http.post("/v1/jobs", json={"question": "Q?", "image_path": "/x\x00.png"}),
+        422,
+        "invalid_text",
+    )
     # a lone surrogate, as JSON can carry it
     lone = b'{"question": "Q\\ud800?", "image_base64": "' + B64.encode() + b'"}'
-    refused(server.http.post("/v1/jobs", content=lone, headers={"content-type":
-            "application/json"}), 422, "invalid_text")  # fmt: skip
+    refused(
+        server.http.post("/v1/jobs", content=lone, headers={"content-type": "application/json"}),
+        422,
+        "invalid_text",
+    )
     named = server.http.post("/v1/batches", json={"name": "n" * 201, "jobs": [job]})
     refused(named, 413, "max_name_chars")
     many = server.http.post("/v1/jobs", json={**job, "options": ["o"] * 10_000})
@@ -43,11 +49,19 @@ def test_text_postgresql_cannot_store_is_refused_with_422_and_creates_nothing(ap
 def test_unexpected_errors_answer_in_the_one_json_shape(api, monkeypatch):
     server = api()
     deep = b"[" * 5000 + b"]" * 5000
-    refused(server.http.post("/v1/batches", content=deep, headers={"content-type":
-            "application/json"}), 422, "invalid_json")  # fmt: skip
+    refused(
+        server.http.post("/v1/batches", content=deep, headers={"content-type": "application/json"}),
+        422,
+        "invalid_json",
+    )
     jsonl = b'{"jobs": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
-    refused(server.http.post("/v1/batches", content=jsonl, headers={"content-type":
-            "application/x-ndjson"}), 422, "invalid_jsonl")  # fmt: skip
+    refused(
+        server.http.post(
+            "/v1/batches", content=jsonl, headers={"content-type": "application/x-ndjson"}
+        ),
+        422,
+        "invalid_jsonl",
+    )
 
     from common.store import submission
 
@@ -56,8 +70,9 @@ def test_unexpected_errors_answer_in_the_one_json_shape(api, monkeypatch):
 
     monkeypatch.setattr(submission, "submit_job", broken)
     plain = TestClient(server.http.app, raise_server_exceptions=False)
-    answer = plain.post("/v1/jobs", json={"question": "Q?", "image_base64": B64},
-                        headers=dict(server.http.headers))  # fmt: skip
+    answer = plain.post(
+        "/v1/jobs", json={"question": "Q?", "image_base64": B64}, headers=dict(server.http.headers)
+    )
     refused(answer, 500, "internal_error")
     assert "a bug" not in answer.text  # no internals to the client
 
@@ -69,8 +84,9 @@ def test_a_chunked_body_over_the_limit_is_refused(api):
         for _ in range(50):
             yield b"x" * 10_000  # 500 kB, no Content-Length
 
-    response = server.http.post("/v1/batches", content=chunks(),
-                                headers={"content-type": "application/json"})  # fmt: skip
+    response = server.http.post(
+        "/v1/batches", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert "content-length" not in response.request.headers  # nothing declared
     refused(response, 413, "max_request_bytes")
 
@@ -85,12 +101,18 @@ def test_each_tenant_reads_only_its_own_work(api, tmp_path):
     theirs = server.http.post("/v1/jobs", json=job, headers=bob).json()
     assert mine["created"] and theirs["created"] and mine["id"] != theirs["id"]  # keys scoped
     batch = server.http.post(
-        "/v1/batches", headers=alice,
-        json={"jobs": [{"question": "Q?", "image_base64": B64},
-                       {"question": "Q?", "image_path": str(server.root / "shared.png")}]},
-    ).json()  # fmt: skip
-    other = server.http.post("/v1/batches", headers=bob, json={"jobs": [
-        {"question": "Q?", "image_base64": B64}]}).json()  # fmt: skip
+        "/v1/batches",
+        headers=alice,
+        json={
+            "jobs": [
+                {"question": "Q?", "image_base64": B64},
+                {"question": "Q?", "image_path": str(server.root / "shared.png")},
+            ]
+        },
+    ).json()
+    other = server.http.post(
+        "/v1/batches", headers=bob, json={"jobs": [{"question": "Q?", "image_base64": B64}]}
+    ).json()
     assert set(other["job_ids"]).isdisjoint(batch["job_ids"])  # the same request, two jobs
     reads = {
         f"/v1/jobs/{mine['id']}": "job_not_found",
@@ -117,15 +139,16 @@ def test_work_from_before_tenants_is_read_by_an_admin_only(api):
 
         made = submission.submit_job(
             session, submission.NewItem(0, "x", "Q?"), client_key=None, batch_id=None
-        )  # fmt: skip (no tenant: the CLI's)
+        )
     refused(server.http.get(f"/v1/jobs/{made.id}"), 404, "job_not_found")
     admin = server.key_for("ops", admin=True)
     assert server.http.get(f"/v1/jobs/{made.id}", headers=admin).status_code == 200
 
 
 def test_rates_and_quotas_answer_429_with_retry_after(api):
-    server = api(api_rate_per_s=0.5, api_rate_burst=3, api_max_jobs_in_flight=2,
-                 api_auth_failures_per_min=5)  # fmt: skip
+    server = api(
+        api_rate_per_s=0.5, api_rate_burst=3, api_max_jobs_in_flight=2, api_auth_failures_per_min=5
+    )
     job = {"question": "Q?", "image_base64": B64}
     answers = [server.http.post("/v1/jobs", json=job).status_code for _ in range(3)]
     assert answers == [202, 202, 429]  # the quota: 2 unfinished jobs per tenant
@@ -139,7 +162,8 @@ def test_rates_and_quotas_answer_429_with_retry_after(api):
     with server.sessions() as session:
         assert len(session.scalars(select(Job)).all()) == 2  # the refused batch made nothing
     anonymous = TestClient(server.http.app)
-    wrong = [anonymous.get("/v1/jobs/" + "0" * 32, headers={"X-API-Key": f"sk-{i}"})
-             for i in range(8)]  # fmt: skip
+    wrong = [
+        anonymous.get("/v1/jobs/" + "0" * 32, headers={"X-API-Key": f"sk-{i}"}) for i in range(8)
+    ]
     assert [r.status_code for r in wrong] == [401] * 5 + [429] * 3
     assert int(wrong[-1].headers["retry-after"]) >= 1

@@ -69,16 +69,19 @@ def live(tmp_path: Path, postgres_url: str):
         "SPECEYES_API_RATE_BURST": "100000",
     }
     command = [sys.executable, "-m", "cli.main"]
-    created = subprocess.run([*command, "keys", "create", "load"], env=env,
-                             capture_output=True, text=True, check=True)  # fmt: skip
+    created = subprocess.run(
+        [*command, "keys", "create", "load"], env=env, capture_output=True, text=True, check=True
+    )
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = (tmp_path / "serve.log").open("wb")
-    server = subprocess.Popen([*command, "serve", "--port", str(port)], env=env, stdout=log,
-                              stderr=subprocess.STDOUT)  # fmt: skip
-    live = Live(f"http://127.0.0.1:{port}", port, created.stdout.splitlines()[0], server.pid,
-                postgres_url)  # fmt: skip
+    server = subprocess.Popen(
+        [*command, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    live = Live(
+        f"http://127.0.0.1:{port}", port, created.stdout.splitlines()[0], server.pid, postgres_url
+    )
 
     def up() -> bool:
         try:
@@ -188,8 +191,11 @@ def test_two_thousand_concurrent_submissions_no_5xx_one_job_per_key(live: Live):
 
     def submit(index: int) -> tuple[int, int, str]:
         http = clients[index % 16]
-        spec = {"question": "What colour?", "image_base64": _b64(images[index]),
-                "idempotency_key": f"load-{index}"}  # fmt: skip
+        spec = {
+            "question": "What colour?",
+            "image_base64": _b64(images[index]),
+            "idempotency_key": f"load-{index}",
+        }
         answer = http.post("/v1/jobs", json=spec)
         return index, answer.status_code, answer.json().get("id", "")
 

@@ -149,10 +149,24 @@ def test_running_the_same_command_again_resumes_without_redoing(tmp_path: Path, 
 
 
 def run_in_background(tmp_path: Path, db: Path, agent_step_s: float) -> subprocess.Popen:
-    env = {**os.environ, "SPECEYES_SCRIPTED__TOOL_FREE": "0.0",
-           "SPECEYES_SCRIPTED__AGENT_STEP_S": str(agent_step_s)}  # fmt: skip
-    command = [sys.executable, "-m", "cli.main", "annotate", str(tmp_path / "c"), "-q", "Q?",
-               *SCRIPTED, "--db", f"sqlite:///{db}", "--no-progress"]  # fmt: skip
+    env = {
+        **os.environ,
+        "SPECEYES_SCRIPTED__TOOL_FREE": "0.0",
+        "SPECEYES_SCRIPTED__AGENT_STEP_S": str(agent_step_s),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "annotate",
+        str(tmp_path / "c"),
+        "-q",
+        "Q?",
+        *SCRIPTED,
+        "--db",
+        f"sqlite:///{db}",
+        "--no-progress",
+    ]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -299,8 +313,9 @@ def test_thyme_refuses_to_start_without_its_sandbox(tmp_path: Path, capsys, monk
     monkeypatch.setenv("SPECEYES_SANDBOX_BWRAP", "no-such-bwrap")
     write_images(tmp_path / "c", 1)
     db = tmp_path / "s.db"
-    code = annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--agent", "thyme",
-                    "--db", f"sqlite:///{db}")  # fmt: skip
+    code = annotate(
+        str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--agent", "thyme", "--db", f"sqlite:///{db}"
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "needs bubblewrap" in err and "SPECEYES_ALLOW_UNSANDBOXED_CODE" in err
@@ -322,8 +337,9 @@ def test_a_corpus_replays_chosen_thyme_code_through_annotate(tmp_path: Path, cap
     monkeypatch.setenv("SPECEYES_SCRIPTED__SCRIPTS_FILE", str(scripts))
     write_images(tmp_path / "c", 3)
     db = tmp_path / "s.db"
-    code = annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--agent", "thyme",
-                    "--db", f"sqlite:///{db}")  # fmt: skip
+    code = annotate(
+        str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--agent", "thyme", "--db", f"sqlite:///{db}"
+    )
     assert code == 0, capsys.readouterr().err
     rows = db_rows(db, "SELECT id, answered_by, final_answer, trajectory FROM jobs")
     assert [(by, answer) for _, by, answer, _ in rows] == [("large", "A")] * 3
@@ -350,8 +366,20 @@ def test_thyme_runs_the_tiny_checkpoints_end_to_end(tmp_path: Path, tiny_cache_d
     db = tmp_path / "s.db"
     out = tmp_path / "out.jsonl"
     args = ["--small", "tiny", "--large", "tiny", "--device", "cpu", "--baseline"]
-    code = annotate(str(tmp_path / "c"), "-q", "Q?", *args, "--agent", "thyme",
-                    "--max-steps", "2", "--db", f"sqlite:///{db}", "--out", str(out))  # fmt: skip
+    code = annotate(
+        str(tmp_path / "c"),
+        "-q",
+        "Q?",
+        *args,
+        "--agent",
+        "thyme",
+        "--max-steps",
+        "2",
+        "--db",
+        f"sqlite:///{db}",
+        "--out",
+        str(out),
+    )
     assert code in (0, 1)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2

@@ -23,8 +23,9 @@ def labelled_batch(db: str, rows: list[tuple[float, bool]]) -> str:
         for i in range(len(rows))
     ]
     with sessions.begin() as session:
-        batch, _ = submission.get_or_create_batch(session, key="k", name="cal", source="s",
-                                                  config={})  # fmt: skip
+        batch, _ = submission.get_or_create_batch(
+            session, key="k", name="cal", source="s", config={}
+        )
         submission.submit_items(session, batch, items, "cfg")
         tickets = {t.image_hash: t.job_id for t in claims.claim(session, Stage.FAST, 10_000)}
         outcomes = []
@@ -56,8 +57,9 @@ def test_calibrate_picks_a_certified_tau_and_annotate_takes_it(tmp_path: Path, c
     assert (record["accepted"], record["wrong"]) == (500, 1)
     args = build_parser().parse_args(["annotate", "x", "--calibration", str(out)])
     assert settings_from_args(args).gate == GateSettings("min", 64, 0.8)
-    args = build_parser().parse_args(["annotate", "x", "--calibration", str(out), "--threshold",
-                                      "0.9"])  # fmt: skip
+    args = build_parser().parse_args(
+        ["annotate", "x", "--calibration", str(out), "--threshold", "0.9"]
+    )
     assert settings_from_args(args).gate_threshold == 0.9  # an explicit flag wins
 
 
@@ -73,13 +75,30 @@ def test_a_calibration_run_is_swept_without_a_model(tmp_path: Path, capsys):
 
     paths = write_images(tmp_path / "c", 6)
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text("".join(
-        json.dumps({"image": str(p), "question": "Q?", "answer": "A" if i % 3 else "B"}) + "\n"
-        for i, p in enumerate(paths)
-    ))  # fmt: skip
+    manifest.write_text(
+        "".join(
+            json.dumps({"image": str(p), "question": "Q?", "answer": "A" if i % 3 else "B"}) + "\n"
+            for i, p in enumerate(paths)
+        )
+    )
     db = f"sqlite:///{tmp_path / 's.db'}"
-    assert main(["annotate", str(manifest), "--backend", "scripted", "--calibrate",
-                 "--db", db, "--no-progress", "--name", "cal"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "annotate",
+                str(manifest),
+                "--backend",
+                "scripted",
+                "--calibrate",
+                "--db",
+                db,
+                "--no-progress",
+                "--name",
+                "cal",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "sweep.json"
     capsys.readouterr()
     assert main(["calibrate", "cal", "--json", str(out), "--db", db]) == 0

@@ -48,10 +48,23 @@ def test_ask_on_the_scripted_backend_answers_with_the_small_model(capsys):
 
 def test_ask_on_the_tiny_models_runs_every_phase(capsys, tiny_env):
     code = main(
-        ["ask", str(OTHER_SAMPLE), "-q", "What colour is the square?",
-         "--options", "red", "blue", "--small", "tiny", "--large", "tiny", "--max-steps", "2",
-         "--json"]
-    )  # fmt: skip
+        [
+            "ask",
+            str(OTHER_SAMPLE),
+            "-q",
+            "What colour is the square?",
+            "--options",
+            "red",
+            "blue",
+            "--small",
+            "tiny",
+            "--large",
+            "tiny",
+            "--max-steps",
+            "2",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["status"] in {"done", "failed"}  # random weights: either is fine
     assert code == (0 if report["status"] == "done" else 1)
@@ -94,8 +107,20 @@ def test_bench_fast_prints_a_row_per_batch_size(capsys, tiny_env):
 
 def test_bench_embedded_prints_the_bound_and_the_overhead_free_replay_of_its_draws(capsys):
     # zero costs: the run is over in a moment, the figures are the pipeline's own
-    args = ["bench", "embedded", "--jobs", "12", "--agent-workers", "2", "--agent-s", "0",
-            "--fast-batch-s", "0", "--fast-job-s", "0"]  # fmt: skip
+    args = [
+        "bench",
+        "embedded",
+        "--jobs",
+        "12",
+        "--agent-workers",
+        "2",
+        "--agent-s",
+        "0",
+        "--fast-batch-s",
+        "0",
+        "--fast-job-s",
+        "0",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert out.count("efficiency") >= 4  # the bound's and the replay's, funnel and baseline

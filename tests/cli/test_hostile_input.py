@@ -24,14 +24,18 @@ def test_rows_over_the_limits_or_with_unstorable_text_fail_alone_on_postgresql(
     image = "imgs/img000.png"
     rows = [
         {"id": "huge-question", "image": image, "question": "Why? " * 200_000},  # ~1 MB
-        {"id": "many-options", "image": image, "question": "Q?",
-         "options": [f"option {i}" for i in range(10_000)]},
+        {
+            "id": "many-options",
+            "image": image,
+            "question": "Q?",
+            "options": [f"option {i}" for i in range(10_000)],
+        },
         {"id": "nul-question", "image": image, "question": "What\x00colour?"},
         {"id": "nul\x00id", "image": image, "question": "Q?"},
         {"id": "surrogate", "image": image, "question": "Q\ud800?"},
         {"id": "nul-answer", "image": image, "question": "Q?", "answer": "A\x00"},
         {"id": "good", "image": "imgs/img001.png", "question": "Q?", "options": ["a", "b"]},
-    ]  # fmt: skip
+    ]
     manifest = tmp_path / "m.jsonl"
     manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "out.jsonl"
@@ -58,8 +62,9 @@ def test_rows_over_the_limits_or_with_unstorable_text_fail_alone_on_postgresql(
 def test_a_batch_name_over_the_column_is_refused_before_any_work(tmp_path: Path, capsys):
     write_images(tmp_path / "c", 1)
     db = tmp_path / "s.db"
-    code = annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}",
-                    "--name", "n" * 201)  # fmt: skip
+    code = annotate(
+        str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}", "--name", "n" * 201
+    )
     assert code == 2 and "max_name_chars" in capsys.readouterr().err
     code = annotate(str(tmp_path / "c"), "-q", "Q\x00?", *SCRIPTED, "--db", f"sqlite:///{db}")
     assert code == 2 and "NUL" in capsys.readouterr().err
@@ -68,8 +73,13 @@ def test_a_batch_name_over_the_column_is_refused_before_any_work(tmp_path: Path,
 def test_read_only_commands_create_no_database_or_folder(tmp_path: Path, capsys):
     missing = tmp_path / "nonexistent" / "dir" / "x.db"
     out = str(tmp_path / "o.jsonl")
-    for command in (["jobs", "show", "ab" * 16], ["export", "b", "--out", out], ["report", "b"],
-                    ["calibrate", "b"], ["keys", "list"]):  # fmt: skip
+    for command in (
+        ["jobs", "show", "ab" * 16],
+        ["export", "b", "--out", out],
+        ["report", "b"],
+        ["calibrate", "b"],
+        ["keys", "list"],
+    ):
         assert main([*command, "--db", f"sqlite:///{missing}"]) == 2, command
         assert "no job store at" in capsys.readouterr().err
     assert not (tmp_path / "nonexistent").exists()

@@ -43,8 +43,13 @@ def run_corpus(tmp_path: Path, sessions, settings: Settings, scripts, name: str)
     rows = read_source(folder, f"What is it? ({name})")
     submitted = submit_corpus(sessions, rows, source=str(folder), name=name, settings=settings)
     with sessions() as session:
-        jobs = dict(session.execute(select(BatchItem.position, BatchItem.job_id).where(
-            BatchItem.batch_id == submitted.batch_id)).all())  # fmt: skip
+        jobs = dict(
+            session.execute(
+                select(BatchItem.position, BatchItem.job_id).where(
+                    BatchItem.batch_id == submitted.batch_id
+                )
+            ).all()
+        )
     model = Recording({jobs[i]: script for i, script in enumerate(scripts)})
     EmbeddedRunner(sessions, Models(model, model), settings).run(submitted.batch_id, poll_s=0.05)
     return submitted.batch_id, jobs, model
@@ -67,8 +72,7 @@ def test_a_small_model_that_turns_wrong_halfway_raises_the_alarm_within_the_boun
     tmp_path: Path, sessions
 ):
     rate, floor = 0.25, 0.9
-    settings = Settings(backend="scripted", audit_rate=rate, audit_floor=floor,
-                        fast_batch_size=8)  # fmt: skip
+    settings = Settings(backend="scripted", audit_rate=rate, audit_floor=floor, fast_batch_size=8)
     half = 120
     scripts = [JobScript(answer="A", agent_answer="A")] * half  # the agent agrees ...
     scripts += [JobScript(answer="A", agent_answer="B")] * half  # ... then contradicts
@@ -107,8 +111,14 @@ def test_no_drift_raises_no_alarm_in_a_thousand_jobs(tmp_path: Path, sessions):
 def test_on_drift_the_deployment_raises_tau_or_pauses_until_resumed(
     tmp_path: Path, sessions, action: str
 ):
-    settings = Settings(backend="scripted", audit_rate=1.0, audit_floor=0.9, gate_threshold=0.98,
-                        audit_on_drift=action, audit_tau_steps=[0.99, 0.995])  # fmt: skip
+    settings = Settings(
+        backend="scripted",
+        audit_rate=1.0,
+        audit_floor=0.9,
+        gate_threshold=0.98,
+        audit_on_drift=action,
+        audit_tau_steps=[0.99, 0.995],
+    )
     wrong = [JobScript(answer="A", confidence=0.999, agent_answer="B")] * 12
     first, _, _ = run_corpus(tmp_path, sessions, settings, wrong, "first")
     assert alarm(sessions, first) is not None

@@ -44,9 +44,11 @@ def test_a_vstar_folder_keeps_the_order_its_splits_and_the_first_option_as_answe
     assert detect(root) == "vstar" and detect(root / "direct_attributes") == "vstar"
     rows = read_source(root)
     assert [row.item_id for row in rows] == [
-        "direct_attributes/sa_1", "direct_attributes/sa_2",
-        "relative_position/sa_3", "relative_position/sa_4",
-    ]  # fmt: skip
+        "direct_attributes/sa_1",
+        "direct_attributes/sa_2",
+        "relative_position/sa_3",
+        "relative_position/sa_4",
+    ]
     first = rows[0]
     assert first.options == ["red", "blue", "green", "white"] and first.expected == "red"
     assert first.split == "vstar/direct_attributes" and first.question == "Question sa_1?"
@@ -58,11 +60,35 @@ def write_hr(path: Path) -> list[bytes]:
     images = [image_bytes((i * 40, 10, 10)) for i in range(3)]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, delimiter="\t")
-        writer.writerow(["index", "image", "question", "A", "B", "C", "D", "answer",
-                         "category", "cycle_category"])  # fmt: skip
+        writer.writerow(
+            [
+                "index",
+                "image",
+                "question",
+                "A",
+                "B",
+                "C",
+                "D",
+                "answer",
+                "category",
+                "cycle_category",
+            ]
+        )
         for i, data in enumerate(images):
-            writer.writerow([100 + i, base64.b64encode(data).decode(), f'What is "{i}"?',
-                             "red", "blue", "green", "black", "BCD"[i], "single", "x"])  # fmt: skip
+            writer.writerow(
+                [
+                    100 + i,
+                    base64.b64encode(data).decode(),
+                    f'What is "{i}"?',
+                    "red",
+                    "blue",
+                    "green",
+                    "black",
+                    "BCD"[i],
+                    "single",
+                    "x",
+                ]
+            )
         writer.writerow([103, "%%% not base64", "Q?", "a", "b", "c", "d", "A", "cross", "x"])
     return images
 
@@ -74,8 +100,11 @@ def test_an_hr_tsv_is_streamed_its_images_kept_by_hash(tmp_path):
     rows = read_source(path, image_store=store)
     assert detect(path) == "hr" and len(rows) == 4
     first = rows[0]
-    assert (first.item_id, first.split, first.category) == ("hr_bench_4k/100", "hr/hr_bench_4k",
-                                                            "single")  # fmt: skip
+    assert (first.item_id, first.split, first.category) == (
+        "hr_bench_4k/100",
+        "hr/hr_bench_4k",
+        "single",
+    )
     assert first.options == ["red", "blue", "green", "black"] and first.expected == "B"
     assert first.question == 'What is "0"?'
     kept = Path(first.image_path or "")
@@ -89,11 +118,17 @@ def write_pope(path: Path) -> None:
     import pyarrow.parquet as pq
 
     records = [
-        {"id": i, "question_id": f"q{i}", "question": f"Is there a thing {i}?",
-         "answer": "yes" if i % 2 else "no", "image_source": f"img{i}", "category": "coco",
-         "image": {"bytes": image_bytes((i, i, i), "PNG"), "path": None}}
+        {
+            "id": i,
+            "question_id": f"q{i}",
+            "question": f"Is there a thing {i}?",
+            "answer": "yes" if i % 2 else "no",
+            "image_source": f"img{i}",
+            "category": "coco",
+            "image": {"bytes": image_bytes((i, i, i), "PNG"), "path": None},
+        }
         for i in range(5)
-    ]  # fmt: skip
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(records), path, row_group_size=2)
 
@@ -108,8 +143,11 @@ def test_pope_parquet_files_and_folders(tmp_path):
     assert {row.split for row in rows} == {"pope/adversarial", "pope/random"}
     first = rows[0]
     assert (first.item_id, first.expected, first.options, first.category) == (
-        "adversarial/q0", "no", None, "coco",
-    )  # fmt: skip
+        "adversarial/q0",
+        "no",
+        None,
+        "coco",
+    )
     assert Path(first.image_path or "").suffix == ".png"
 
 
@@ -143,8 +181,19 @@ def test_annotate_scores_each_split_both_ways(tmp_path, capsys, monkeypatch):
     write_pope(path)
     db = f"sqlite:///{tmp_path / 's.db'}"
     out = tmp_path / "out.jsonl"
-    code = main(["annotate", str(path), "--backend", "scripted", "--db", db, "--no-progress",
-                 "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "annotate",
+            str(path),
+            "--backend",
+            "scripted",
+            "--db",
+            db,
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "pope/random" in printed and "reference" in printed

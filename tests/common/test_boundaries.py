@@ -9,8 +9,19 @@ from pathlib import Path
 
 import common
 
-FORBIDDEN = ("celery", "celery_batches", "kombu", "redis", "fastapi", "starlette", "uvicorn",
-             "lab", "api", "workers", "cli")  # fmt: skip
+FORBIDDEN = (
+    "celery",
+    "celery_batches",
+    "kombu",
+    "redis",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "lab",
+    "api",
+    "workers",
+    "cli",
+)
 
 
 def test_no_common_module_imports_the_queue_the_web_or_the_lab():

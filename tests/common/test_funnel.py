@@ -87,8 +87,11 @@ def test_one_failing_job_does_not_fail_its_batch():
     batch = queries("sure", "sure-too", "small-breaks", "unsure")
     results = per_job(lambda items: model.speculate(items, max_new_tokens=5, top_k=64), batch)
     assert [type(r).__name__ for r in results] == [
-        "Speculation", "Speculation", "ModelError", "Speculation"
-    ]  # fmt: skip
+        "Speculation",
+        "Speculation",
+        "ModelError",
+        "Speculation",
+    ]
 
 
 def test_retryable_errors_are_not_swallowed():

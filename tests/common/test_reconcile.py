@@ -45,8 +45,11 @@ def test_a_dead_workers_running_jobs_go_back_and_are_sent_a_live_ones_stay(sessi
         liveness.beat(session, "dead", "slow")
         claims.claim_ids(session, [a], Stage.FAST, stale_after_s=None, worker="dead")
         claims.claim_ids(session, [b], Stage.FAST, stale_after_s=None, worker="alive")
-        session.execute(update(Worker).where(Worker.id == "dead").values(
-            beat_at=Worker.beat_at - timedelta(seconds=60)))  # fmt: skip
+        session.execute(
+            update(Worker)
+            .where(Worker.id == "dead")
+            .values(beat_at=Worker.beat_at - timedelta(seconds=60))
+        )
     broker = Broker()
     sweep = Reconciler(sessions, broker, SETTINGS, "alive").sweep()
     assert sweep.leader and sweep.released == 1
@@ -82,8 +85,9 @@ def test_only_the_lease_holder_sweeps(sessions):
     assert Reconciler(sessions, first, settings, "one").sweep().leader
     assert not Reconciler(sessions, second, settings, "two").sweep().leader
     with sessions.begin() as session:  # the holder went away: its lease lapses
-        session.execute(update(liveness.Lease).values(
-            expires_at=liveness.utcnow() - timedelta(seconds=1)))  # fmt: skip
+        session.execute(
+            update(liveness.Lease).values(expires_at=liveness.utcnow() - timedelta(seconds=1))
+        )
     assert Reconciler(sessions, second, settings, "two").sweep().leader
 
 

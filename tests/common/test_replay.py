@@ -36,9 +36,14 @@ def test_the_record_is_exact_float32():
 
 def run(tmp_path: Path, name: str, models: Models, **settings) -> dict[str, Job]:
     config = Settings(
-        small_model="tiny", large_model="tiny", screener="none", fast_batch_size=4,
-        agent_max_steps=1, agent_max_new_tokens=8, **settings,
-    )  # fmt: skip
+        small_model="tiny",
+        large_model="tiny",
+        screener="none",
+        fast_batch_size=4,
+        agent_max_steps=1,
+        agent_max_new_tokens=8,
+        **settings,
+    )
     sessions = open_store(f"sqlite:///{tmp_path / name}.db")
     rows = read_source(tmp_path / "corpus", "What is it?")
     batch = submit_corpus(sessions, rows, source="c", name=name, settings=config).batch_id

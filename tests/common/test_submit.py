@@ -44,8 +44,10 @@ def test_the_same_corpus_submitted_by_six_runs_at_once_makes_one_batch(
     for thread in threads:
         thread.join(timeout=60)
     with sessions() as session:
-        counts = [session.scalar(select(func.count()).select_from(table))
-                  for table in (Batch, BatchItem, Job)]  # fmt: skip
+        counts = [
+            session.scalar(select(func.count()).select_from(table))
+            for table in (Batch, BatchItem, Job)
+        ]
     sessions.kw["bind"].dispose()
     assert errors == []
     assert len(found) == 6 and len(set(found)) == 1

@@ -149,6 +149,8 @@ def test_a_batch_of_large_images_runs_in_groups_within_the_pixel_budget(tmp_path
     tickets.append(Ticket("broken", str(tmp_path / "missing.png"), None, "Q?", None))
     groups = pixel_groups(tickets, budget=25_000)
     assert [[t.job_id for t in group] for group in groups] == [
-        ["j0", "j1"], ["j2", "j3"], ["j4", "broken"],  # an unreadable one counts nothing
-    ]  # fmt: skip
+        ["j0", "j1"],
+        ["j2", "j3"],
+        ["j4", "broken"],  # an unreadable one counts nothing
+    ]
     assert [len(group) for group in pixel_groups(tickets, budget=5_000)] == [1] * 6  # alone

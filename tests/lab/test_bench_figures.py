@@ -10,9 +10,17 @@ from lab.bench import EmbeddedFigures
 def test_the_bound_is_the_busier_stage_and_whole_trajectories_leave_a_tail():
     # 113 trajectories of 1 s on 4 agents: one agent runs 29, so 0.75 s beyond 113 / 4
     run = EmbeddedFigures(
-        jobs=200, seconds=30.0, beta=0.7, alpha=0.7, small_share=0.4,
-        fast_busy_s=12.0, agent_busy_s=113.0, agent_workers=4, agent_jobs=113, fill_s=0.8,
-    )  # fmt: skip
+        jobs=200,
+        seconds=30.0,
+        beta=0.7,
+        alpha=0.7,
+        small_share=0.4,
+        fast_busy_s=12.0,
+        agent_busy_s=113.0,
+        agent_workers=4,
+        agent_jobs=113,
+        fill_s=0.8,
+    )
     assert run.agents_bound
     assert run.bound_jobs_per_s == pytest.approx(200 / 28.25)
     assert run.efficiency == pytest.approx(28.25 / 30.0)

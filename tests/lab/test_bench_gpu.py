@@ -20,16 +20,24 @@ def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     wheels.mkdir(exist_ok=True)
     settings = {"PYTHON": sys.executable, "WHEELS": str(wheels), "OUT": str(tmp_path)}
     return subprocess.run(
-        ["bash", "lab/bench_gpu.sh"], cwd=ROOT, env=os.environ | settings | env,
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        ["bash", "lab/bench_gpu.sh"],
+        cwd=ROOT,
+        env=os.environ | settings | env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_script_builds_a_random_checkpoint_and_benches_the_agent_at_each_n(tmp_path):
     done = _run(
-        tmp_path, PRESET="test", DEVICE="cpu", DTYPE="float32", CONCURRENCY="1,2",
+        tmp_path,
+        PRESET="test",
+        DEVICE="cpu",
+        DTYPE="float32",
+        CONCURRENCY="1,2",
         TRAJECTORIES="2",
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("device: CPU; torch ")
     assert "wrote test (random weights, built at load)" in done.stdout

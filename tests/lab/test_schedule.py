@@ -56,8 +56,12 @@ def test_draws_follow_the_recorded_outcome():
 
 def test_the_pipeline_bench_submits_one_fast_batch_first_then_chunks():
     assert chunk_spans(200, 32, 500) == [range(0, 32), range(32, 200)]
-    assert chunk_spans(1100, 32, 500) == [range(0, 32), range(32, 532), range(532, 1032),
-                                          range(1032, 1100)]  # fmt: skip
+    assert chunk_spans(1100, 32, 500) == [
+        range(0, 32),
+        range(32, 532),
+        range(532, 1032),
+        range(1032, 1100),
+    ]
     assert chunk_spans(20, 32, 500) == [range(0, 20)]
     assert chunk_spans(0, 32, 500) == []
 

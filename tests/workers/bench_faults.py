@@ -40,8 +40,7 @@ def one(fault: str, jobs: int, deadline_s: float) -> dict[str, float]:
         redis.start()
         postgres.init()
         postgres.start()
-        run = Run(folder, redis.url, postgres.url, tool_free=0.7, confident=0.7,
-                  agent_step_s=0.01)  # fmt: skip
+        run = Run(folder, redis.url, postgres.url, tool_free=0.7, confident=0.7, agent_step_s=0.01)
         try:
             fast, *slow = run.supervised("fast", "slow", "slow", "slow")
             dispatcher = CeleryDispatcher(run.settings)
@@ -49,8 +48,12 @@ def one(fault: str, jobs: int, deadline_s: float) -> dict[str, float]:
                 run.sessions, dispatcher, chunk_spans(jobs, 1000, 1000), folder
             )
             dispatcher.close()
-            wait_until(lambda: _final(run) >= jobs // 3, deadline_s=deadline_s,
-                       what="a third of the jobs final", every_s=0.5)  # fmt: skip
+            wait_until(
+                lambda: _final(run) >= jobs // 3,
+                deadline_s=deadline_s,
+                what="a third of the jobs final",
+                every_s=0.5,
+            )
             before = run.answers()
             injected = time.monotonic()
             if fault == "redis-restart":
@@ -100,9 +103,12 @@ def main() -> None:
     print(f"{'fault':<18} {'lost':>5} {'run again':>10} {'stuck':>6} {'fault -> all final':>19}")
     for fault in args.faults.split(","):
         figures = one(fault, args.jobs, args.deadline_s)
-        print(f"{fault:<18} {figures['lost']:>5} {figures['run again']:>10} "
-              f"{figures['stuck']:>6} {figures['seconds']:>17.1f} s"
-              f"   (worker restarts: {figures['worker restarts']})", flush=True)  # fmt: skip
+        print(
+            f"{fault:<18} {figures['lost']:>5} {figures['run again']:>10} "
+            f"{figures['stuck']:>6} {figures['seconds']:>17.1f} s"
+            f"   (worker restarts: {figures['worker restarts']})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,19 @@ class OwnRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--save", "", "--appendonly", "no", "--dir", str(self.folder)]  # fmt: skip
+        command = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.folder),
+        ]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         wait_until(lambda: _answers(self.port), deadline_s=20, what="our redis-server")
 
@@ -99,22 +110,40 @@ class OwnPostgres:
 
     def _run(self, *command: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self.as_postgres else []
-        subprocess.run([*prefix, *command], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [*prefix, *command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def init(self) -> None:
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
-                  "--auth=trust", "--no-sync")  # fmt: skip
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+        )
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
-                  "-o", options, "-w", "start")  # fmt: skip
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options,
+            "-w",
+            "start",
+        )
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
-                      "-w", "stop")  # fmt: skip
+            self._run(
+                str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"
+            )
 
     def close(self) -> None:
         self.stop()
@@ -205,10 +234,13 @@ class Run:
             **{f"SPECEYES_SCRIPTED__{k.upper()}": str(v) for k, v in scripted.items()},
         }
         self.settings = Settings(
-            backend="scripted", broker_url=broker_url, database_url=database_url,
+            backend="scripted",
+            broker_url=broker_url,
+            database_url=database_url,
             broker_key_prefix=self.env["SPECEYES_BROKER_KEY_PREFIX"],
-            fast_queue=self.env["SPECEYES_FAST_QUEUE"], slow_queue=self.env["SPECEYES_SLOW_QUEUE"],
-        )  # fmt: skip
+            fast_queue=self.env["SPECEYES_FAST_QUEUE"],
+            slow_queue=self.env["SPECEYES_SLOW_QUEUE"],
+        )
         self.sessions = open_store(database_url)
         self.workers = Supervised(self.env, tmp_path)
         self.tmp_path = tmp_path
@@ -242,8 +274,11 @@ class Run:
             return list(session.scalars(select(Job)))
 
     def answers(self) -> dict[str, tuple]:
-        return {j.id: (j.final_answer, j.answered_by, j.finished_at) for j in self.jobs()
-                if j.status == JobStatus.DONE}  # fmt: skip
+        return {
+            j.id: (j.final_answer, j.answered_by, j.finished_at)
+            for j in self.jobs()
+            if j.status == JobStatus.DONE
+        }
 
     def finish(self, batch_id: str, bound_s: float, before: dict[str, tuple]) -> float:
         """Wait (at most ``bound_s``) for every job to be final; check it all."""

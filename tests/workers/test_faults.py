@@ -16,8 +16,7 @@ from tests.workers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
 def test_a_redis_restart_without_persistence_strands_no_job(tmp_path: Path, postgres_url: str):
     redis = OwnRedis(tmp_path)
     redis.start()
-    run = Run(tmp_path, redis.url, postgres_url, tool_free=0.6, confident=0.6,
-              agent_step_s=0.3)  # fmt: skip
+    run = Run(tmp_path, redis.url, postgres_url, tool_free=0.6, confident=0.6, agent_step_s=0.3)
     try:
         run.supervised("fast", "slow", "slow")
         batch_id = run.submit(60)
@@ -32,8 +31,10 @@ def test_a_redis_restart_without_persistence_strands_no_job(tmp_path: Path, post
         before = run.answers()
         redis.restart()  # every message, queued or held, is gone
         took = run.finish(batch_id, bound_s=60, before=before)
-        print(f"Redis restart: all final {took:.1f} s after it ({run.workers.restarts} "
-              "worker restart(s) by the supervisor)")  # fmt: skip
+        print(
+            f"Redis restart: all final {took:.1f} s after it ({run.workers.restarts} "
+            "worker restart(s) by the supervisor)"
+        )
     finally:
         run.close()
         redis.stop()
@@ -43,8 +44,7 @@ def test_a_postgresql_restart_loses_nothing(tmp_path: Path, redis_client):
     postgres = OwnPostgres()
     postgres.init()
     postgres.start()
-    run = Run(tmp_path, REDIS_URL, postgres.url, tool_free=0.6, confident=0.6,
-              agent_step_s=0.3)  # fmt: skip
+    run = Run(tmp_path, REDIS_URL, postgres.url, tool_free=0.6, confident=0.6, agent_step_s=0.3)
     try:
         run.supervised("fast", "slow", "slow")
         batch_id = run.submit(60)
@@ -86,11 +86,16 @@ def test_a_killed_slow_worker_is_taken_over_by_heartbeat(tmp_path: Path, postgre
         job_id = wait_until(held_by_victim, deadline_s=60, what="a trajectory on the victim")
         victim.kill()
         killed_at = time.monotonic()
-        wait_until(lambda: any(j.id == job_id and j.status == JobStatus.DONE for j in run.jobs()),
-                   deadline_s=40, what="the killed worker's job to be taken over")  # fmt: skip
+        wait_until(
+            lambda: any(j.id == job_id and j.status == JobStatus.DONE for j in run.jobs()),
+            deadline_s=40,
+            what="the killed worker's job to be taken over",
+        )
         took = time.monotonic() - killed_at
-        print(f"SIGKILL mid-trajectory: its job done {took:.1f} s later "
-              f"(visibility timeout {visibility_timeout_s} s)")  # fmt: skip
+        print(
+            f"SIGKILL mid-trajectory: its job done {took:.1f} s later "
+            f"(visibility timeout {visibility_timeout_s} s)"
+        )
         # heartbeat (5 s) + a sweep (1 s) + a 2 s trajectory behind another, plus slack
         assert took < 30 < visibility_timeout_s
         run.finish(batch_id, bound_s=60, before={})
@@ -108,8 +113,13 @@ def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
 
     redis = OwnRedis(tmp_path)
     redis.start()
-    server = Api(tmp_path / "api", postgres_url, broker_url=redis.url,
-                 broker_key_prefix="api-faults:", reconcile_after_s=0.5)  # fmt: skip
+    server = Api(
+        tmp_path / "api",
+        postgres_url,
+        broker_url=redis.url,
+        broker_key_prefix="api-faults:",
+        reconcile_after_s=0.5,
+    )
     try:
         redis.stop()
         first = upload(server, png(), idempotency_key="k")
@@ -124,8 +134,9 @@ def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
         from common.reconcile import Reconciler
 
         clock = [0.0]
-        reconciler = Reconciler(server.sessions, server.dispatcher, server.settings, "t",
-                                clock=lambda: clock[0])  # fmt: skip
+        reconciler = Reconciler(
+            server.sessions, server.dispatcher, server.settings, "t", clock=lambda: clock[0]
+        )
         reconciler.sweep()  # seen missing
         clock[0] += 1  # (longer than reconcile_after_s)
         assert reconciler.sweep().resent == {Stage.FAST: 1}

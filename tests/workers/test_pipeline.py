@@ -221,8 +221,11 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
 
     for _ in range(2):  # dies with the whole batch, then with the poison alone
         worker = setup.start("fast", wait=False)  # it may die before we see it ready
-        wait_until(lambda w=worker: w.process.poll() is not None, deadline_s=60,
-                   what="the poison to kill the worker")  # fmt: skip
+        wait_until(
+            lambda w=worker: w.process.poll() is not None,
+            deadline_s=60,
+            what="the poison to kill the worker",
+        )
         assert worker.process.returncode == 70
     setup.start("fast")
 
@@ -246,8 +249,9 @@ def test_a_thyme_slow_worker_runs_code_in_the_sandbox_and_survives_hostile_code(
     from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
-    setup = deployment(agent="thyme", baseline="true", fast_max_wait_s="0.2",
-                       sandbox_wall_s="2", sandbox_cpu_s="2")  # fmt: skip
+    setup = deployment(
+        agent="thyme", baseline="true", fast_max_wait_s="0.2", sandbox_wall_s="2", sandbox_cpu_s="2"
+    )
     folder = tmp_path / "corpus"
     write_images(folder, 4)
     batch_id = setup.submit(folder)
@@ -367,10 +371,24 @@ def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_pa
     setup.start("slow")
 
     run = subprocess.run(
-        [sys.executable, "-m", "cli.main", "annotate", str(folder), "-q", "What is it?",
-         "--distributed", "--no-progress", "--out", str(tmp_path / "out.jsonl")],
-        env={**os.environ, **setup.env}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "annotate",
+            str(folder),
+            "-q",
+            "What is it?",
+            "--distributed",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "out.jsonl"),
+        ],
+        env={**os.environ, **setup.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert run.returncode == 0, run.stdout + run.stderr
     assert "sent 10 jobs to the fast queue" in run.stdout
@@ -390,10 +408,23 @@ def test_distributed_without_a_broker_is_a_usage_error(tmp_path):
     write_images(tmp_path / "corpus", 1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECEYES_")}
     run = subprocess.run(
-        [sys.executable, "-m", "cli.main", "annotate", str(tmp_path / "corpus"), "-q", "Q?",
-         "--distributed", "--db", f"sqlite:///{tmp_path / 's.db'}"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "annotate",
+            str(tmp_path / "corpus"),
+            "-q",
+            "Q?",
+            "--distributed",
+            "--db",
+            f"sqlite:///{tmp_path / 's.db'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2
     assert "--distributed needs a broker" in run.stderr
 
@@ -441,8 +472,9 @@ def test_distributed_audits_raise_the_batchs_drift_alarm_and_pause(tmp_path, dep
     folder = tmp_path / "corpus"
     write_images(folder, 8)
     batch_id = setup.submit(folder)
-    setup.script(batch_id, {f"img00{i}.png": JobScript(answer="A", agent_answer="B")
-                            for i in range(8)})  # fmt: skip
+    setup.script(
+        batch_id, {f"img00{i}.png": JobScript(answer="A", agent_answer="B") for i in range(8)}
+    )
     setup.start("fast")
     setup.start("slow")
     setup.run(batch_id)  # every job final: accepted, each answer "A"
@@ -468,9 +500,14 @@ def test_sigterm_hands_a_fast_workers_buffered_messages_back_and_exits_0(tmp_pat
     batch_id = made.submit(folder)
     worker = made.start("fast")
     made.send(batch_id)
-    wait_until(lambda: len(made.dispatcher.message_ids(held=False)) == 0
-               and len(made.dispatcher.message_ids()) == 5,
-               deadline_s=30, what="the worker to take the 5 messages")  # fmt: skip
+    wait_until(
+        lambda: (
+            len(made.dispatcher.message_ids(held=False)) == 0
+            and len(made.dispatcher.message_ids()) == 5
+        ),
+        deadline_s=30,
+        what="the worker to take the 5 messages",
+    )
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(timeout=60) == 0
     assert made.dispatcher.queue_depths()[made.settings.fast_queue] == 5  # back on the queue
@@ -489,8 +526,9 @@ def test_sigterm_lets_a_slow_workers_trajectory_finish_then_exits_0(tmp_path, de
     made.send(batch_id)
 
     def running() -> bool:
-        return any(j.status == JobStatus.RUNNING and j.stage == Stage.AGENT
-                   for j in made.jobs().values())  # fmt: skip
+        return any(
+            j.status == JobStatus.RUNNING and j.stage == Stage.AGENT for j in made.jobs().values()
+        )
 
     wait_until(running, deadline_s=30, what="the trajectory to start")
     slow.process.send_signal(signal.SIGTERM)

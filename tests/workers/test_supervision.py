@@ -48,8 +48,10 @@ def test_a_tick_beats_and_reports_ready_and_a_clean_stop_removes_the_row(session
     watched.tick()
     with sessions() as session:
         assert watched.worker in liveness.live_workers(session, 30)
-    assert watched.health("/readyz") == (200, {"ready": True, "database": "ok", "broker": "ok",
-                                               "worker": watched.worker})  # fmt: skip
+    assert watched.health("/readyz") == (
+        200,
+        {"ready": True, "database": "ok", "broker": "ok", "worker": watched.worker},
+    )
     assert watched.health("/healthz")[0] == 200
     watched.stop()
     with sessions() as session:
@@ -113,7 +115,12 @@ def test_a_repeated_error_is_logged_once_then_counted(caplog):
 def test_the_batches_timer_is_armed_again_when_the_consumer_restarts():
     task = TimedBatches()
     task._tref = object()  # armed by the consumer before the broker went away
-    consumer = SimpleNamespace(pool=mock.Mock(), hostname="w", connection_errors=(),
-                               event_dispatcher=None, timer=mock.Mock())  # fmt: skip
+    consumer = SimpleNamespace(
+        pool=mock.Mock(),
+        hostname="w",
+        connection_errors=(),
+        event_dispatcher=None,
+        timer=mock.Mock(),
+    )
     task.Strategy(task, mock.Mock(), consumer)
     assert task._tref is None  # the next message arms the new consumer's timer

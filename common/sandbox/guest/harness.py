@@ -88,12 +88,47 @@ def _scope(image_path: str, output_dir: str) -> tuple[dict[str, Any], dict[str, 
     from PIL import Image, UnidentifiedImageError
 
     allowed = [  # the evaluation's allowed builtins
-        "print", "len", "str", "int", "float", "list", "dict", "tuple", "range", "round",
-        "abs", "min", "max", "sum", "sorted", "any", "all", "zip", "map", "filter",
-        "isinstance", "issubclass", "Exception", "ValueError", "TypeError", "AttributeError",
-        "IndexError", "KeyError", "NotImplementedError", "enumerate", "pow", "divmod", "bin",
-        "oct", "hex", "complex", "__import__", "globals", "locals", "open",
-    ]  # fmt: skip
+        "print",
+        "len",
+        "str",
+        "int",
+        "float",
+        "list",
+        "dict",
+        "tuple",
+        "range",
+        "round",
+        "abs",
+        "min",
+        "max",
+        "sum",
+        "sorted",
+        "any",
+        "all",
+        "zip",
+        "map",
+        "filter",
+        "isinstance",
+        "issubclass",
+        "Exception",
+        "ValueError",
+        "TypeError",
+        "AttributeError",
+        "IndexError",
+        "KeyError",
+        "NotImplementedError",
+        "enumerate",
+        "pow",
+        "divmod",
+        "bin",
+        "oct",
+        "hex",
+        "complex",
+        "__import__",
+        "globals",
+        "locals",
+        "open",
+    ]
     scope = {name: getattr(builtins, name) for name in allowed}
     scope |= {"True": True, "False": False, "None": None}
     for name in ("itertools", "re", "time", "datetime", "math", "cmath", "collections"):
@@ -102,10 +137,18 @@ def _scope(image_path: str, output_dir: str) -> tuple[dict[str, Any], dict[str, 
     scope |= {"PIL": sys.modules["PIL"], "UnidentifiedImageError": UnidentifiedImageError}
     numpy = _LazyModule("numpy")
     names = {
-        "__builtins__": scope, "os": os, "random": random, "string": string, "math": math,
-        "Image": Image, "UnidentifiedImageError": UnidentifiedImageError, "numpy": numpy,
-        "np": numpy, "json": json, "re": re,
-    }  # fmt: skip
+        "__builtins__": scope,
+        "os": os,
+        "random": random,
+        "string": string,
+        "math": math,
+        "Image": Image,
+        "UnidentifiedImageError": UnidentifiedImageError,
+        "numpy": numpy,
+        "np": numpy,
+        "json": json,
+        "re": re,
+    }
     if importlib.util.find_spec("cv2") is not None:
         names["cv2"] = _LazyModule("cv2")
     return names, {"image_path": image_path, "temp_output_dir": output_dir}
@@ -165,9 +208,13 @@ def _execute(
             return {**report, "error": "refused: " + pattern}, []
     os.makedirs(folder, exist_ok=True)
     code = rewrite.rewrite(
-        code, image_path, _image_size(image_path), model_output_dir=request["model_output_dir"],
-        output_dir=folder, min_side=request["min_crop_side"],
-    )  # fmt: skip
+        code,
+        image_path,
+        _image_size(image_path),
+        model_output_dir=request["model_output_dir"],
+        output_dir=folder,
+        min_side=request["min_crop_side"],
+    )
     names, local = _scope(image_path, folder)
     captured = _BoundedText(limits["printed_chars"])
     images: list[bytes] = []
@@ -179,9 +226,11 @@ def _execute(
         paths, error = outputs.hand_back(local, printed, code, folder)
         if paths and os.path.exists(paths[0]):
             report["images"], images, report["notes"] = outputs.frames(
-                paths, most=limits["images"], pixels=limits["image_pixels"],
+                paths,
+                most=limits["images"],
+                pixels=limits["image_pixels"],
                 file_bytes=limits["file_bytes"],
-            )  # fmt: skip
+            )
         elif paths:
             report["text"] = paths[0]
     except ImportError as exc:

@@ -28,18 +28,31 @@ import textwrap
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tiff", ".webp")
 BOX_NAMES = frozenset(
     {
-        "crop_box", "bbox", "box", "coordinates", "coords", "crop_coords",
-        "left_crop_coords", "right_crop_coords", "top_crop_coords", "bottom_crop_coords",
+        "crop_box",
+        "bbox",
+        "box",
+        "coordinates",
+        "coords",
+        "crop_coords",
+        "left_crop_coords",
+        "right_crop_coords",
+        "top_crop_coords",
+        "bottom_crop_coords",
     }
-)  # fmt: skip
+)
 CORNER_NAMES = frozenset({"x1", "y1", "x2", "y2", "left", "top", "right", "bottom"})
 CV_ALIASES = frozenset({"cv", "cv4", "cv3", "CV"})
 
 
 def rewrite(
-    code: str, image_path: str, size: tuple[int, int] | None, *, model_output_dir: str,
-    output_dir: str, min_side: int,
-) -> str:  # fmt: skip
+    code: str,
+    image_path: str,
+    size: tuple[int, int] | None,
+    *,
+    model_output_dir: str,
+    output_dir: str,
+    min_side: int,
+) -> str:
     """The code as the evaluation would run it (steps 1-6 above); ``model_output_dir`` (the
     folder the model was trained to write to) is replaced by ``output_dir``."""
     code = _align_first_line(code)
@@ -154,8 +167,9 @@ def _number(node: ast.expr) -> float | None:
     return None
 
 
-def clamp_box(x1: float, y1: float, x2: float, y2: float, width: float, height: float,
-              min_side: int) -> list[float]:  # fmt: skip
+def clamp_box(
+    x1: float, y1: float, x2: float, y2: float, width: float, height: float, min_side: int
+) -> list[float]:
     """The evaluation's clamp: sorted, inside the image, at least ``min_side`` a side (or
     the whole side when the image is smaller), never empty."""
     left, right = _clamp_axis(min(x1, x2), max(x1, x2), width, min_side)

@@ -171,13 +171,17 @@ def _rule(name: str) -> list[Op]:
         ]
     if name == "prlimit64":  # prlimit64(0, resource, NULL, old): a read of its own
         return [
-            _low_word(0), _op(_JEQ_K, 0, jf=7),
-            _high_word(0), _op(_JEQ_K, 0, jf=5),
-            _low_word(2), _op(_JEQ_K, 0, jf=3),
-            _high_word(2), _op(_JEQ_K, 0, jf=1),
+            _low_word(0),
+            _op(_JEQ_K, 0, jf=7),
+            _high_word(0),
+            _op(_JEQ_K, 0, jf=5),
+            _low_word(2),
+            _op(_JEQ_K, 0, jf=3),
+            _high_word(2),
+            _op(_JEQ_K, 0, jf=1),
             _op(_RET_K, _ALLOW),
             _op(_RET_K, _PERMISSION),
-        ]  # fmt: skip
+        ]
     argument, test, values = _ARGUMENT_RULES[name]
     allow, deny = _op(_RET_K, _ALLOW), _op(_RET_K, _PERMISSION)
     if test == "in":  # each match jumps to the allow at the end

@@ -6,6 +6,7 @@ them against the headers where those are installed. Only the calls the filter na
 listed: every other number falls to the filter's default answer.
 """
 
+# (the formatter would put each of ~130 numbers a table on a line of its own)
 # fmt: off
 X86_64: dict[str, int] = {
     "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "fstat": 5, "lstat": 6,

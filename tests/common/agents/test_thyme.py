@@ -113,9 +113,12 @@ def test_the_rewrite_clamps_boxes_as_the_evaluation_does():
     assert clamp_box(5, 5, 6, 6, 40, 30, 64) == [0, 0, 40, 30]  # smaller than a side
     code = rewrite(
         "image_path = 'nowhere.png'\ncrop_box = (0, 0, 5, 5)\ncv.imread(image_path)",
-        "/mnt/data/image.jpg", (300, 200), model_output_dir="/mnt/data/temp_processed_images/",
-        output_dir="/mnt/data/out", min_side=64,
-    )  # fmt: skip
+        "/mnt/data/image.jpg",
+        (300, 200),
+        model_output_dir="/mnt/data/temp_processed_images/",
+        output_dir="/mnt/data/out",
+        min_side=64,
+    )
     assert "image_path = '/mnt/data/image.jpg'" in code
     assert "crop_box = (0, 0, 64, 64)" in code and "cv2.imread" in code
 

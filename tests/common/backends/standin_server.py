@@ -27,8 +27,14 @@ from common.backends.transformers_backend import TransformersModel, template_mes
 
 
 class StandIn:
-    def __init__(self, models: dict[str, TransformersModel], *, max_logprobs: int = 128,
-                 failures: int = 0, key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        models: dict[str, TransformersModel],
+        *,
+        max_logprobs: int = 128,
+        failures: int = 0,
+        key: str | None = None,
+    ) -> None:
         self.models = models
         self.max_logprobs = max_logprobs
         self.failures = failures  # the next N requests answer 503
@@ -80,18 +86,23 @@ def _complete(model: TransformersModel, body: dict[str, Any]) -> dict[str, Any]:
     continuing = bool(body.get("continue_final_message"))
     rendered, _ = template_messages(chat)
     text = model.processor.apply_chat_template(
-        rendered, tokenize=False, add_generation_prompt=not continuing,
+        rendered,
+        tokenize=False,
+        add_generation_prompt=not continuing,
         continue_final_message=continuing,
-    )  # fmt: skip
+    )
     stops = list(body.get("stop") or [])
     special = [s for s in stops if s in model.tokenizer.all_special_tokens]
     end_ids = [model.tokenizer.convert_tokens_to_ids(s) for s in special] or None
     top_k = int(body["top_logprobs"]) if body.get("logprobs") else None
     (row,) = model._generate(
-        [chat], max_new_tokens=int(body.get("max_tokens") or 16),
-        stop=[s for s in stops if s not in special], top_k=top_k, end_ids=end_ids,
+        [chat],
+        max_new_tokens=int(body.get("max_tokens") or 16),
+        stop=[s for s in stops if s not in special],
+        top_k=top_k,
+        end_ids=end_ids,
         rendered=[text],
-    )  # fmt: skip
+    )
     stop_reason = next(
         (s for s in stops if row.finish_reason == "stop" and row.text.endswith(s)), None
     )

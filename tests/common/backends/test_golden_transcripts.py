@@ -23,8 +23,12 @@ from tests.helpers import ForceText
 
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
-CHOICE = Query("mc", Image.new("RGB", (640, 480)), "What is the color of the umbrella?",
-               ("red", "blue", "green", "yellow"))  # fmt: skip
+CHOICE = Query(
+    "mc",
+    Image.new("RGB", (640, 480)),
+    "What is the color of the umbrella?",
+    ("red", "blue", "green", "yellow"),
+)
 YES_NO = Query("yn", Image.new("RGB", (640, 480)), "Is there a dog in the image?")
 
 # prompt.py PROMPT_TEMPLATES_JTC["reliability_weighted"]["system_prompt"]
@@ -187,8 +191,9 @@ THYME_QUESTION = (
 def test_thyme_phases_i_and_ii_see_the_question_before_its_please(tiny_paths):
     from common.protocols import THYME
 
-    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32",
-                              protocol=THYME)  # fmt: skip
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
+    )
     cut = THYME_QUESTION.split("Please")[0]  # init_messages_judge_tc(question_text.split(...))
     screen = cut + "\nWould tools significantly improve answer reliability? yes or no."
     assert large.render(THYME.screen_query(CHOICE)) == chat(SCREEN_SYSTEM, screen)
@@ -202,8 +207,9 @@ def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
     from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
-    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32",
-                              protocol=THYME)  # fmt: skip
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
+    )
     code = (
         "<think>crop</think><code>\n```python\nfrom PIL import Image\n"
         "image = Image.open(image_path)\nx1, y1, x2, y2 = 112, 84, 336, 252\n"

@@ -108,8 +108,9 @@ def test_thyme_trajectories_match_step_for_step(models, server, tiny_paths):
     from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
-    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32",
-                              protocol=THYME)  # fmt: skip
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
+    )
     code = (
         "<think>crop</think><code>\n```python\nfrom PIL import Image\n"
         "image = Image.open(image_path)\nx1, y1, x2, y2 = 10, 10, 300, 200\n"
@@ -173,10 +174,29 @@ def test_annotate_runs_on_served_models(server, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECEYES_AGENT_MAX_NEW_TOKENS", "8")
     write_images(tmp_path / "c", 3, size=(96, 80))
     out = tmp_path / "out.jsonl"
-    code = main(["annotate", str(tmp_path / "c"), "-q", "Q?", "--backend", "openai",
-                 "--large", "large", "--small", "small", "--max-steps", "2", "--no-progress",
-                 "--screener", "none",
-                 "--db", f"sqlite:///{tmp_path / 's.db'}", "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "annotate",
+            str(tmp_path / "c"),
+            "-q",
+            "Q?",
+            "--backend",
+            "openai",
+            "--large",
+            "large",
+            "--small",
+            "small",
+            "--max-steps",
+            "2",
+            "--no-progress",
+            "--screener",
+            "none",
+            "--db",
+            f"sqlite:///{tmp_path / 's.db'}",
+            "--out",
+            str(out),
+        ]
+    )
     assert code in (0, 1)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and all(row["status"] in ("done", "failed") for row in rows)

@@ -49,9 +49,10 @@ def test_batched_and_single_calls_give_the_same_tokens(which, tiny_small, tiny_l
     assert [s.token_ids for s in batched] == [s.token_ids for s in alone]
     for together, single in zip(batched, alone, strict=True):
         assert torch.allclose(
-            torch.tensor(together.scores.top_values), torch.tensor(single.scores.top_values),
+            torch.tensor(together.scores.top_values),
+            torch.tensor(single.scores.top_values),
             atol=1e-4,
-        )  # fmt: skip
+        )
     screened = model.screen(queries, max_new_tokens=5)
     assert [s.raw_text for s in screened] == [
         model.screen([q], max_new_tokens=5)[0].raw_text for q in queries

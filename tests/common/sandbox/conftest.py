@@ -17,9 +17,14 @@ from common.sandbox import Sandbox, SandboxUnavailable, cgroup, workspace
 
 # small enough that every bomb meets its limit within a second or two
 TEST_LIMITS = SandboxLimits(
-    wall_s=3.0, cpu_s=2, memory_mb=512, disk_mb=64, files=512, output_bytes=1 << 18,
+    wall_s=3.0,
+    cpu_s=2,
+    memory_mb=512,
+    disk_mb=64,
+    files=512,
+    output_bytes=1 << 18,
     image_pixels=4_000_000,
-)  # fmt: skip
+)
 # what the worker may spend on one execution, whatever the code did (the README's bound:
 # the report and stderr caps, and the images as RGB held twice, plus the interpreter's
 # own churn); and its own CPU for reading and checking what came back

@@ -55,153 +55,321 @@ INT80 = (
 
 PROGRAMS = (
     # -- PID 1 and other processes' memory --------------------------------------------
-    Hostile("write PID 1's memory", "pid1", "f = open('/proc/1/mem', 'r+b')\nf.write(b'x')",
-            ("No such file",)),
-    Hostile("ptrace PID 1 and the parent", "pid1",
-            LIBC + "print(libc.ptrace(16, 1, 0, 0), libc.ptrace(16, os.getppid(), 0, 0), "
-            "os.getpid(), os.getppid())", ("-1 -1 1 0",)),
-    Hostile("process_vm_writev into PID 1", "pid1",
-            LIBC + "print(libc.syscall(311, 1, 0, 1, 0, 1, 0), ctypes.get_errno())", ("-1 1",)),
-    Hostile("kill every process it can see", "pid1",
-            "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('still here')",
-            ("No such process", "still here")),
-    Hostile("outlive the kill: clear the parent-death signal", "pid1",
-            LIBC + "print(libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno())", ("-1 1",)),
+    Hostile(
+        "write PID 1's memory",
+        "pid1",
+        "f = open('/proc/1/mem', 'r+b')\nf.write(b'x')",
+        ("No such file",),
+    ),
+    Hostile(
+        "ptrace PID 1 and the parent",
+        "pid1",
+        LIBC + "print(libc.ptrace(16, 1, 0, 0), libc.ptrace(16, os.getppid(), 0, 0), "
+        "os.getpid(), os.getppid())",
+        ("-1 -1 1 0",),
+    ),
+    Hostile(
+        "process_vm_writev into PID 1",
+        "pid1",
+        LIBC + "print(libc.syscall(311, 1, 0, 1, 0, 1, 0), ctypes.get_errno())",
+        ("-1 1",),
+    ),
+    Hostile(
+        "kill every process it can see",
+        "pid1",
+        "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('still here')",
+        ("No such process", "still here"),
+    ),
+    Hostile(
+        "outlive the kill: clear the parent-death signal",
+        "pid1",
+        LIBC + "print(libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno())",
+        ("-1 1",),
+    ),
     # -- setuid and world-writable files -----------------------------------------------
-    Hostile("a setuid file", "setuid",
-            "open('/mnt/data/evil', 'wb').write(b'\\x7fELF')\nos.chmod('/mnt/data/evil', 0o6755)",
-            ("Operation not permitted",)),
-    Hostile("a file created setuid", "setuid",
-            "fd = os.open('/mnt/data/evil', os.O_CREAT | os.O_WRONLY, 0o4755)",
-            ("Operation not permitted",)),
+    Hostile(
+        "a setuid file",
+        "setuid",
+        "open('/mnt/data/evil', 'wb').write(b'\\x7fELF')\nos.chmod('/mnt/data/evil', 0o6755)",
+        ("Operation not permitted",),
+    ),
+    Hostile(
+        "a file created setuid",
+        "setuid",
+        "fd = os.open('/mnt/data/evil', os.O_CREAT | os.O_WRONLY, 0o4755)",
+        ("Operation not permitted",),
+    ),
     # -- memory outside the address space: tmpfs, memfd, /dev/shm -----------------------
-    Hostile("fill /tmp", "memory",
-            "block = b'x' * (8 << 20)\nf = open('/tmp/fill', 'wb')\n"
-            "for _ in range(1000):\n    f.write(block)\n    f.flush()", ("No space left",)),
-    Hostile("memfd", "memory", "import os\nfd = os.memfd_create('x')",
-            ("Operation not permitted",)),
-    Hostile("/dev/shm", "memory", "open('/dev/shm/x', 'wb').write(b'x' * (1 << 30))",
-            ("No such file",)),
-    Hostile("touch 3 GiB of memory", "memory",
-            "blocks = []\nfor _ in range(48):\n    blocks.append(b'x' * (64 << 20))",
-            ("over the memory limit", "MemoryError")),
-    Hostile("shared anonymous memory", "memory",
-            "import mmap\nm = mmap.mmap(-1, 1 << 30)\nfor i in range(0, 1 << 30, 4096):\n"
-            "    m[i] = 1", ("over the memory limit", "MemoryError", "Cannot allocate")),
+    Hostile(
+        "fill /tmp",
+        "memory",
+        "block = b'x' * (8 << 20)\nf = open('/tmp/fill', 'wb')\n"
+        "for _ in range(1000):\n    f.write(block)\n    f.flush()",
+        ("No space left",),
+    ),
+    Hostile(
+        "memfd", "memory", "import os\nfd = os.memfd_create('x')", ("Operation not permitted",)
+    ),
+    Hostile(
+        "/dev/shm", "memory", "open('/dev/shm/x', 'wb').write(b'x' * (1 << 30))", ("No such file",)
+    ),
+    Hostile(
+        "touch 3 GiB of memory",
+        "memory",
+        "blocks = []\nfor _ in range(48):\n    blocks.append(b'x' * (64 << 20))",
+        ("over the memory limit", "MemoryError"),
+    ),
+    Hostile(
+        "shared anonymous memory",
+        "memory",
+        "import mmap\nm = mmap.mmap(-1, 1 << 30)\nfor i in range(0, 1 << 30, 4096):\n    m[i] = 1",
+        ("over the memory limit", "MemoryError", "Cannot allocate"),
+    ),
     # -- thread and process bombs --------------------------------------------------------
-    Hostile("1,000 threads", "tasks",
-            "import threading, time\nfor _ in range(1000):\n"
-            "    threading.Thread(target=time.sleep, args=(60,)).start()",
-            ("can't start new thread",)),
-    Hostile("a fork bomb", "tasks", "import os\nwhile True:\n    os.fork()",
-            ("Operation not permitted",)),
-    Hostile("clone without a thread", "tasks",
-            LIBC + "print(libc.syscall(56, 17, 0, 0, 0, 0), ctypes.get_errno())", ("-1 1",)),
-    Hostile("a user namespace of its own", "tasks",
-            LIBC + "print(libc.unshare(0x10000000), libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0))",
-            ("-1 -1",)),
-    Hostile("a shell", "tasks", "import os\nprint(os.system('id'), os.popen('id').read())",
-            ("Operation not permitted", "-1", "32512")),
+    Hostile(
+        "1,000 threads",
+        "tasks",
+        "import threading, time\nfor _ in range(1000):\n"
+        "    threading.Thread(target=time.sleep, args=(60,)).start()",
+        ("can't start new thread",),
+    ),
+    Hostile(
+        "a fork bomb",
+        "tasks",
+        "import os\nwhile True:\n    os.fork()",
+        ("Operation not permitted",),
+    ),
+    Hostile(
+        "clone without a thread",
+        "tasks",
+        LIBC + "print(libc.syscall(56, 17, 0, 0, 0, 0), ctypes.get_errno())",
+        ("-1 1",),
+    ),
+    Hostile(
+        "a user namespace of its own",
+        "tasks",
+        LIBC + "print(libc.unshare(0x10000000), libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0))",
+        ("-1 -1",),
+    ),
+    Hostile(
+        "a shell",
+        "tasks",
+        "import os\nprint(os.system('id'), os.popen('id').read())",
+        ("Operation not permitted", "-1", "32512"),
+    ),
     # -- io_uring and raw system calls ------------------------------------------------------
-    Hostile("io_uring", "syscalls",
-            LIBC + "params = ctypes.create_string_buffer(120)\n"
-            "print(libc.syscall(425, 8, params), ctypes.get_errno())", ("-1 1",)),
+    Hostile(
+        "io_uring",
+        "syscalls",
+        LIBC + "params = ctypes.create_string_buffer(120)\n"
+        "print(libc.syscall(425, 8, params), ctypes.get_errno())",
+        ("-1 1",),
+    ),
     Hostile("the 32-bit system call ABI", "syscalls", INT80, ("SIGSYS",)),
-    Hostile("an x32 system call", "syscalls",
-            LIBC + "print(libc.syscall(0x40000000 | 39), ctypes.get_errno())", ("-1 1",)),
-    Hostile("a socket by number", "syscalls",
-            LIBC + "print(libc.syscall(41, 2, 1, 0), libc.syscall(53, 1, 1, 0, 0))", ("-1 -1",)),
-    Hostile("kernel interfaces", "syscalls",
-            LIBC + "calls = [(321, 0), (298, 0), (323, 0), (250, 0), (135, 0), (308, 0), "
-            "(165, 0), (161, 0), (105, 0), (426, 0), (447, 0)]\n"
-            "results = []\nfor number, argument in calls:\n"
-            "    results.append(libc.syscall(number, argument, 0, 0, 0, 0))\n"
-            "print(min(results), max(results))", ("-1 -1",)),
-    Hostile("a limit raised again", "syscalls",
-            "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10 ** 6, 10 ** 6))",
-            ("not permitted", "not allowed")),
+    Hostile(
+        "an x32 system call",
+        "syscalls",
+        LIBC + "print(libc.syscall(0x40000000 | 39), ctypes.get_errno())",
+        ("-1 1",),
+    ),
+    Hostile(
+        "a socket by number",
+        "syscalls",
+        LIBC + "print(libc.syscall(41, 2, 1, 0), libc.syscall(53, 1, 1, 0, 0))",
+        ("-1 -1",),
+    ),
+    Hostile(
+        "kernel interfaces",
+        "syscalls",
+        LIBC + "calls = [(321, 0), (298, 0), (323, 0), (250, 0), (135, 0), (308, 0), "
+        "(165, 0), (161, 0), (105, 0), (426, 0), (447, 0)]\n"
+        "results = []\nfor number, argument in calls:\n"
+        "    results.append(libc.syscall(number, argument, 0, 0, 0, 0))\n"
+        "print(min(results), max(results))",
+        ("-1 -1",),
+    ),
+    Hostile(
+        "a limit raised again",
+        "syscalls",
+        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10 ** 6, 10 ** 6))",
+        ("not permitted", "not allowed"),
+    ),
     # -- disk and inode floods --------------------------------------------------------------
-    Hostile("2.5 GiB of files", "disk",
-            "block = b'x' * (32 << 20)\nfor i in range(80):\n"
-            "    open(f'/mnt/data/big{i}', 'wb').write(block)", ("No space left",)),
-    Hostile("150,000 files", "disk",
-            "made = 0\nfor i in range(150000):\n    open(f'/mnt/data/f{i}', 'w').close()",
-            ("No space left",)),
-    Hostile("a folder chain 3,000 deep", "disk",
-            "import os\nos.chdir('/mnt/data')\nfor _ in range(3000):\n"
-            "    os.mkdir('d')\n    os.chdir('d')", ("No space left",)),
-    Hostile("a sparse file of 18 GB", "disk",
-            "f = open('/mnt/data/sparse.png', 'wb')\nf.truncate(18 << 30)", ("File too large",)),
+    Hostile(
+        "2.5 GiB of files",
+        "disk",
+        "block = b'x' * (32 << 20)\nfor i in range(80):\n"
+        "    open(f'/mnt/data/big{i}', 'wb').write(block)",
+        ("No space left",),
+    ),
+    Hostile(
+        "150,000 files",
+        "disk",
+        "made = 0\nfor i in range(150000):\n    open(f'/mnt/data/f{i}', 'w').close()",
+        ("No space left",),
+    ),
+    Hostile(
+        "a folder chain 3,000 deep",
+        "disk",
+        "import os\nos.chdir('/mnt/data')\nfor _ in range(3000):\n"
+        "    os.mkdir('d')\n    os.chdir('d')",
+        ("No space left",),
+    ),
+    Hostile(
+        "a sparse file of 18 GB",
+        "disk",
+        "f = open('/mnt/data/sparse.png', 'wb')\nf.truncate(18 << 30)",
+        ("File too large",),
+    ),
     # -- links, FIFOs and outputs the host would have read -------------------------------
-    Hostile("a hard link named as an output", "outputs",
-            f"from PIL import Image\nImage.new('RGB', (8, 8)).save('{OUT}/a.png')\n"
-            f"os.link('{OUT}/a.png', '{OUT}/b.png')", ("Operation not permitted",)),
-    Hostile("a symlink out of its folder", "outputs",
-            f"os.symlink('/etc/passwd', '{OUT}/leak.png')", ("Operation not permitted",)),
-    Hostile("a FIFO named .png", "outputs", f"os.mkfifo('{OUT}/wait.png')",
-            ("Operation not permitted",)),
-    Hostile("100 copies of one output", "outputs",
-            "import shutil\nfrom PIL import Image\n"
-            f"Image.new('RGB', (64, 64)).save('{OUT}/a.png')\n"
-            f"for i in range(100):\n    shutil.copyfile('{OUT}/a.png', f'{OUT}/c{{i}}.png')\n"
-            f"print(' '.join(f'{OUT}/c{{i}}.png' for i in range(100)))",
-            ("96 more image(s) not shown",)),
+    Hostile(
+        "a hard link named as an output",
+        "outputs",
+        f"from PIL import Image\nImage.new('RGB', (8, 8)).save('{OUT}/a.png')\n"
+        f"os.link('{OUT}/a.png', '{OUT}/b.png')",
+        ("Operation not permitted",),
+    ),
+    Hostile(
+        "a symlink out of its folder",
+        "outputs",
+        f"os.symlink('/etc/passwd', '{OUT}/leak.png')",
+        ("Operation not permitted",),
+    ),
+    Hostile(
+        "a FIFO named .png", "outputs", f"os.mkfifo('{OUT}/wait.png')", ("Operation not permitted",)
+    ),
+    Hostile(
+        "100 copies of one output",
+        "outputs",
+        "import shutil\nfrom PIL import Image\n"
+        f"Image.new('RGB', (64, 64)).save('{OUT}/a.png')\n"
+        f"for i in range(100):\n    shutil.copyfile('{OUT}/a.png', f'{OUT}/c{{i}}.png')\n"
+        f"print(' '.join(f'{OUT}/c{{i}}.png' for i in range(100)))",
+        ("96 more image(s) not shown",),
+    ),
     Hostile("a 100,000 x 100,000 PNG", "outputs", PNG_BOMB, ("is over the",)),
-    Hostile("a sparse output", "outputs",
-            f"processed_path = '{OUT}/s.png'\nf = open(processed_path, 'wb')\n"
-            "f.truncate(60 << 20)\nf.close()", ("neither PNG nor JPEG",)),
+    Hostile(
+        "a sparse output",
+        "outputs",
+        f"processed_path = '{OUT}/s.png'\nf = open(processed_path, 'wb')\n"
+        "f.truncate(60 << 20)\nf.close()",
+        ("neither PNG nor JPEG",),
+    ),
     # -- decoders other than PNG and JPEG ------------------------------------------------------
-    Hostile("an EPS file named .png", "decoders",
-            f"processed_path = '{OUT}/x.png'\n"
-            "open(processed_path, 'w').write("
-            "'%!PS-Adobe-3.0 EPSF-3.0\\n%%BoundingBox: 0 0 9 9\\n')",
-            ("neither PNG nor JPEG",)),
-    Hostile("BMP, GIF, TIFF and WebP outputs", "decoders",
-            "from PIL import Image\nimage = Image.new('RGB', (16, 16))\n"
-            f"paths = ['{OUT}/a.bmp', '{OUT}/b.gif', '{OUT}/c.tiff', '{OUT}/d.webp']\n"
-            "for path in paths:\n    image.save(path)\nprint(' '.join(paths))",
-            ("neither PNG nor JPEG",)),
-    Hostile("a truncated PNG", "decoders",
-            "import io\nfrom PIL import Image\nbuffer = io.BytesIO()\n"
-            "Image.new('RGB', (300, 300), 'red').save(buffer, 'PNG')\n"
-            f"processed_path = '{OUT}/t.png'\n"
-            "open(processed_path, 'wb').write(buffer.getvalue()[:200])",
-            ("truncated", "broken", "image file")),
+    Hostile(
+        "an EPS file named .png",
+        "decoders",
+        f"processed_path = '{OUT}/x.png'\n"
+        "open(processed_path, 'w').write("
+        "'%!PS-Adobe-3.0 EPSF-3.0\\n%%BoundingBox: 0 0 9 9\\n')",
+        ("neither PNG nor JPEG",),
+    ),
+    Hostile(
+        "BMP, GIF, TIFF and WebP outputs",
+        "decoders",
+        "from PIL import Image\nimage = Image.new('RGB', (16, 16))\n"
+        f"paths = ['{OUT}/a.bmp', '{OUT}/b.gif', '{OUT}/c.tiff', '{OUT}/d.webp']\n"
+        "for path in paths:\n    image.save(path)\nprint(' '.join(paths))",
+        ("neither PNG nor JPEG",),
+    ),
+    Hostile(
+        "a truncated PNG",
+        "decoders",
+        "import io\nfrom PIL import Image\nbuffer = io.BytesIO()\n"
+        "Image.new('RGB', (300, 300), 'red').save(buffer, 'PNG')\n"
+        f"processed_path = '{OUT}/t.png'\n"
+        "open(processed_path, 'wb').write(buffer.getvalue()[:200])",
+        ("truncated", "broken", "image file"),
+    ),
     # -- forged reports on the result channel ------------------------------------------------
-    Hostile("a report naming 20,000 images", "forged",
-            _forge("json.dumps({'images': [{'width': 1, 'height': 1}] * 20000, 'text': None, "
-                   "'printed': '', 'notes': []})"),
-            ("at most", "no report line")),
-    Hostile("a report nested 100,000 deep", "forged", _forge("'[' * 100000 + ']' * 100000"),
-            ("not valid JSON",)),
-    Hostile("50 MB on the result channel", "forged",
-            f"import os\nfor _ in range(50):\n    os.write({RESULT_FD}, b'x' * (1 << 20))",
-            ("wrote more than",)),
-    Hostile("a report claiming 10 billion pixels", "forged",
-            _forge("json.dumps({'images': [{'width': 100000, 'height': 100000}], 'text': None, "
-                   "'printed': '', 'notes': []})"), ("pixels together",)),
-    Hostile("pixels short of the sizes", "forged",
-            _forge("json.dumps({'images': [{'width': 10, 'height': 10}], 'text': None, "
-                   "'printed': '', 'notes': []})"), ("where the sizes say 300",)),
-    Hostile("a report of the wrong types", "forged",
-            _forge("json.dumps({'images': [{'width': '10', 'height': -1}], 'text': 5, "
-                   "'printed': [], 'notes': {}})"), ("positive integers",)),
+    Hostile(
+        "a report naming 20,000 images",
+        "forged",
+        _forge(
+            "json.dumps({'images': [{'width': 1, 'height': 1}] * 20000, 'text': None, "
+            "'printed': '', 'notes': []})"
+        ),
+        ("at most", "no report line"),
+    ),
+    Hostile(
+        "a report nested 100,000 deep",
+        "forged",
+        _forge("'[' * 100000 + ']' * 100000"),
+        ("not valid JSON",),
+    ),
+    Hostile(
+        "50 MB on the result channel",
+        "forged",
+        f"import os\nfor _ in range(50):\n    os.write({RESULT_FD}, b'x' * (1 << 20))",
+        ("wrote more than",),
+    ),
+    Hostile(
+        "a report claiming 10 billion pixels",
+        "forged",
+        _forge(
+            "json.dumps({'images': [{'width': 100000, 'height': 100000}], 'text': None, "
+            "'printed': '', 'notes': []})"
+        ),
+        ("pixels together",),
+    ),
+    Hostile(
+        "pixels short of the sizes",
+        "forged",
+        _forge(
+            "json.dumps({'images': [{'width': 10, 'height': 10}], 'text': None, "
+            "'printed': '', 'notes': []})"
+        ),
+        ("where the sizes say 300",),
+    ),
+    Hostile(
+        "a report of the wrong types",
+        "forged",
+        _forge(
+            "json.dumps({'images': [{'width': '10', 'height': -1}], 'text': 5, "
+            "'printed': [], 'notes': {}})"
+        ),
+        ("positive integers",),
+    ),
     # -- names and exit codes that broke the host ------------------------------------------
-    Hostile("a 300-character name", "names", f"open('{OUT}/' + 'a' * 300 + '.png', 'w')",
-            ("File name too long", "No such file")),
-    Hostile("a NUL in a named path", "names",
-            f"processed_path = '{OUT}/a\\x00b.png'", ("does not exist",)),
-    Hostile("a loop of links printed as a path", "names",
-            f"print('{OUT}/loop.png')", ("does not exist",)),
+    Hostile(
+        "a 300-character name",
+        "names",
+        f"open('{OUT}/' + 'a' * 300 + '.png', 'w')",
+        ("File name too long", "No such file"),
+    ),
+    Hostile(
+        "a NUL in a named path",
+        "names",
+        f"processed_path = '{OUT}/a\\x00b.png'",
+        ("does not exist",),
+    ),
+    Hostile(
+        "a loop of links printed as a path",
+        "names",
+        f"print('{OUT}/loop.png')",
+        ("does not exist",),
+    ),
     Hostile("exit code 200", "names", "import os\nos._exit(200)", ("exit 200",)),
     Hostile("exit code 137", "names", "import os\nos._exit(137)", ("SIGKILL",)),
     Hostile("a segmentation fault", "names", "import ctypes\nctypes.string_at(0)", ("SIGSEGV",)),
     # -- control characters and surrogates ------------------------------------------------
-    Hostile("terminal escapes, NUL and CR", "text",
-            "print('\\x1b[2J\\x1b[31mred\\x00\\r\\x07\\x9bend')", ("[2J[31mredend",)),
+    Hostile(
+        "terminal escapes, NUL and CR",
+        "text",
+        "print('\\x1b[2J\\x1b[31mred\\x00\\r\\x07\\x9bend')",
+        ("[2J[31mredend",),
+    ),
     Hostile("a lone surrogate", "text", "print('\\ud800 and \\udfff')", ("\ufffd and \ufffd",)),
-    Hostile("invalid UTF-8 and escapes on stderr, then a crash", "text",
-            "import os\nos.write(2, b'\\xff\\xfe\\x1b[2J')\nos._exit(3)", ("exit 3",)),
-    Hostile("a long run of path characters", "text",
-            f"print('{OUT}/x' * 3000)", ("handed nothing back",)),
-)  # fmt: skip
+    Hostile(
+        "invalid UTF-8 and escapes on stderr, then a crash",
+        "text",
+        "import os\nos.write(2, b'\\xff\\xfe\\x1b[2J')\nos._exit(3)",
+        ("exit 3",),
+    ),
+    Hostile(
+        "a long run of path characters",
+        "text",
+        f"print('{OUT}/x' * 3000)",
+        ("handed nothing back",),
+    ),
+)

@@ -79,9 +79,10 @@ def test_texts_come_out_clean_and_bounded():
 
 def test_every_format_character_and_variation_selector_is_removed():
     hidden = "".join(
-        chr(c) for c in range(0x110000)
+        chr(c)
+        for c in range(0x110000)
         if unicodedata.category(chr(c)) == "Cf" or 0xFE00 <= c <= 0xFE0F or 0xE0100 <= c <= 0xE01EF
-    )  # fmt: skip
+    )
     assert len(hidden) > 300 and clean_text(f"a{hidden}b") == "ab"
 
 
@@ -98,8 +99,25 @@ def _regex_paths(printed: str, prefix: str) -> list[str]:
 
 @pytest.mark.parametrize("prefix", ["", "/d/o"])
 def test_the_path_scan_finds_what_the_evaluations_regex_finds(prefix):
-    pieces = ["/d/o", "/d/o/", "a", ".", ".png", ".jpg", ".jpeg", "jpeg", ".tiff", " ", "'",
-              '"', "\n", "x.gif", "..", "/", "é"]  # fmt: skip
+    pieces = [
+        "/d/o",
+        "/d/o/",
+        "a",
+        ".",
+        ".png",
+        ".jpg",
+        ".jpeg",
+        "jpeg",
+        ".tiff",
+        " ",
+        "'",
+        '"',
+        "\n",
+        "x.gif",
+        "..",
+        "/",
+        "é",
+    ]
     chooser = random.Random(7)
     for _ in range(3000):
         printed = "".join(chooser.choice(pieces) for _ in range(chooser.randrange(12)))

@@ -95,9 +95,12 @@ def test_it_cannot_connect_to_a_listening_socket_on_loopback(session):
 def test_it_cannot_resolve_a_host_name(session):
     code = "from socket import getaddrinfo\nprint(getaddrinfo('example.com', 80))"
     failed_with(
-        run(session, code), "Temporary failure", "not known", "Operation not permitted",
+        run(session, code),
+        "Temporary failure",
+        "not known",
+        "Operation not permitted",
         "No such file",
-    )  # fmt: skip
+    )
 
 
 def test_a_fork_bomb_forks_nothing(session):
@@ -185,15 +188,21 @@ def test_its_writable_places_are_a_bounded_tmpfs_no_one_else_reaches(session):
     if not session.workspace.mounted:
         pytest.skip("a worker that is not root cannot mount (README: the folder is counted)")
     fs = str(session.workspace.fs)
-    mount = next(line for line in Path("/proc/self/mountinfo").read_text().splitlines()
-                 if line.split()[4] == fs)  # fmt: skip
+    mount = next(
+        line
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4] == fs
+    )
     options = set(mount.split()[5].split(",")) | set(mount.split(" - ")[1].split()[2].split(","))
     assert {"nosuid", "nodev", "noexec"} <= options, mount
     assert f"size={TEST_LIMITS.disk_mb << 10}k" in options and "nr_inodes=512" in options
     assert (session.workspace.root.stat().st_mode & 0o777) == 0o700
     # the code opens its folder wide and leaves files in it: no other user gets in
-    run(session, "os.chmod('/mnt/data', 0o777)\nopen('/mnt/data/open.txt', 'w').write('x')\n"
-                 "os.chmod('/mnt/data/open.txt', 0o666)")  # fmt: skip
+    run(
+        session,
+        "os.chmod('/mnt/data', 0o777)\nopen('/mnt/data/open.txt', 'w').write('x')\n"
+        "os.chmod('/mnt/data/open.txt', 0o666)",
+    )
     assert (session.folder / "open.txt").exists()
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat"]
     attempt = subprocess.run([*nobody, str(session.folder / "open.txt")], capture_output=True)
@@ -297,8 +306,9 @@ def _killed_worker_running_code(*, janitor_too: bool = False) -> tuple[subproces
         time.sleep(0.02)  # the code is on its way
     assert started.exists()  # it is running now
     if janitor_too:
-        found = subprocess.run(["pgrep", "-f", f"sweep_after\\({worker.pid}, "],
-                               capture_output=True, text=True)  # fmt: skip
+        found = subprocess.run(
+            ["pgrep", "-f", f"sweep_after\\({worker.pid}, "], capture_output=True, text=True
+        )
         for pid in found.stdout.split():
             os.kill(int(pid), 9)
     worker.kill()
@@ -320,9 +330,12 @@ def test_a_worker_that_reaps_orphans_is_left_no_zombies(sandbox):
     """A worker that is PID 1 or a subreaper (a container's entrypoint) inherits what
     its children leave: killing a guest before its parent leaves it nothing to reap."""
     done = subprocess.run(
-        [sys.executable, "-c", SUBREAPER_WORKER], cwd=REPO, capture_output=True, text=True,
+        [sys.executable, "-c", SUBREAPER_WORKER],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     stops, zombies = done.stdout.split("|")
     assert stops.split() == ["timeout", "output_limit", "cpu_limit"]

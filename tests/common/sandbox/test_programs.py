@@ -85,7 +85,16 @@ def test_the_outside_reviewers_programs_are_contained(path, sandbox):
 def test_the_corpus_covers_every_class_of_the_issue():
     kinds = {program.kind for program in PROGRAMS}
     assert kinds >= {
-        "pid1", "setuid", "memory", "tasks", "syscalls", "disk", "outputs", "decoders",
-        "forged", "names", "text",
-    }  # fmt: skip
+        "pid1",
+        "setuid",
+        "memory",
+        "tasks",
+        "syscalls",
+        "disk",
+        "outputs",
+        "decoders",
+        "forged",
+        "names",
+        "text",
+    }
     assert len(PROGRAMS) >= 30

@@ -97,8 +97,10 @@ def test_a_job_joins_the_end_of_a_batch_and_a_client_batch_is_made_once(sessions
     with sessions() as session:
         rows = session.scalars(select(BatchItem).where(BatchItem.batch_id == made.id))
         assert [(row.position, row.job_id) for row in rows] == [
-            (0, made.job_ids[0]), (1, made.job_ids[1]), (2, job.id),
-        ]  # fmt: skip
+            (0, made.job_ids[0]),
+            (1, made.job_ids[1]),
+            (2, job.id),
+        ]
 
 
 def test_keys_from_before_tenants_become_tenants_of_their_own_name(database_url):
@@ -107,10 +109,12 @@ def test_keys_from_before_tenants_become_tenants_of_their_own_name(database_url)
     engine = make_engine(database_url)
     migrate(engine, "0006")
     with engine.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO api_keys (id, name, key_hash, created_at) "
-            "VALUES ('k1', 'old-service', 'h1', CURRENT_TIMESTAMP)"
-        ))  # fmt: skip
+        connection.execute(
+            text(
+                "INSERT INTO api_keys (id, name, key_hash, created_at) "
+                "VALUES ('k1', 'old-service', 'h1', CURRENT_TIMESTAMP)"
+            )
+        )
     migrate(engine)
     with engine.connect() as connection:
         row = connection.execute(text("SELECT tenant, admin FROM api_keys")).one()
