@@ -66,7 +66,7 @@ def create_app(
     app.state.settings = settings
     app.state.limiters = Limiters.of(settings)
     install_handlers(app)
-    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    app.add_middleware(BodyLimit, limit=settings.api.max_request_bytes)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
     v1.include_router(jobs.router)
     v1.include_router(batches.router)

@@ -59,17 +59,17 @@ class Limiters:
 
     @classmethod
     def of(cls, config: Settings) -> Limiters:
-        per_s = config.api_auth_failures_per_min / 60.0
+        per_s = config.api.auth_failures_per_min / 60.0
         return cls(
-            RateLimiter(config.api_rate_per_s, config.api_rate_burst),
-            RateLimiter(per_s, config.api_auth_failures_per_min),
+            RateLimiter(config.api.rate_per_s, config.api.rate_burst),
+            RateLimiter(per_s, config.api.auth_failures_per_min),
         )
 
 
 def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Caller:
     """A live API key (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``) within its
     rate; an address that keeps failing to authenticate is turned away for a while."""
-    if not config.api_require_keys:
+    if not config.api.require_keys:
         return Caller(tenant=None, admin=True)
     limiters: Limiters = request.app.state.limiters
     address = request.client.host if request.client else "unknown"
@@ -87,7 +87,7 @@ def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Ca
     if wait := limiters.requests.take(row.id):
         raise too_many(
             "rate_limited",
-            f"over {config.api_rate_per_s:g} requests/s for this key (api_rate_per_s)",
+            f"over {config.api.rate_per_s:g} requests/s for this key (api_rate_per_s)",
             wait,
         )
     return Caller(tenant=row.tenant, admin=row.admin)

@@ -54,7 +54,7 @@ class StoredImage:
 
 def check_spec(spec: JobSpec, settings: Settings) -> None:
     """A job's texts within the limits every entry point shares (``common.limits``)."""
-    limits = settings.request_limits
+    limits = settings.requests
     check_query(spec.question, spec.options, limits)
     for field in ("id", "idempotency_key", "batch_id", "image_path", "answer"):
         value = getattr(spec, field)
@@ -64,24 +64,24 @@ def check_spec(spec: JobSpec, settings: Settings) -> None:
 
 def image_from_bytes(data: bytes, settings: Settings) -> StoredImage:
     """Check uploaded bytes and keep them under ``upload_dir`` by content hash."""
-    if len(data) > settings.max_upload_bytes:
+    if len(data) > settings.api.max_upload_bytes:
         raise ApiError(
             413,
             "max_upload_bytes",
             f"the image has {len(data)} bytes; the limit (max_upload_bytes) is "
-            f"{settings.max_upload_bytes}",
+            f"{settings.api.max_upload_bytes}",
         )
     _decode(data, settings)
-    path, digest = keep_bytes(data, settings.upload_dir, image_suffix(data))
+    path, digest = keep_bytes(data, settings.api.upload_dir, image_suffix(data))
     return StoredImage(path, digest)
 
 
 def image_from_base64(text: str, settings: Settings) -> StoredImage:
-    if len(text) > settings.max_upload_bytes * 4 // 3 + 4:
+    if len(text) > settings.api.max_upload_bytes * 4 // 3 + 4:
         raise ApiError(
             413,
             "max_upload_bytes",
-            f"the image is over the limit (max_upload_bytes) of {settings.max_upload_bytes}",
+            f"the image is over the limit (max_upload_bytes) of {settings.api.max_upload_bytes}",
         )
     try:
         data = base64.b64decode(text, validate=True)
@@ -92,7 +92,7 @@ def image_from_base64(text: str, settings: Settings) -> StoredImage:
 
 def image_from_path(path: str, settings: Settings) -> StoredImage:
     """A server-side file, accepted only inside ``image_roots``."""
-    if not settings.image_roots:
+    if not settings.api.image_roots:
         raise ApiError(
             403,
             "server_paths_disabled",
@@ -102,13 +102,13 @@ def image_from_path(path: str, settings: Settings) -> StoredImage:
     if ".." in Path(path).parts:
         raise ApiError(422, "path_traversal", "image_path may not contain '..'")
     resolved = Path(path).resolve()  # follows symlinks: a link out of the roots is refused
-    roots = [root.expanduser().resolve() for root in settings.image_roots]
+    roots = [root.expanduser().resolve() for root in settings.api.image_roots]
     if not any(resolved.is_relative_to(root) for root in roots):
         raise ApiError(
             403, "path_outside_roots", f"{path} is not inside an allowed folder (image_roots)"
         )
     try:
-        data = read_image_bytes(resolved, settings.image_limits)
+        data = read_image_bytes(resolved, settings.images)
     except ImageError as exc:
         if exc.code == "image_too_large":
             raise ApiError(413, "max_image_bytes", f"{exc} (the max_image_bytes setting)") from None
@@ -123,10 +123,10 @@ _DECODE_BUDGETS: dict[int, PixelBudget] = {}
 
 
 def _decode(data: bytes, settings: Settings) -> None:
-    limit = settings.api_decode_pixels
+    limit = settings.api.decode_pixels
     budget = _DECODE_BUDGETS.setdefault(limit, PixelBudget(limit))
     try:
-        check_image(data, settings.image_limits, budget)
+        check_image(data, settings.images, budget)
     except ImageError as exc:
         if exc.code == "image_too_large":
             limit_name = "max_image_pixels" if "pixels" in str(exc) else "max_image_bytes"
@@ -143,11 +143,11 @@ async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, Store
     """A job request (multipart or JSON), its question checked and its image stored."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        form = await request.form(max_part_size=settings.max_upload_bytes + 1)
+        form = await request.form(max_part_size=settings.api.max_upload_bytes + 1)
         upload = form.get("image")
         if upload is None or isinstance(upload, str):
             raise ApiError(422, "image_missing", "multipart field 'image' (a file) is required")
-        data = await upload.read(settings.max_upload_bytes + 1)
+        data = await upload.read(settings.api.max_upload_bytes + 1)
         options = form.get("options")
         try:
             option_list = json.loads(str(options)) if options else None
@@ -179,12 +179,12 @@ async def read_batch(request: Request, settings: Settings) -> BatchRequest:
     else:
         batch = validated(BatchRequest, await _json(request))
     if batch.name is not None:
-        check_name(batch.name, settings.request_limits)
-    if len(batch.jobs) > settings.max_batch_jobs:
+        check_name(batch.name, settings.requests)
+    if len(batch.jobs) > settings.api.max_batch_jobs:
         raise ApiError(
             413,
             "max_batch_jobs",
-            f"{len(batch.jobs)} jobs; the limit (max_batch_jobs) is {settings.max_batch_jobs}",
+            f"{len(batch.jobs)} jobs; the limit (max_batch_jobs) is {settings.api.max_batch_jobs}",
         )
     return batch
 
@@ -243,7 +243,7 @@ def parse_id(value: str, field: str) -> str:
 def check_in_flight(session: Session, caller: Caller, settings: Settings, adding: int) -> None:
     """Refuse (429) work that would take the caller's tenant over its unfinished jobs.
     Called inside the creating transaction, after its jobs were added, so they count."""
-    limit = settings.api_max_jobs_in_flight
+    limit = settings.api.max_jobs_in_flight
     if not adding or caller.tenant is None:
         return
     unfinished = reads.unfinished_jobs(session, caller.tenant)

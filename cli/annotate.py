@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli.options import add_pipeline_flags, default, settings_from_args
+from cli.options import add_pipeline_flags, add_settings, settings_from_args
 from common.contracts import AnsweredBy, JobStatus
 from common.errors import ConfigurationError
 
@@ -57,21 +57,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--options", nargs="+", metavar="OPTION", help="options for a folder")
     parser.add_argument("--name", help="batch name (default: the SOURCE's name)")
     parser.add_argument("--out", type=Path, help="write results to FILE (.jsonl or .parquet)")
-    parser.add_argument("--batch-size", type=int, metavar="N", help="fast-stage micro-batch")
-    parser.add_argument(
-        "--agent-workers",
-        type=int,
-        metavar="N",
-        help=f"trajectories at once (default {default('agent_workers')})",
-    )
+    add_settings(parser, "funnel.fast_batch_size", "agent.workers")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--judge-url",
-        metavar="URL",
-        help="OpenAI-compatible endpoint (http://host:port/v1) of an LLM judge for benchmark "
-        "answers the reference's rules leave undecided (key: SPECEYES_JUDGE_API_KEY)",
-    )
-    parser.add_argument("--judge-model", metavar="NAME", help="the judge's model name")
+    add_settings(parser, "judge.url", "judge.model")
     parser.add_argument(
         "--distributed",
         action="store_true",
@@ -90,16 +78,18 @@ def run(args: argparse.Namespace) -> int:
     from common.submit import submit_corpus
 
     settings = settings_from_args(args)
-    if args.distributed and not settings.broker_url:
+    if args.distributed and not settings.broker.url:
         raise ConfigurationError(
             "--distributed needs a broker: --broker redis://HOST:6379/0 or SPECEYES_BROKER_URL"
         )
     if args.out is not None:
         check_format(args.out)
-    check_name(args.name or args.source.name, settings.request_limits)
+    check_name(args.name or args.source.name, settings.requests)
     if args.question is not None:  # (each row is checked as it is submitted)
-        check_query(args.question, args.options, settings.request_limits)
-    rows = read_source(args.source, args.question, args.options, image_store=settings.upload_dir)
+        check_query(args.question, args.options, settings.requests)
+    rows = read_source(
+        args.source, args.question, args.options, image_store=settings.api.upload_dir
+    )
     for row in rows:
         if row.error is not None:
             print(f"speceyes: skipping {row.error[1]}", file=sys.stderr)
@@ -119,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         )
     verb = "created" if submitted.batch_created else "resumed"
     print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
-    if settings.broker_url:
+    if settings.broker.url:
         print(
             f"sent {submitted.sent_fast} jobs to the fast queue and {submitted.sent_slow} to "
             "the slow queue"
@@ -130,13 +120,13 @@ def run(args: argparse.Namespace) -> int:
         dispatcher.close()
     _print_summary(result)
     _print_audit(sessions, submitted.batch_id, settings)
-    if settings.judge_url and not result.interrupted:
+    if settings.judge.url and not result.interrupted:
         _judge(sessions, submitted.batch_id, settings)
     _print_accuracy(sessions, submitted.batch_id)
     if args.out is not None:
         _export(sessions, submitted.batch_id, args.out)
     if result.interrupted:
-        if settings.broker_url:
+        if settings.broker.url:
             print("stopped following: the workers go on; run the same command to follow again")
         else:
             print("interrupted: unfinished jobs stay queued; run the same command to resume")
@@ -234,15 +224,16 @@ def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -
     """Ask the judge about the undecided benchmark rows (cached verdicts are reused)."""
     from common.judge import Judge, judge_batch
 
-    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+    key = settings.judge.api_key.get_secret_value() if settings.judge.api_key else None
     judge = Judge(
-        settings.judge_url or "",
-        settings.judge_model or "",
+        settings.judge.url or "",
+        settings.judge.model or "",
         api_key=key,
-        timeout_s=settings.judge_timeout_s,
+        timeout_s=settings.judge.timeout_s,
+        concurrency=settings.judge.concurrency,
     )
     try:
-        counts = judge_batch(sessions, batch_id, judge, concurrency=settings.judge_concurrency)
+        counts = judge_batch(sessions, batch_id, judge, concurrency=settings.judge.concurrency)
     finally:
         judge.close()
     print(f"judge        {counts.asked} asked, {counts.cached} from the cache ({judge.model})")

@@ -45,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from common.sandbox import require_code_sandbox
 
     settings = settings_from_args(args)
-    check_query(args.question, args.options, settings.request_limits)
+    check_query(args.question, args.options, settings.requests)
     require_code_sandbox(settings)
     job_id = uuid.uuid4().hex
-    query = prepare_query(job_id, args.image, args.question, args.options, settings.image_limits)
+    query = prepare_query(job_id, args.image, args.question, args.options, settings.images)
     if isinstance(query, Failed):
         _report(
             {"status": JobStatus.FAILED, "error_code": query.code, "error": query.message},
@@ -68,9 +68,8 @@ def run(args: argparse.Namespace) -> int:
         small=models.small,
         settings=settings.funnel,
     ).outcomes
-    report: dict[str, Any] = {
-        "gate": f"{settings.gate_mode}, K={settings.gate_top_k}, tau={settings.gate_threshold}"
-    }
+    gate = settings.funnel.gate
+    report: dict[str, Any] = {"gate": f"{gate.mode}, K={gate.top_k}, tau={gate.threshold}"}
     if isinstance(outcome, Accepted):
         report |= {
             "status": JobStatus.DONE,
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         "confidence": outcome.confidence,
         "screen": outcome.screen.raw_text if outcome.screen else None,
     }
-    agent = run_agent_stage(query, models.large, settings.agent_limits)
+    agent = run_agent_stage(query, models.large, settings.agent)
     report |= {
         "answered_by": AnsweredBy.LARGE,
         "steps": [

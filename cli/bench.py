@@ -7,7 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli.options import add_broker_flags, add_model_flags, add_store_flags, settings_from_args
+from cli.options import (
+    add_broker_flags,
+    add_model_flags,
+    add_store_flags,
+    flag_defaults,
+    settings_from_args,
+)
 
 BOUND_HELP = (
     " Beside jobs/s, each run prints its overlap bound, jobs / max(fast stage busy, agents "
@@ -36,7 +42,7 @@ def register(commands: Any) -> None:
     fast.add_argument("--jobs", type=int, default=64, help="jobs per batch size (64)")
     fast.add_argument("--image-size", default="640x480", help="synthetic image size WxH (640x480)")
     add_model_flags(fast)
-    fast.set_defaults(run=run_fast, small="tiny", large="tiny")
+    fast.set_defaults(run=run_fast, **flag_defaults(small_model="tiny", large_model="tiny"))
 
     embedded = kinds.add_parser(
         "embedded",
@@ -73,7 +79,7 @@ def register(commands: Any) -> None:
     agent.add_argument("--steps", type=int, default=3, help="generations per trajectory (3)")
     agent.add_argument("--tokens", type=int, default=32, help="new tokens per step (32)")
     add_model_flags(agent)
-    agent.set_defaults(run=run_agent, large="tiny", small="tiny")
+    agent.set_defaults(run=run_agent, **flag_defaults(small_model="tiny", large_model="tiny"))
 
     sandbox = kinds.add_parser(
         "sandbox",
@@ -154,7 +160,7 @@ def register(commands: Any) -> None:
         "SPECEYES_GATE_THRESHOLD); the gate table shows 0.97 and 0.98 whatever it is",
     )
     add_model_flags(synth)
-    synth.set_defaults(run=run_synth, small="synth", large="synth")
+    synth.set_defaults(run=run_synth, **flag_defaults(small_model="synth", large_model="synth"))
 
 
 def run_fast(args: argparse.Namespace) -> int:
@@ -168,12 +174,13 @@ def run_fast(args: argparse.Namespace) -> int:
     models = load_models(settings)
     queries = synthetic_queries(args.jobs, width, height)
     # Warm-up: first calls pay one-off costs (allocations, kernel selection).
-    screen_stage(queries[:2], models.large, max_new_tokens=settings.screen_max_new_tokens)
-    speculate_stage(queries[:2], models.small, max_new_tokens=4, top_k=settings.gate_top_k)
+    screen_stage(queries[:2], models.large, max_new_tokens=settings.funnel.screen_max_new_tokens)
+    speculate_stage(queries[:2], models.small, max_new_tokens=4, top_k=settings.funnel.gate.top_k)
 
     device = getattr(models.large, "device", "-")
     print(
-        f"fast stage on {settings.large_model} (screen) + {settings.small_model} (speculate), "
+        f"fast stage on {settings.models.large.name} (screen) + "
+        f"{settings.models.small.name} (speculate), "
         f"{args.jobs} jobs of {width}x{height}, device {device}"
     )
     print(f"{'batch':>5} {'screen s':>9} {'speculate s':>12} {'gate s':>7} {'jobs/s':>8}")
@@ -182,18 +189,18 @@ def run_fast(args: argparse.Namespace) -> int:
         for start in range(0, len(queries), size):
             batch = queries[start : start + size]
             began = time.perf_counter()
-            screen_stage(batch, models.large, max_new_tokens=settings.screen_max_new_tokens)
+            screen_stage(batch, models.large, max_new_tokens=settings.funnel.screen_max_new_tokens)
             seconds["screen"] += time.perf_counter() - began
             began = time.perf_counter()
             answers = speculate_stage(
                 batch,
                 models.small,
-                max_new_tokens=settings.speculate_max_new_tokens,
-                top_k=settings.gate_top_k,
+                max_new_tokens=settings.funnel.speculate_max_new_tokens,
+                top_k=settings.funnel.gate.top_k,
             )
             seconds["speculate"] += time.perf_counter() - began
             began = time.perf_counter()
-            gate_stage([a for a in answers if not isinstance(a, Exception)], settings.gate)
+            gate_stage([a for a in answers if not isinstance(a, Exception)], settings.funnel.gate)
             seconds["gate"] += time.perf_counter() - began
         total = sum(seconds.values())
         print(
@@ -207,7 +214,8 @@ def run_embedded(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from common.config import ScriptedSettings, Settings
+    from common.backends.scripted import ScriptedSettings
+    from common.config import Settings
     from lab.bench import bench_embedded, write_corpus
     from lab.schedule import Schedule
 
@@ -233,14 +241,13 @@ def run_embedded(args: argparse.Namespace) -> int:
         for label, is_baseline in (("funnel", False), ("baseline", True)):
             settings = Settings(
                 backend="scripted",
-                scripted=scripted,
                 baseline=is_baseline,
                 audit_rate=0.0,  # the funnel's own speed (the audit's cost is its rate)
                 fast_batch_size=args.batch_size,
                 agent_workers=args.agent_workers,
             )
             url = f"sqlite:///{Path(scratch) / label}.db"
-            figures[label] = bench_embedded(settings, corpus, url)
+            figures[label] = bench_embedded(settings, corpus, url, scripted)
             run = figures[label]
             print(
                 f"{label:<9} {run.jobs} jobs in {run.seconds:7.1f} s = {run.jobs_per_s:6.2f} "
@@ -373,17 +380,21 @@ def run_agent(args: argparse.Namespace) -> int:
 
     from common.backends.lockstep import Lockstep
     from common.backends.transformers_backend import TransformersModel
-    from common.config import AgentLimits
+    from common.config import AgentSettings
     from common.contracts import Query
     from common.funnel import run_agent_stage
     from common.models.registry import protocol_name, resolve_model
     from common.protocols import get_protocol
 
     settings = settings_from_args(args)
-    path = resolve_model(settings.large_model, "large", settings.cache_dir)
-    protocol = get_protocol(protocol_name(settings.large_model, "large", settings.protocol))
-    model = TransformersModel(path, device=settings.device, dtype=settings.dtype, protocol=protocol)
-    limits = AgentLimits(max_steps=args.steps, max_new_tokens=args.tokens)
+    path = resolve_model(settings.models.large.name, "large", settings.models.cache_dir)
+    protocol = get_protocol(
+        protocol_name(settings.models.large.name, "large", settings.models.protocol)
+    )
+    model = TransformersModel(
+        path, device=settings.models.device, dtype=settings.models.dtype, protocol=protocol
+    )
+    limits = AgentSettings(max_steps=args.steps, max_new_tokens=args.tokens)
     queries = []
     for index in range(args.trajectories):
         image = Image.new("RGB", (448, 336), (index * 13 % 256, 80, 160))
@@ -391,9 +402,9 @@ def run_agent(args: argparse.Namespace) -> int:
         queries.append(Query(f"b{index}", image, f"What is at spot {index}?", ("a", "b")))
     print(
         f"agent: {args.trajectories} trajectories x {args.steps} steps x {args.tokens} "
-        f"tokens, {settings.large_model} on {model.device}"
+        f"tokens, {settings.models.large.name} on {model.device}"
     )
-    run_agent_stage(queries[0], model, AgentLimits(max_steps=1, max_new_tokens=2))  # warm up
+    run_agent_stage(queries[0], model, AgentSettings(max_steps=1, max_new_tokens=2))  # warm up
     base = None
     for n in (int(part) for part in args.concurrency.split(",")):
         engine = Lockstep(model, max_batch=n, max_wait_s=1.0) if n > 1 else model

@@ -13,7 +13,7 @@ from common.dispatch import Dispatcher
 
 
 def make_dispatcher(settings: Settings, sessions: sessionmaker[Session]) -> Dispatcher:
-    if settings.broker_url:
+    if settings.broker.url:
         from workers.dispatch import CeleryDispatcher
 
         return CeleryDispatcher(settings)

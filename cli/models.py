@@ -107,7 +107,7 @@ def run_build_random(args: argparse.Namespace) -> int:
 def run_build_tiny(args: argparse.Namespace) -> int:
     from common.models.tiny import build_tiny, tiny_root
 
-    folder = args.out or tiny_root(Settings().cache_dir)
+    folder = args.out or tiny_root(Settings().models.cache_dir)
     if not args.force and all(
         (folder / role / "config.json").is_file() for role in ("large", "small")
     ):

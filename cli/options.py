@@ -1,170 +1,103 @@
-"""Flags shared by several commands, and how they become one ``Settings``.
+"""Command-line flags built from the settings' fields, and how they become one ``Settings``.
 
-A flag left out leaves the setting to the environment (``SPECEYES_*``) or its default.
+A flag is a setting's: its name, type, choices, metavar and help come from the field in
+``common.config`` (``flag=`` there), so a setting is written once. A flag left out
+leaves the setting to the environment (``SPECEYES_*``) or its default.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import typing
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from common.config import Settings
+from common.config import Leaf, Settings, default_of, leaves
 from common.errors import ConfigurationError
 
-# flag dest -> Settings field
-_FLAG_FIELDS = {
-    "small": "small_model",
-    "large": "large_model",
-    "backend": "backend",
-    "device": "device",
-    "dtype": "dtype",
-    "mode": "gate_mode",
-    "top_k": "gate_top_k",
-    "threshold": "gate_threshold",
-    "screener": "screener",
-    "baseline": "baseline",
-    "calibrate": "calibrate",
-    "batch_size": "fast_batch_size",
-    "max_steps": "agent_max_steps",
-    "agent": "agent",
-    "protocol": "protocol",
-    "agent_workers": "agent_workers",
-    "db": "database_url",
-    "broker": "broker_url",
-    "judge_url": "judge_url",
-    "judge_model": "judge_model",
-    "audit_rate": "audit_rate",
-    "audit_on_drift": "audit_on_drift",
-}
+_LEAVES = {leaf.path: leaf for leaf in leaves()}
+MODEL_SETTINGS = (
+    "models.small.name",
+    "models.large.name",
+    "agent.kind",
+    "models.backend",
+    "models.device",
+    "models.dtype",
+    "models.protocol",
+)
+FUNNEL_SETTINGS = (
+    "calibration_file",
+    "funnel.gate.mode",
+    "funnel.gate.top_k",
+    "funnel.gate.threshold",
+    "funnel.screener",
+    "funnel.baseline",
+    "funnel.calibrate",
+    "audit.rate",
+    "audit.on_drift",
+    "agent.max_steps",
+)
 
 
-def default(field: str) -> Any:
-    """A setting's default, for help texts (each default is written once, in Settings)."""
-    return Settings.model_fields[field].default
+def add_settings(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, *paths: str, flag: str | None = None
+) -> None:
+    """Flags for the settings at ``paths`` (``flag`` renames the one setting given)."""
+    for path in paths:
+        leaf = _LEAVES[path]
+        name = flag or leaf.extra.get("flag")
+        if name is None:
+            raise ValueError(f"{path} has no flag in common.config")
+        parser.add_argument(name, dest=_dest(path), **_argument(leaf))
+
+
+def _argument(leaf: Leaf) -> dict[str, Any]:
+    """argparse's keywords for a setting: type, choices, metavar, help."""
+    annotation = leaf.field.annotation
+    options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    kind = options[0] if typing.get_origin(annotation) is not None and options else annotation
+    default = default_of(leaf.path)
+    meaning = (leaf.field.description or "").rstrip(".")
+    shown = "unset" if default is None else str(default)
+    help_text = f"{meaning} (default {shown}; {leaf.env})".replace("%", "%%")
+    if kind is bool:
+        return {"action": "store_true", "default": None, "help": help_text}
+    keywords: dict[str, Any] = {"help": help_text, "metavar": leaf.extra.get("metavar")}
+    if typing.get_origin(kind) is typing.Literal:
+        keywords["choices"] = list(typing.get_args(kind))
+        keywords.pop("metavar")
+    elif kind in (int, float, Path):
+        keywords["type"] = kind
+    return keywords
+
+
+def _dest(path: str) -> str:
+    return "setting__" + path.replace(".", "__")
+
+
+def flag_defaults(**values: Any) -> dict[str, Any]:
+    """A command's own defaults for some settings' flags, by flat name or path
+    (``parser.set_defaults(**flag_defaults(small_model="tiny"))``)."""
+    paths = {leaf.env[len("SPECEYES_") :].lower(): leaf.path for leaf in _LEAVES.values()}
+    return {_dest(paths.get(name, name)): value for name, value in values.items()}
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("models")
-    group.add_argument(
-        "--small",
-        metavar="MODEL",
-        help="small model M_S: HF id, local folder, 'synth' or 'tiny' "
-        f"(default {default('small_model')})",
-    )
-    group.add_argument(
-        "--large",
-        metavar="MODEL",
-        help="agentic model M_L: HF id, local folder, 'synth' or 'tiny' "
-        f"(default {default('large_model')})",
-    )
-    group.add_argument(
-        "--agent",
-        choices=["deepeyes", "thyme"],
-        help="the large model's agent: 'deepeyes' (zoom tool calls, default) or 'thyme' "
-        "(writes Python, run in the bubblewrap sandbox; tau 0.95, 5 steps of 2048 tokens)",
-    )
-    group.add_argument(
-        "--backend",
-        choices=["transformers", "scripted", "openai"],
-        help="model backend: in-process transformers, scripted (tests), or openai (models "
-        "behind an OpenAI-compatible server: SPECEYES_LARGE_SERVER_URL, ...)",
-    )
-    group.add_argument("--device", help="'auto', 'cpu', 'cuda', 'cuda:1', ...")
-    group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
-    group.add_argument(
-        "--protocol",
-        choices=["auto", "reference", "v0"],
-        help="what the models are shown: 'reference' (the SpecEyes evaluation), 'v0' (our "
-        "first wording, the synth models'); 'auto' (default): what a checkpoint declares, "
-        "else reference",
-    )
+    add_settings(parser.add_argument_group("models"), *MODEL_SETTINGS)
 
 
 def add_funnel_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("funnel")
-    group.add_argument(
-        "--calibration",
-        type=Path,
-        metavar="FILE",
-        help="the gate from a calibration file (speceyes calibrate --out): mode, K, tau",
-    )
-    group.add_argument(
-        "--mode",
-        choices=["min", "mean", "bottom20", "logprob"],
-        help=f"gate aggregation (default {default('gate_mode')})",
-    )
-    group.add_argument(
-        "--top-k",
-        type=int,
-        metavar="K",
-        help=f"logits per token for the gate (default {default('gate_top_k')})",
-    )
-    group.add_argument(
-        "--threshold",
-        type=float,
-        metavar="TAU",
-        help=f"accept iff confidence > TAU (default {default('gate_threshold')})",
-    )
-    group.add_argument(
-        "--screener",
-        choices=["large", "small", "none"],
-        help=f"who screens in phase I (default {default('screener')})",
-    )
-    group.add_argument(
-        "--baseline",
-        action="store_true",
-        default=None,
-        help="no speculation: every job runs the agent",
-    )
-    group.add_argument(
-        "--calibrate",
-        action="store_true",
-        default=None,
-        help="a calibration run: every job is speculated (top 128 logits kept) AND runs the "
-        "agent, so `speceyes calibrate` can replay any gate without a model",
-    )
-    group.add_argument(
-        "--audit-rate",
-        type=float,
-        metavar="SHARE",
-        help=f"share of accepted answers also run through the agent (default "
-        f"{default('audit_rate')}; 0: none)",
-    )
-    group.add_argument(
-        "--on-drift",
-        choices=["warn", "raise-tau", "pause"],
-        dest="audit_on_drift",
-        help="when the audit's agreement falls below the calibration's (or the floor): "
-        "warn (default), raise tau to the calibration's next step, or pause accepting",
-    )
-    group.add_argument(
-        "--max-steps",
-        type=int,
-        metavar="N",
-        help=f"agent generations per job (default {default('agent_max_steps')})",
-    )
+    add_settings(parser.add_argument_group("funnel"), *FUNNEL_SETTINGS)
 
 
 def add_store_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        metavar="URL",
-        help=f"job store: sqlite:///file.db (default {default('database_url')}) or "
-        "postgresql://user@host/db",
-    )
+    add_settings(parser, "database_url")
 
 
 def add_broker_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--broker",
-        metavar="URL",
-        help="Redis URL of the distributed pipeline, e.g. redis://127.0.0.1:6379/0 "
-        "(default: SPECEYES_BROKER_URL; unset means embedded)",
-    )
+    add_settings(parser, "broker.url")
 
 
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
@@ -176,39 +109,27 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
     add_broker_flags(parser)
 
 
-def _calibrated_gate(path: Path) -> dict[str, Any]:
-    """The gate settings a calibration file names."""
-    try:
-        record = json.loads(path.read_text())
-        gate = record["gate"]
-        values: dict[str, Any] = {
-            "gate_mode": gate["mode"],
-            "gate_top_k": int(gate["top_k"]),
-            "gate_threshold": float(gate["threshold"]),
-        }
-        if record.get("accepted"):  # what the audit compares with
-            values["audit_baseline"] = 1 - record["wrong"] / record["accepted"]
-        values["audit_tau_steps"] = [float(tau) for tau in record.get("stricter", [])]
-        return values
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigurationError(f"{path}: not a calibration file ({exc})") from None
-
-
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
-    """Settings from the flags that were given (a gate flag beats a --calibration file's),
-    the environment, then the defaults."""
-    calibration = getattr(args, "calibration", None)
-    values = _calibrated_gate(calibration) if calibration is not None else {}
-    values.update(
-        (field, getattr(args, flag))
-        for flag, field in _FLAG_FIELDS.items()
-        if getattr(args, flag, None) is not None
-    )
-    values.update(overrides)
+    """Settings from the flags that were given, the environment, then the defaults (a
+    gate flag or variable beats a calibration file's gate). ``overrides`` are settings
+    by flat name or path."""
+    given = {
+        name[len("setting__") :].replace("__", "."): value
+        for name, value in vars(args).items()
+        if name.startswith("setting__") and value is not None
+    }
     try:
-        return Settings(**values)
+        return Settings(**given, **overrides)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
-        )
+        problems = "; ".join(f"{_named(error['loc'])}: {error['msg']}" for error in exc.errors())
         raise ConfigurationError(problems) from None
+
+
+def _named(location: tuple[int | str, ...]) -> str:
+    """A setting as a person sets it: its path, flag and variable."""
+    path = ".".join(str(part) for part in location)
+    leaf = _LEAVES.get(path)
+    if leaf is None:
+        return path
+    ways = [leaf.extra["flag"]] if "flag" in leaf.extra else []
+    return f"{path} ({', '.join([*ways, leaf.env])})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.options import add_pipeline_flags, default, settings_from_args
+from cli.options import add_pipeline_flags, add_settings, settings_from_args
 
 DESCRIPTION = """\
 Serve the HTTP API (OpenAPI docs at /docs). Jobs submitted to it are committed to the
@@ -26,8 +26,7 @@ def register(commands: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--host", help=f"address to listen on ({default('api_host')})")
-    parser.add_argument("--port", type=int, help=f"port ({default('api_port')})")
+    add_settings(parser, "api.host", "api.port")
     add_pipeline_flags(parser)
     parser.set_defaults(run=run)
 
@@ -39,16 +38,11 @@ def run(args: argparse.Namespace) -> int:
     from cli.compose import make_dispatcher
     from common.store.db import open_store
 
-    overrides = {
-        name: value
-        for name, value in (("api_host", args.host), ("api_port", args.port))
-        if value is not None
-    }
-    settings = settings_from_args(args, **overrides)
-    mode = f"broker {settings.broker_url}" if settings.broker_url else "embedded runner"
-    print(f"serving on http://{settings.api_host}:{settings.api_port} ({mode}); docs at /docs")
+    settings = settings_from_args(args)
+    mode = f"broker {settings.broker.url}" if settings.broker.url else "embedded runner"
+    print(f"serving on http://{settings.api.host}:{settings.api.port} ({mode}); docs at /docs")
     sessions = open_store(settings.database_url)
     app = create_app(settings, sessions=sessions, dispatcher=make_dispatcher(settings, sessions))
-    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
     sessions.kw["bind"].dispose()
     return 0

@@ -1,4 +1,4 @@
-"""``speceyes config``: the effective settings, field by field."""
+"""``speceyes config``: the effective settings, field by field (and their documentation)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from common.config import Settings
+from common.config import Settings, configuration_markdown, leaves
 
 
 def register(commands: Any) -> None:
@@ -14,19 +14,31 @@ def register(commands: Any) -> None:
         "config",
         help="print the effective settings",
         description="Print every setting with its current value (flags aside): defaults, "
-        "overridden by SPECEYES_<FIELD> environment variables or a .env file.",
+        "overridden by SPECEYES_<NAME> environment variables or a .env file. Secrets "
+        "are shown as stars.",
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="machine-readable output")
+    shown.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the settings' reference, as docs/configuration.md holds it",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(configuration_markdown(), end="")
+        return 0
     settings = Settings()
     values = settings.model_dump(mode="json")
     if args.json:
         print(json.dumps(values, indent=2))
         return 0
-    for name, field in Settings.model_fields.items():
-        env = f"SPECEYES_{name.upper()}"
-        print(f"{env:<34} {values[name]!s:<30} {field.description or ''}")
+    for leaf in leaves():
+        value: Any = values
+        for part in leaf.path.split("."):
+            value = value[part]
+        print(f"{leaf.env:<34} {value!s:<30} {leaf.field.description or ''}")
     return 0

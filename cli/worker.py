@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.options import add_pipeline_flags, default, settings_from_args
+from cli.options import add_pipeline_flags, add_settings, settings_from_args
 
 DESCRIPTION = """\
 Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKER_URL or
@@ -58,22 +58,11 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("pool", choices=["fast", "slow"], help="which queue to work")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        metavar="N",
-        help=f"fast micro-batch ({default('fast_batch_size')})",
-    )
+    add_settings(parser, "funnel.fast_batch_size")
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on PORT"
     )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        metavar="N",
-        dest="agent_workers",
-        help=f"slow: trajectories at once (default {default('agent_workers')})",
-    )
+    add_settings(parser, "agent.workers", flag="--concurrency")  # (slow workers)
     parser.add_argument("--name", help="worker node name (default: fast@HOST / slow@HOST)")
     parser.add_argument("--loglevel", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     add_pipeline_flags(parser)
@@ -96,13 +85,13 @@ def run(args: argparse.Namespace) -> int:
     app = make_app(settings, metrics_port=args.metrics_port, pool=args.pool)
     # a slow worker also takes audits, from their own queue, only when no deferred job waits
     queue = (
-        settings.fast_queue
+        settings.broker.fast_queue
         if args.pool == "fast"
-        else f"{settings.slow_queue},{settings.audit_queue}"
+        else f"{settings.broker.slow_queue},{settings.broker.audit_queue}"
     )
     # celery-batches only fills a batch if prefetch x concurrency >= the batch size.
-    prefetch = 2 * settings.fast_batch_size if args.pool == "fast" else 1
-    threads = settings.agent_workers if args.pool == "slow" else 1
+    prefetch = 2 * settings.funnel.fast_batch_size if args.pool == "fast" else 1
+    threads = settings.agent.workers if args.pool == "slow" else 1
     app.worker_main(
         [
             "worker",

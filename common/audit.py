@@ -31,6 +31,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from common.calibration import CalibrationFile, read_calibration
 from common.config import Settings
 from common.scoring import is_correct
 from common.store import audits
@@ -81,7 +82,14 @@ class AuditFigures:
 
 
 def baseline(settings: Settings) -> float:
-    return settings.audit_baseline if settings.audit_baseline is not None else settings.audit_floor
+    """The agreement the audit expects: the calibration file's, else the floor."""
+    found = _calibration(settings)
+    return found.agreement if found and found.agreement is not None else settings.audit.floor
+
+
+def _calibration(settings: Settings) -> CalibrationFile | None:
+    path = settings.calibration_file
+    return read_calibration(path) if path is not None else None
 
 
 def figures(session: Session, settings: Settings, batch_id: str | None = None) -> AuditFigures:
@@ -126,12 +134,13 @@ def check_drift(session: Session, job_id: str, settings: Settings) -> list[dict[
 
 
 def _act(session: Session, settings: Settings) -> str:
-    if settings.audit_on_drift == "pause":
+    if settings.audit.on_drift == "pause":
         audits.set_control(session, "paused", True)
         return "paused accepting: every new job goes to the agent (speceyes audit resume)"
-    if settings.audit_on_drift == "raise-tau":
-        current = audits.controls(session).get("gate_threshold", settings.gate_threshold)
-        stricter = [tau for tau in settings.audit_tau_steps if tau > current]
+    if settings.audit.on_drift == "raise-tau":
+        current = audits.controls(session).get("gate_threshold", settings.funnel.gate.threshold)
+        steps = found.stricter if (found := _calibration(settings)) else []
+        stricter = [tau for tau in steps if tau > current]
         if stricter:
             audits.set_control(session, "gate_threshold", stricter[0])
             return f"raised tau from {current:g} to {stricter[0]:g} (speceyes audit resume)"

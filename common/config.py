@@ -1,524 +1,828 @@
-"""The one settings object. Every knob of the service is a field here.
+"""The one settings object, composed of groups: each group is the view a component takes.
 
-Values come from keyword arguments, then ``SPECEYES_*`` environment variables, then a
-``.env`` file, then the defaults below (``SPECEYES_GATE_THRESHOLD=0.97`` sets
-``gate_threshold``). Nothing else in the code reads the environment.
+``Settings`` holds one group per part of the service, the way vLLM composes its
+``VllmConfig``::
+
+    Settings
+    ├── models     the two models (large, small), the backend that runs them, its server
+    ├── funnel     phases I-III: who screens, batch sizes, baseline and calibration runs
+    ├── gate       phase III: the answer-separability gate
+    ├── agent      phase IV: the agent loop, and (Thyme) its code sandbox
+    ├── images     what an image may be before it is decoded
+    ├── requests   what a job's texts may hold (API and command line)
+    ├── broker     the distributed pipeline's queues
+    ├── recovery   retries, heartbeats, the reconciler, the stall watchdog
+    ├── api        ``speceyes serve``
+    ├── audit      the online audit
+    ├── judge      the LLM judge for benchmark answers
+    └── database_url
+
+Each field is written once, with its default, its checks and its description; from
+there come its environment variable (``SPECEYES_`` and a flat name, the same names the
+service always read: ``SPECEYES_GATE_THRESHOLD`` sets ``gate.threshold``), its
+command-line flag where it has one (``cli.options``), and its row in
+``docs/configuration.md`` (``configuration_markdown``; a test fails when the file is
+stale). Values come from keyword arguments, then the environment, then a ``.env``
+file, then the defaults. Nothing else in the code reads the environment.
+
+The flat name of a field is its group's prefix and its own name (``gate_`` +
+``threshold``), unless the field names it (``env``); a group's fields share a prefix
+given where the group is placed (``env_prefix``), so the two models' fields read
+``SPECEYES_LARGE_MODEL``, ``SPECEYES_SMALL_SERVER_URL``. What a calibration file says
+of the audit, and the scripted backend's knobs for tests, are not settings.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from dataclasses import field as dataclass_field
+import functools
+import json
+import os
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 GateMode = Literal["min", "mean", "bottom20", "logprob"]
 AgentKind = Literal["deepeyes", "thyme"]
 BackendKind = Literal["transformers", "scripted", "openai"]
 Screener = Literal["large", "small", "none"]
+Isolation = Literal["bubblewrap", "gvisor", "none"]
+Role = Literal["large", "small"]
+ENV_PREFIX = "SPECEYES_"
 
 
-class ScriptedSettings(BaseModel):
-    """The scripted backend's behaviour, for tests and throughput experiments.
+def setting(
+    default: Any = ...,
+    description: str | None = None,
+    *,
+    factory: Any = None,
+    env: str | None = None,
+    env_name: str | None = None,
+    flag: str | None = None,
+    metavar: str | None = None,
+    **checks: Any,
+) -> Any:
+    """A field with what the rest is built from: ``env``, its whole flat name where that
+    is not the group's prefix + its own name (``env_name``: the part after the prefix);
+    ``flag``, its command-line flag (``cli.options``)."""
+    named = {"env": env, "env_name": env_name, "flag": flag, "metavar": metavar}
+    extra: dict[str, Any] = {key: value for key, value in named.items() if value is not None}
+    if factory is not None:
+        return Field(
+            default_factory=factory, description=description, json_schema_extra=extra, **checks
+        )
+    return Field(default, description=description, json_schema_extra=extra, **checks)
 
-    Jobs are drawn deterministically from their id: a share ``tool_free`` is screened
-    tool-free, and of those a share ``confident`` passes the gate. Simulated costs are
-    slept: a fast-stage call costs ``fast_batch_s`` + ``fast_job_s`` per job (half in
-    screening, half in speculation), an agent step ``agent_step_s``.
-    """
 
-    tool_free: float = Field(1.0, ge=0.0, le=1.0)
-    confident: float = Field(1.0, ge=0.0, le=1.0)
-    fast_batch_s: float = Field(0.0, ge=0.0)
-    fast_job_s: float = Field(0.0, ge=0.0)
-    agent_step_s: float = Field(0.0, ge=0.0)
-    scripts_file: Path | None = Field(
-        None,
-        description="JSON object: job id -> that job's script (JobScript's fields); the key "
-        "'*' scripts every other job (e.g. chosen Thyme code for a whole corpus, to replay "
-        "an attack through annotate or the workers).",
+def group(
+    factory: Any,
+    description: str,
+    *,
+    env_prefix: str | None = None,
+    flags: dict[str, str] | None = None,
+) -> Any:
+    """A group placed in its parent; its fields' flat names start with ``env_prefix``
+    (where given, else the parent's); ``flags`` names flags of its fields that depend on
+    where it is placed (the two models' ``--large``, ``--small``)."""
+    extra: dict[str, Any] = {} if env_prefix is None else {"env_prefix": env_prefix}
+    if flags:
+        extra["flags"] = flags
+    return Field(default_factory=factory, description=description, json_schema_extra=extra)
+
+
+class Group(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- the groups ------------------------------------------------------------------------
+class ModelSettings(Group):
+    """One of the two models: what it is, and where it is served (backend ``openai``)."""
+
+    name: str = setting(
+        description="A Hugging Face id, a local checkpoint folder, "
+        "'synth' (trained on SpecEyes-Synth, shipped) or 'tiny' (random "
+        "weights, built offline).",
+        env_name="model",
+        metavar="MODEL",
     )
+    server_url: str | None = setting(
+        None, "Its OpenAI-compatible server, e.g. http://gpu-1:8000/v1, serving it by name."
+    )
+    server_key: SecretStr | None = setting(None, "That server's key (never printed).")
+
+
+DEFAULT_MODELS = {"large": "ChenShawn/DeepEyes-7B", "small": "Qwen/Qwen3-VL-2B-Instruct"}
+
+
+class ModelsSettings(Group):
+    """The two models and what runs them."""
+
+    large: ModelSettings = group(
+        lambda: ModelSettings(name=DEFAULT_MODELS["large"]),
+        "M_L, the agentic model (a Qwen2.5-VL).",
+        env_prefix="large_",
+        flags={"name": "--large"},
+    )
+    small: ModelSettings = group(
+        lambda: ModelSettings(name=DEFAULT_MODELS["small"]),
+        "M_S, the tool-free speculative model (a Qwen3-VL); its server defaults to M_L's.",
+        env_prefix="small_",
+        flags={"name": "--small"},
+    )
+    backend: BackendKind = setting(
+        "transformers",
+        "'transformers' runs the checkpoints in this process; 'openai' "
+        "calls them behind OpenAI-compatible servers; 'scripted' is a deterministic "
+        "stand-in for tests and throughput experiments.",
+        env="backend",
+        flag="--backend",
+    )
+    protocol: Literal["auto", "reference", "v0"] = setting(
+        "auto",
+        "What the models are shown (prompts, stops, tool-loop rules, image grid): "
+        "'reference' is the SpecEyes evaluation's, 'v0' SpecEyes' first wording. 'auto': a "
+        "checkpoint that names its protocol (speceyes.json) gets it, others 'reference'. "
+        "Naming one a checkpoint was not trained with is an error.",
+        env="protocol",
+        flag="--protocol",
+    )
+    device: str = setting(
+        "auto",
+        "'auto' (cuda if present, else cpu), 'cpu', 'cuda:0', ...",
+        env="device",
+        flag="--device",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = setting(
+        "auto", "'auto' is bfloat16 on a GPU and float32 on the CPU.", env="dtype", flag="--dtype"
+    )
+    cache_dir: Path = setting(
+        Path("~/.cache/speceyes"), "Where built tiny checkpoints are kept.", env="cache_dir"
+    )
+    server_timeout_s: float = setting(
+        120.0, "Seconds per request to a model server.", env="server_timeout_s", gt=0
+    )
+    server_retries: int = setting(
+        3,
+        "Retries of a request a model server refused for now "
+        "(429, 5xx, a lost connection), with backoff.",
+        env="server_retries",
+        ge=0,
+    )
+    server_concurrency: int = setting(
+        16,
+        "Requests in flight at once to a model server, per micro-batch.",
+        env="server_concurrency",
+        ge=1,
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_names(cls, values: Any) -> Any:
+        """A model given in part (its server only) is still the default model."""
+        if isinstance(values, dict):
+            for role, name in DEFAULT_MODELS.items():
+                if isinstance(values.get(role), dict) and "name" not in values[role]:
+                    values[role] = {**values[role], "name": name}
+        return values
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    def role(self, role: Role) -> ModelSettings:
+        return self.large if role == "large" else self.small
+
+
+class GateSettings(Group):
+    """Phase III; stored with every gated job."""
+
+    mode: GateMode = setting(
+        "min",
+        "Aggregation of per-token separability: 'min', 'mean', "
+        "'bottom20', or 'logprob' (the baseline).",
+        flag="--mode",
+    )
+    top_k: int = setting(
+        64, "K: logits kept per token for the gate.", flag="--top-k", metavar="K", ge=2
+    )
+    threshold: float = setting(
+        0.98,
+        "tau: accept iff confidence > tau (Thyme: 0.95).",
+        flag="--threshold",
+        metavar="TAU",
+        gt=0.0,
+        lt=1.0,
+    )
+
+
+class FunnelSettings(Group):
+    """Phases I-III: who screens, how jobs are batched, and runs that change the funnel."""
+
+    screener: Screener = setting(
+        "large",
+        "Who screens in phase I: 'large' (the paper), 'small' (the paper's "
+        "ablation) or 'none' (every job is speculated).",
+        flag="--screener",
+    )
+    baseline: bool = setting(
+        False,
+        "No speculation: every job runs the agent (for speedup baselines).",
+        flag="--baseline",
+    )
+    calibrate: bool = setting(
+        False,
+        "A calibration run: every job is speculated (keeping the top 128 logits per "
+        "token) AND runs the agent, so any gate can be replayed later without a model "
+        "(speceyes calibrate).",
+        flag="--calibrate",
+    )
+    screen_max_new_tokens: int = setting(10, "New tokens of a phase-I answer (yes/no).", ge=1)
+    speculate_max_new_tokens: int = setting(20, "New tokens of the small model's answer.", ge=1)
+    fast_batch_size: int = setting(
+        32, "Largest micro-batch of phases I-III.", flag="--batch-size", metavar="N", ge=1
+    )
+    fast_max_wait_s: float = setting(
+        0.5, "Distributed fast pool: longest wait to fill a batch.", ge=0.0
+    )
+    fast_batch_pixels: int = setting(
+        256_000_000,
+        "Most image pixels a fast micro-batch decodes at once (3-4 bytes each); "
+        "a batch of larger images runs in smaller groups.",
+        ge=1,
+    )
+    gate: GateSettings = group(
+        lambda: GateSettings(), "Phase III: the answer-separability gate.", env_prefix="gate_"
+    )
+
+
+class SandboxSettings(Group):
+    """Where Thyme's model-written code runs, and what one execution may spend
+    (``common.sandbox``; the design and its guarantees: docs/sandbox.md)."""
+
+    isolation: Isolation = setting(
+        "bubblewrap",
+        "What isolates the code: 'bubblewrap' (namespaces, seccomp, a control "
+        "group) or 'gvisor' (the same guest under gVisor's kernel, runsc). 'none' only "
+        "with allow_unsandboxed_code.",
+    )
+    allow_unsandboxed_code: bool = setting(
+        False,
+        "DANGER: run Thyme's model-written code without isolation (still a separate "
+        "process with limits and seccomp, but it can read this machine's files and reach its "
+        "network). Only where bubblewrap cannot run.",
+        env="allow_unsandboxed_code",
+    )
+    wall_s: float = setting(10.0, "Wall clock of one code execution.", gt=0)
+    cpu_s: int = setting(10, "CPU seconds of one code execution.", ge=1)
+    memory_mb: int = setting(
+        2048,
+        "Memory of one sandbox: its processes and the files it writes together (a "
+        "control group), and the address space of its process.",
+        ge=256,
+    )
+    disk_mb: int = setting(256, "Bytes the code may keep in its folders (/mnt/data, /tmp).", ge=16)
+    files: int = setting(4096, "Files and folders the code may keep in its folders.", ge=64)
+    open_files: int = setting(64, "Files one execution may have open at once.", ge=16)
+    file_mb: int = setting(64, "The largest file the code may write.", ge=1)
+    threads: int = setting(
+        32, "Tasks of one sandbox (threads; new processes are refused in any case).", ge=2
+    )
+    output_bytes: int = setting(1 << 20, "Most bytes one execution may print and report.", ge=1024)
+    text_chars: int = setting(
+        16_384,
+        "Most characters of printed text one execution hands back to the model (the "
+        "rest is cut: a print is not a way to flood the model's context).",
+        ge=256,
+    )
+    max_images: int = setting(
+        4, "Images one execution may hand back to the model (the first).", ge=1
+    )
+    image_pixels: int = setting(
+        40_000_000,
+        "Pixels of the images one execution hands back, together (the host holds "
+        "them as RGB: 3 bytes each, twice at most).",
+        ge=1,
+    )
+    uid: int = setting(
+        65533,
+        "The unprivileged uid (and gid) code runs as where the worker "
+        "is root; no account on the machine may use it.",
+        ge=1,
+    )
+    bwrap: str = setting("bwrap", "The bubblewrap executable.")
+    runsc: str = setting("runsc", "gVisor's runsc executable.")
+
+    @property
+    def effective_isolation(self) -> Isolation:
+        return "none" if self.allow_unsandboxed_code else self.isolation
+
+
+class AgentSettings(Group):
+    """Phase IV: the agent loop, what one trajectory may spend, where its code runs."""
+
+    kind: AgentKind = setting(
+        "deepeyes",
+        "The large model's agent: 'deepeyes' (zoom tool calls) or 'thyme' (it "
+        "writes Python, run in the code sandbox). Thyme changes the defaults of "
+        "gate.threshold (0.95), agent.max_steps (5) and agent.max_new_tokens (2048) to the "
+        "reference's values for it.",
+        env="agent",
+        flag="--agent",
+    )
+    max_steps: int = setting(
+        6, "Generations per trajectory (Thyme: 5).", flag="--max-steps", metavar="N", ge=1
+    )
+    max_new_tokens: int = setting(512, "New tokens per agent step (Thyme: 2048).", ge=1)
+    workers: int = setting(
+        1,
+        "Trajectories run at once (one per model replica is the norm).",
+        flag="--agent-workers",
+        metavar="N",
+        ge=1,
+    )
+    min_box_side: int | None = setting(
+        None,
+        "Zoom boxes with a side <= this are refused (an error goes back to the model). "
+        "Unset: the protocol's (reference: none; v0: 30, as DeepEyes' training).",
+        env="min_box_side",
+        ge=0,
+    )
+    max_box_aspect: float | None = setting(
+        None,
+        "Zoom boxes with a longer aspect ratio are refused. Unset: the protocol's "
+        "(reference: none; v0: 100).",
+        env="max_box_aspect",
+        gt=1.0,
+    )
+    sandbox: SandboxSettings = group(
+        SandboxSettings, "Thyme's code sandbox.", env_prefix="sandbox_"
+    )
+
+
+class ImageSettings(Group):
+    """Limits checked before an image is decoded (decompression bombs) and after."""
+
+    max_bytes: int = setting(50 * 1024 * 1024, "Largest image file.", env="max_image_bytes", ge=1)
+    max_pixels: int = setting(
+        100_000_000,
+        "Most pixels an image may declare (checked before it is decoded).",
+        env="max_image_pixels",
+        ge=1,
+    )
+    max_aspect_ratio: float = setting(
+        200.0,
+        "Longest side / shortest side (Qwen's smart resize refuses more).",
+        env="max_image_aspect",
+        gt=1.0,
+    )
+
+
+class RequestLimits(Group):
+    """What one job's texts may hold (``common.limits`` checks them; API and CLI)."""
+
+    max_question_chars: int = setting(2000, "Longest question.", ge=1)
+    max_options: int = setting(
+        26, "Most multiple-choice options (the letters run A-Z).", ge=2, le=26
+    )
+    max_option_chars: int = setting(1000, "Longest multiple-choice option.", ge=1)
+    max_id_chars: int = setting(1000, "Longest row id, image path or known answer.", ge=1)
+    max_name_chars: int = setting(200, "Longest batch name (the column's width).", ge=1, le=200)
+
+
+class BrokerSettings(Group):
+    """The distributed pipeline's broker (Redis) and queues; no URL: embedded mode."""
+
+    url: str | None = setting(
+        None,
+        "Redis URL of the Celery broker; unset means embedded mode.",
+        flag="--broker",
+        metavar="URL",
+    )
+    key_prefix: str = setting(
+        "", "Prefix of every Redis key the broker uses (isolates deployments)."
+    )
+    fast_queue: str = setting("speceyes.fast", "Queue of phases I-III (batched).", env="fast_queue")
+    slow_queue: str = setting("speceyes.slow", "Queue of agent trajectories.", env="slow_queue")
+    audit_queue: str = setting(
+        "speceyes.audit", "Queue of audit runs (taken after deferred jobs).", env="audit_queue"
+    )
+    visibility_timeout_s: float = setting(
+        3600.0,
+        "A message taken by a worker that dies comes back after this many seconds. "
+        "Must exceed the longest fast batch (with its wait) and the longest trajectory, or a "
+        "live job is handed out twice (harmless, but wasted work).",
+        env="visibility_timeout_s",
+        gt=0.0,
+    )
+
+
+class RecoverySettings(Group):
+    """How the pipeline rides out faults: retries, heartbeats, the reconciler."""
+
+    max_attempts: int = setting(
+        3, "Tries per job and stage before it is failed with its reason.", ge=1
+    )
+    retry_delay_s: float = setting(
+        2.0,
+        "Wait before a job is tried again; doubles with each retry of an outage (up to "
+        "retry_max_delay_s), with jitter.",
+        ge=0.0,
+    )
+    retry_max_delay_s: float = setting(60.0, "The longest wait of a retry.", ge=0.0)
+    heartbeat_s: float = setting(5.0, "A worker's heartbeat interval.", gt=0.0)
+    worker_dead_after_s: float = setting(
+        30.0,
+        "A worker whose heartbeat is older than this is dead: the reconciler hands its "
+        "running jobs to others (long before the visibility timeout).",
+        gt=0.0,
+    )
+    reconcile_interval_s: float = setting(
+        10.0, "How often the reconciler (one worker at a time) sweeps.", gt=0.0
+    )
+    reconcile_after_s: float = setting(
+        30.0,
+        "A waiting job with no message on the broker for this long is sent again "
+        "(messages lost with a Redis restart, an enqueue that failed).",
+        gt=0.0,
+    )
+    worker_stall_exit_s: float = setting(
+        120.0,
+        "A worker that has taken nothing for this long while its queue holds messages "
+        "exits non-zero, for its supervisor to restart it.",
+        gt=0.0,
+    )
+
+
+class ApiSettings(Group):
+    """``speceyes serve``: where it listens, who may call it, how much each may send."""
+
+    host: str = setting("127.0.0.1", "Address `speceyes serve` listens on.", flag="--host")
+    port: int = setting(8000, "Port of `speceyes serve`.", flag="--port", ge=1, le=65535)
+    require_keys: bool = setting(True, "Every /v1 route needs a key (`speceyes keys create NAME`).")
+    upload_dir: Path = setting(
+        Path("~/.cache/speceyes/uploads"),
+        "Where uploaded images are kept (by content hash); workers must read the same folder.",
+        env="upload_dir",
+    )
+    image_roots: list[Path] = setting(
+        description="Folders whose files jobs may name by server-side path (JSON list); "
+        "empty: no server-side paths.",
+        factory=list,
+        env="image_roots",
+    )
+    max_upload_bytes: int = setting(
+        20 * 1024 * 1024, "Largest image upload.", env="max_upload_bytes", ge=1
+    )
+    max_request_bytes: int = setting(
+        256 * 1024 * 1024,
+        "Largest request body (a batch with images).",
+        env="max_request_bytes",
+        ge=1,
+    )
+    max_batch_jobs: int = setting(
+        10_000, "Most jobs in one batch request.", env="max_batch_jobs", ge=1
+    )
+    rate_per_s: float = setting(
+        50.0, "Requests a second per API key (then 429 with Retry-After).", gt=0.0
+    )
+    rate_burst: int = setting(100, "Requests a key may make at once.", ge=1)
+    max_jobs_in_flight: int = setting(
+        100_000,
+        "Unfinished jobs (queued, deferred, running) per tenant; a submission beyond "
+        "it answers 429.",
+        ge=1,
+    )
+    auth_failures_per_min: int = setting(
+        30, "Failed authentications per client address a minute; more answer 429.", ge=1
+    )
+    decode_pixels: int = setting(
+        100_000_000,
+        "Pixels the API decodes at once to validate uploads (3-4 bytes each); "
+        "more wait their turn. An image over it alone is decoded alone.",
+        ge=1,
+    )
+
+    @field_validator("upload_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+
+class AuditSettings(Group):
+    """The online audit: a share of accepted answers also runs through the agent."""
+
+    rate: float = setting(
+        0.02,
+        "Share of accepted answers also run through the agent (chosen by a hash of the "
+        "job's key: reruns audit the same jobs); 0: no audit.",
+        flag="--audit-rate",
+        metavar="SHARE",
+        ge=0.0,
+        le=1.0,
+    )
+    floor: float = setting(
+        0.9,
+        "The agreement the audit expects when no calibration file gives one; an alarm "
+        "when the agreement's interval falls below it.",
+        gt=0.0,
+        le=1.0,
+    )
+    on_drift: Literal["warn", "raise-tau", "pause"] = setting(
+        "warn",
+        "On a drift alarm: warn only; raise tau to the calibration's next step; or "
+        "pause accepting (every new job to the agent) until `speceyes audit resume`.",
+        flag="--on-drift",
+    )
+
+
+class JudgeSettings(Group):
+    """An LLM judge for benchmark answers the reference's rules leave undecided."""
+
+    url: str | None = setting(
+        None,
+        "OpenAI-compatible endpoint (…/v1) of the judge; unset: no judge (undecided "
+        "answers count as wrong).",
+        flag="--judge-url",
+        metavar="URL",
+    )
+    model: str | None = setting(
+        None, "The judge's model name at that endpoint.", flag="--judge-model", metavar="NAME"
+    )
+    api_key: SecretStr | None = setting(None, "The judge endpoint's key (never logged).")
+    timeout_s: float = setting(120.0, "Seconds per judge request.", gt=0.0)
+    concurrency: int = setting(8, "Judge requests in flight at once.", ge=1)
+
+
+# the reference's values for Thyme (eval_code_thyme: SpecEyes.py --score_threshold,
+# utils.py MAX_ITERATIONS and MAX_NEW_TOKENS_PER_STEP): (group, field) -> value
+THYME_DEFAULTS: dict[str, Any] = {
+    "funnel.gate.threshold": 0.95,
+    "agent.max_steps": 5,
+    "agent.max_new_tokens": 2048,
+}
 
 
 class Settings(BaseSettings):
-    """SpecEyes configuration. Environment prefix: ``SPECEYES_``."""
+    """SpecEyes configuration (see the module's text)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="SPECEYES_",
-        env_file=".env",
-        env_nested_delimiter="__",
-        extra="ignore",
-        validate_default=True,
-    )
+    model_config = SettingsConfigDict(extra="ignore", validate_default=True)
 
-    # -- models -------------------------------------------------------------------
-    small_model: str = Field(
-        "Qwen/Qwen3-VL-2B-Instruct",
-        description="M_S, the tool-free speculative model: a Hugging Face id, a local "
-        "checkpoint folder, or 'tiny' (a random-weight Qwen3-VL built offline).",
+    models: ModelsSettings = group(ModelsSettings, "The two models and what runs them.")
+    funnel: FunnelSettings = group(FunnelSettings, "Phases I-III, the gate among them.")
+    agent: AgentSettings = group(AgentSettings, "Phase IV: the agent.", env_prefix="agent_")
+    images: ImageSettings = group(ImageSettings, "Images before they are decoded.")
+    requests: RequestLimits = group(RequestLimits, "What a job's texts may hold.")
+    broker: BrokerSettings = group(
+        BrokerSettings, "The distributed pipeline's broker.", env_prefix="broker_"
     )
-    large_model: str = Field(
-        "ChenShawn/DeepEyes-7B",
-        description="M_L, the agentic model: a Hugging Face id, a local folder, or 'tiny' "
-        "(a random-weight Qwen2.5-VL built offline).",
+    recovery: RecoverySettings = group(RecoverySettings, "Riding out faults.")
+    api: ApiSettings = group(ApiSettings, "The HTTP API.", env_prefix="api_")
+    audit: AuditSettings = group(AuditSettings, "The online audit.", env_prefix="audit_")
+    judge: JudgeSettings = group(JudgeSettings, "The LLM judge.", env_prefix="judge_")
+    database_url: str = setting(
+        "sqlite:///speceyes.db", "SQLAlchemy URL of the job store.", flag="--db", metavar="URL"
     )
-    agent: AgentKind = Field(
-        "deepeyes",
-        description="The large model's agent: 'deepeyes' (zoom tool calls) or 'thyme' (it "
-        "writes Python, run in the code sandbox). Thyme changes the defaults of "
-        "gate_threshold (0.95), agent_max_steps (5) and agent_max_new_tokens (2048) to "
-        "the reference's values for it.",
-    )
-    protocol: Literal["auto", "reference", "v0"] = Field(
-        "auto",
-        description="What the models are shown (prompts, stops, tool-loop rules, image "
-        "grid): 'reference' is the SpecEyes evaluation's, 'v0' SpecEyes' first wording. "
-        "'auto': a checkpoint that names its protocol (speceyes.json) gets it, others "
-        "'reference'. Naming one a checkpoint was not trained with is an error.",
-    )
-    backend: BackendKind = Field(
-        "transformers",
-        description="'transformers' runs real checkpoints; 'scripted' is "
-        "a deterministic stand-in for tests and throughput experiments.",
-    )
-    device: str = Field(
-        "auto", description="'auto' (cuda if present, else cpu), 'cpu', 'cuda:0', ..."
-    )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="'auto' is bfloat16 on a GPU and float32 on the CPU."
-    )
-    cache_dir: Path = Field(
-        Path("~/.cache/speceyes"), description="Where built tiny checkpoints are kept."
-    )
-
-    # -- the funnel ---------------------------------------------------------------
-    baseline: bool = Field(
-        False, description="No speculation: every job runs the agent (for speedup baselines)."
-    )
-    calibrate: bool = Field(
-        False,
-        description="A calibration run: every job is speculated (keeping the top "
-        "128 logits per token) AND runs the agent, so any gate can be replayed later "
-        "without a model (speceyes calibrate).",
-    )
-    screener: Screener = Field(
-        "large",
-        description="Who screens in phase I: 'large' (the paper), 'small' (the "
-        "paper's ablation) or 'none' (every job is speculated).",
-    )
-    gate_mode: GateMode = Field("min", description="Aggregation of per-token separability.")
-    gate_top_k: int = Field(64, ge=2, description="K: logits kept per token for the gate.")
-    gate_threshold: float = Field(
-        0.98, gt=0.0, lt=1.0, description="tau: accept iff confidence > tau (Thyme: 0.95)."
-    )
-    screen_max_new_tokens: int = Field(10, ge=1)
-    speculate_max_new_tokens: int = Field(20, ge=1)
-    agent_max_steps: int = Field(6, ge=1, description="Generations per trajectory (Thyme: 5).")
-    agent_max_new_tokens: int = Field(
-        512, ge=1, description="New tokens per agent step (Thyme: 2048)."
-    )
-    fast_batch_size: int = Field(32, ge=1, description="Largest micro-batch of phases I-III.")
-    fast_max_wait_s: float = Field(
-        0.5, ge=0.0, description="Distributed fast pool: longest wait to fill a batch."
-    )
-    agent_workers: int = Field(
-        1, ge=1, description="Trajectories run at once (one per model replica is the norm)."
-    )
-    scripted: ScriptedSettings = Field(
-        default_factory=ScriptedSettings,
-        description="Scripted backend only: shares and simulated costs "
-        "(SPECEYES_SCRIPTED__TOOL_FREE=0.7, ...).",
-    )
-
-    # -- models behind an OpenAI-compatible server (backend "openai") ----------------
-    large_server_url: str | None = Field(
-        None, description="M_L's server, e.g. http://gpu-1:8000/v1 (served as large_model)."
-    )
-    small_server_url: str | None = Field(
-        None, description="M_S's server (unset: the large model's), served as small_model."
-    )
-    large_server_key: SecretStr | None = Field(None, description="M_L's server key.")
-    small_server_key: SecretStr | None = Field(None, description="M_S's server key.")
-    server_timeout_s: float = Field(120.0, gt=0, description="Per request.")
-    server_retries: int = Field(
-        3, ge=0, description="Retries on 429, 5xx and lost connections, with backoff."
-    )
-    server_concurrency: int = Field(
-        16, ge=1, description="Requests in flight at once, per micro-batch."
-    )
-
-    # -- the code sandbox (Thyme) ---------------------------------------------------
-    sandbox_isolation: Literal["bubblewrap", "gvisor"] = Field(
-        "bubblewrap",
-        description="What isolates Thyme's code: 'bubblewrap' (namespaces, seccomp, a "
-        "control group) or 'gvisor' (the same guest under gVisor's kernel, runsc).",
-    )
-    sandbox_wall_s: float = Field(10.0, gt=0, description="Wall clock of one code execution.")
-    sandbox_cpu_s: int = Field(10, ge=1, description="CPU seconds of one code execution.")
-    sandbox_memory_mb: int = Field(
-        2048,
-        ge=256,
-        description="Memory of one sandbox: its processes and the files it writes "
-        "together (a control group), and the address space of its process.",
-    )
-    sandbox_disk_mb: int = Field(
-        256, ge=16, description="Bytes the code may keep in its folders (/mnt/data, /tmp)."
-    )
-    sandbox_files: int = Field(
-        4096, ge=64, description="Files and folders the code may keep in its folders."
-    )
-    sandbox_output_bytes: int = Field(
-        1 << 20, ge=1024, description="Most bytes one execution may print and report."
-    )
-    sandbox_text_chars: int = Field(
-        16_384,
-        ge=256,
-        description="Most characters of printed text one execution hands back to the model "
-        "(the rest is cut: a print is not a way to flood the model's context).",
-    )
-    sandbox_max_images: int = Field(
-        4, ge=1, description="Images one execution may hand back to the model (the first)."
-    )
-    sandbox_image_pixels: int = Field(
-        40_000_000,
-        ge=1,
-        description="Pixels of the images one execution hands back, together (the host "
-        "holds them as RGB: 3 bytes each, twice at most).",
-    )
-    sandbox_uid: int = Field(
-        65533,
-        ge=1,
-        description="The unprivileged uid (and gid) code runs as where the worker is root; "
-        "no account on the machine may use it.",
-    )
-    sandbox_bwrap: str = Field("bwrap", description="The bubblewrap executable.")
-    sandbox_runsc: str = Field("runsc", description="gVisor's runsc executable.")
-    allow_unsandboxed_code: bool = Field(
-        False,
-        description="DANGER: run Thyme's model-written code without bubblewrap (still a "
-        "separate process with limits and seccomp, but it can read this machine's files "
-        "and reach its network). Only where bubblewrap cannot run.",
-    )
-
-    # -- images -------------------------------------------------------------------
-    max_image_bytes: int = Field(50 * 1024 * 1024, ge=1)
-    max_image_pixels: int = Field(100_000_000, ge=1)
-    fast_batch_pixels: int = Field(
-        256_000_000,
-        ge=1,
-        description="Most image pixels a fast micro-batch decodes at once (3-4 bytes each); a "
-        "batch of larger images runs in smaller groups.",
-    )
-    min_box_side: int | None = Field(
+    calibration_file: Path | None = setting(
         None,
-        ge=0,
-        description="Zoom boxes with a side <= this are refused (an error goes back to the "
-        "model). Unset: the protocol's (reference: none; v0: 30, as DeepEyes' training).",
-    )
-    max_box_aspect: float | None = Field(
-        None,
-        gt=1.0,
-        description="Zoom boxes with a longer aspect ratio are refused. Unset: the "
-        "protocol's (reference: none; v0: 100).",
+        "A calibration file (speceyes calibrate --out): the gate it chose (where no gate "
+        "setting is given) and the agreement the audit then expects.",
+        flag="--calibration",
+        metavar="FILE",
     )
 
-    # -- the online audit --------------------------------------------------------------
-    audit_rate: float = Field(
-        0.02,
-        ge=0.0,
-        le=1.0,
-        description="Share of accepted answers also run through the agent (chosen by a hash "
-        "of the job's key: reruns audit the same jobs); 0: no audit.",
-    )
-    audit_floor: float = Field(
-        0.9,
-        gt=0.0,
-        le=1.0,
-        description="The agreement the audit expects when no calibration file gives one; "
-        "an alarm when the agreement's interval falls below it.",
-    )
-    audit_baseline: float | None = Field(
-        None,
-        gt=0.0,
-        le=1.0,
-        description="The agreement the calibration run measured (set by --calibration).",
-    )
-    audit_tau_steps: list[float] = Field(
-        default_factory=list,
-        description="Stricter taus to raise to on drift (set by --calibration), nearest first.",
-    )
-    audit_on_drift: Literal["warn", "raise-tau", "pause"] = Field(
-        "warn",
-        description="On a drift alarm: warn only; raise tau to the calibration's next step; "
-        "or pause accepting (every new job to the agent) until `speceyes audit resume`.",
-    )
-    audit_queue: str = Field(
-        "speceyes.audit", description="Queue of audit runs (taken after deferred jobs)."
-    )
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        given = getattr(init_settings, "init_kwargs", {})
+        return InitSettingsSource(settings_cls, nest_flat(dict(given))), FlatEnvironment(
+            settings_cls
+        )
 
-    # -- evaluation -------------------------------------------------------------------
-    judge_url: str | None = Field(
-        None,
-        description="OpenAI-compatible endpoint (…/v1) of an LLM judge for benchmark answers "
-        "the reference's rules leave undecided; unset: no judge (they count as wrong).",
-    )
-    judge_model: str | None = Field(None, description="The judge's model name at that endpoint.")
-    judge_api_key: SecretStr | None = Field(
-        None, description="The judge endpoint's key (SPECEYES_JUDGE_API_KEY; never logged)."
-    )
-    judge_timeout_s: float = Field(120.0, gt=0.0, description="Seconds per judge request.")
-    judge_concurrency: int = Field(8, ge=1, description="Judge requests in flight at once.")
+    @model_validator(mode="after")
+    def _calibrated_gate(self) -> Settings:
+        """A calibration file's gate, where no gate setting is given (field by field)."""
+        if self.calibration_file is not None:
+            from common.calibration import read_calibration
 
-    # -- infrastructure -----------------------------------------------------------
-    database_url: str = Field(
-        "sqlite:///speceyes.db", description="SQLAlchemy URL of the job store."
-    )
-    broker_url: str | None = Field(
-        None, description="Redis URL of the Celery broker; unset means embedded mode."
-    )
-    broker_key_prefix: str = Field(
-        "", description="Prefix of every Redis key the broker uses (isolates deployments)."
-    )
-    fast_queue: str = Field("speceyes.fast", description="Queue of phases I-III (batched).")
-    slow_queue: str = Field("speceyes.slow", description="Queue of agent trajectories.")
-    visibility_timeout_s: float = Field(
-        3600.0,
-        gt=0.0,
-        description="A message taken by a worker that dies comes back after this many "
-        "seconds. Must exceed the longest fast batch (with its wait) and the longest "
-        "trajectory, or a live job is handed out twice (harmless, but wasted work).",
-    )
-    max_attempts: int = Field(
-        3, ge=1, description="Tries per job and stage before it is failed with its reason."
-    )
-    retry_delay_s: float = Field(
-        2.0,
-        ge=0.0,
-        description="Wait before a job is tried again; doubles with each retry of an outage "
-        "(up to retry_max_delay_s), with jitter.",
-    )
-    retry_max_delay_s: float = Field(60.0, ge=0.0, description="The longest wait of a retry.")
-    heartbeat_s: float = Field(5.0, gt=0.0, description="A worker's heartbeat interval.")
-    worker_dead_after_s: float = Field(
-        30.0,
-        gt=0.0,
-        description="A worker whose heartbeat is older than this is dead: the reconciler "
-        "hands its running jobs to others (long before the visibility timeout).",
-    )
-    reconcile_interval_s: float = Field(
-        10.0, gt=0.0, description="How often the reconciler (one worker at a time) sweeps."
-    )
-    reconcile_after_s: float = Field(
-        30.0,
-        gt=0.0,
-        description="A waiting job with no message on the broker for this long is sent "
-        "again (messages lost with a Redis restart, an enqueue that failed).",
-    )
-    worker_stall_exit_s: float = Field(
-        120.0,
-        gt=0.0,
-        description="A worker that has taken nothing for this long while its queue holds "
-        "messages exits non-zero, for its supervisor to restart it.",
-    )
-
-    # -- the HTTP API ---------------------------------------------------------------
-    api_host: str = Field("127.0.0.1", description="Address `speceyes serve` listens on.")
-    api_port: int = Field(8000, ge=1, le=65535, description="Port of `speceyes serve`.")
-    api_require_keys: bool = Field(
-        True, description="Every /v1 route needs a key (`speceyes keys create NAME`)."
-    )
-    upload_dir: Path = Field(
-        Path("~/.cache/speceyes/uploads"),
-        description="Where uploaded images are kept (by content hash); workers must read "
-        "the same folder.",
-    )
-    image_roots: list[Path] = Field(
-        default_factory=list,
-        description="Folders whose files jobs may name by server-side path (JSON list); "
-        "empty: no server-side paths.",
-    )
-    max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1, description="Largest image upload.")
-    max_request_bytes: int = Field(
-        256 * 1024 * 1024, ge=1, description="Largest request body (a batch with images)."
-    )
-    max_question_chars: int = Field(2000, ge=1, description="Longest question (API and CLI).")
-    max_options: int = Field(
-        26, ge=2, le=26, description="Most multiple-choice options (the letters run A-Z)."
-    )
-    max_option_chars: int = Field(1000, ge=1, description="Longest multiple-choice option.")
-    max_id_chars: int = Field(
-        1000, ge=1, description="Longest row id, image path or known answer in a job."
-    )
-    max_batch_jobs: int = Field(10_000, ge=1, description="Most jobs in one batch request.")
-    api_rate_per_s: float = Field(
-        50.0, gt=0.0, description="Requests a second per API key (then 429 with Retry-After)."
-    )
-    api_rate_burst: int = Field(100, ge=1, description="Requests a key may make at once.")
-    api_max_jobs_in_flight: int = Field(
-        100_000,
-        ge=1,
-        description="Unfinished jobs (queued, deferred, running) per tenant; a submission "
-        "beyond it answers 429.",
-    )
-    api_auth_failures_per_min: int = Field(
-        30,
-        ge=1,
-        description="Failed authentications per client address a minute; more answer 429.",
-    )
-    api_decode_pixels: int = Field(
-        100_000_000,
-        ge=1,
-        description="Pixels the API decodes at once to validate uploads (3-4 bytes each); "
-        "more wait their turn. An image over it alone is decoded alone.",
-    )
+            chosen = read_calibration(self.calibration_file).gate
+            current = self.funnel.gate
+            given = current.model_fields_set if "gate" in self.funnel.model_fields_set else set()
+            gate = GateSettings(**{**chosen, **{name: getattr(current, name) for name in given}})
+            object.__setattr__(self, "funnel", self.funnel.model_copy(update={"gate": gate}))
+            self.__pydantic_fields_set__.add("funnel")  # (given, by the file)
+        return self
 
     @model_validator(mode="after")
     def _agent_defaults(self) -> Settings:
         """Thyme's reference values where the operator set none."""
-        if self.agent == "thyme":
-            for name, value in THYME_DEFAULTS.items():
-                if name not in self.model_fields_set:
-                    object.__setattr__(self, name, value)
+        if self.agent.kind == "thyme":
+            for path, value in THYME_DEFAULTS.items():
+                if not _was_set(self, path):
+                    first, *rest = path.split(".")
+                    object.__setattr__(self, first, _updated(getattr(self, first), rest, value))
         return self
 
-    @field_validator("cache_dir", "upload_dir")
-    @classmethod
-    def _expand_dir(cls, value: Path) -> Path:
-        return value.expanduser()
+    def replace(self, **values: Any) -> Settings:
+        """These settings with some changed, by flat name (``baseline=True``) or by path
+        (``**{"funnel.baseline": True}``); checked as any setting is."""
+        return Settings(**_merged(self.model_dump(), nest_flat(dict(values))))
+
+
+def nest_flat(values: dict[str, Any]) -> dict[str, Any]:
+    """Settings given by flat name (``Settings(gate_threshold=0.9)``, as
+    ``SPECEYES_GATE_THRESHOLD=0.9``) or by path, as the nested dict pydantic takes; a
+    group given whole (a dict, a model) stays as it is."""
+    paths = flat_paths()
+    moved = {}
+    for key in list(values):
+        whole_group = key in Settings.model_fields and isinstance(values[key], dict | BaseModel)
+        if "." in key or (key in paths and not whole_group):
+            moved[paths.get(key, key)] = values.pop(key)
+    return nested(moved, values)
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merged(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def _updated(node: BaseModel, parts: list[str], value: Any) -> BaseModel:
+    """A copy of ``node`` with the field at ``parts`` (a path below it) set to ``value``."""
+    first, *rest = parts
+    return node.model_copy(
+        update={first: _updated(getattr(node, first), rest, value) if rest else value}
+    )
+
+
+def _was_set(settings: BaseModel, path: str) -> bool:
+    """Whether the setting at ``path`` was given (by any source), not defaulted."""
+    *groups, name = path.split(".")
+    node: BaseModel = settings
+    for part in groups:
+        if part not in node.model_fields_set:
+            return False
+        node = getattr(node, part)
+    return name in node.model_fields_set
+
+
+# -- one source for the environment, the flags and the docs ------------------------------
+@dataclass(frozen=True)
+class Leaf:
+    """One setting: where it sits, its field, its flat name, what its group adds."""
+
+    path: str  # "funnel.gate.threshold"
+    field: FieldInfo
+    env: str  # "SPECEYES_GATE_THRESHOLD"
+    placed: dict[str, Any]  # what its placement says of it (a flag)
 
     @property
-    def gate(self) -> GateSettings:
-        return GateSettings(self.gate_mode, self.gate_top_k, self.gate_threshold)
+    def extra(self) -> dict[str, Any]:
+        extra = self.field.json_schema_extra
+        return {**(extra if isinstance(extra, dict) else {}), **self.placed}
 
-    @property
-    def image_limits(self) -> ImageLimits:
-        return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
-    @property
-    def request_limits(self) -> RequestLimits:
-        named = {f.name: getattr(self, f.name) for f in fields(RequestLimits) if f.init}
-        return RequestLimits(**named)
+def leaves(
+    model: type[BaseModel] | None = None,
+    path: str = "",
+    prefix: str = "",
+    flags: dict[str, str] | None = None,
+) -> Iterator[Leaf]:
+    """Every setting under ``model`` (default: all), in order, with its flat name."""
+    for name, field in (model or Settings).model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        kind = _group_type(field.annotation)
+        where = f"{path}{name}"
+        if kind is not None:
+            inner = extra.get("flags")
+            below = str(extra.get("env_prefix", prefix))
+            named = (
+                {str(key): str(value) for key, value in inner.items()}
+                if isinstance(inner, dict)
+                else None
+            )
+            yield from leaves(kind, f"{where}.", below, named)
+            continue
+        flat = extra.get("env") or prefix + str(extra.get("env_name", name))
+        placed = {"flag": flags[name]} if flags and name in flags else {}
+        yield Leaf(where, field, ENV_PREFIX + str(flat).upper(), placed)
 
-    @property
-    def agent_limits(self) -> AgentLimits:
-        sandbox = SandboxLimits(
-            wall_s=self.sandbox_wall_s,
-            cpu_s=self.sandbox_cpu_s,
-            memory_mb=self.sandbox_memory_mb,
-            disk_mb=self.sandbox_disk_mb,
-            files=self.sandbox_files,
-            output_bytes=self.sandbox_output_bytes,
-            text_chars=self.sandbox_text_chars,
-            images=self.sandbox_max_images,
-            image_pixels=self.sandbox_image_pixels,
+
+@functools.cache
+def flat_paths() -> dict[str, str]:
+    """Flat name (``gate_threshold``) -> path (``funnel.gate.threshold``), for every setting."""
+    return {leaf.env[len(ENV_PREFIX) :].lower(): leaf.path for leaf in leaves()}
+
+
+def _group_type(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def nested(values: dict[str, Any], into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Values by dotted path (``{"gate.threshold": 0.9}``) as the nested dict pydantic takes."""
+    tree: dict[str, Any] = into if into is not None else {}
+    for path, value in values.items():
+        *parents, last = path.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return tree
+
+
+class FlatEnvironment(PydanticBaseSettingsSource):
+    """Settings from ``SPECEYES_<FLAT NAME>`` variables, then a ``.env`` file."""
+
+    def __call__(self) -> dict[str, Any]:
+        found = {**dotenv_values(".env"), **os.environ} if Path(".env").is_file() else os.environ
+        values: dict[str, Any] = {}
+        for leaf in leaves(self.settings_cls):
+            raw = found.get(leaf.env)
+            if raw is not None:
+                values[leaf.path] = json.loads(raw) if _is_structured(leaf.field) else raw
+        return nested(values)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # (the whole tree is read in __call__)
+
+
+def _is_structured(field: FieldInfo) -> bool:
+    """A list or dict field, whose variable holds JSON."""
+    annotation = field.annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(typing.get_origin(arg) in (list, dict) for arg in typing.get_args(annotation))
+    return origin in (list, dict)
+
+
+def default_of(path: str) -> Any:
+    """A setting's default, by path (each default is written once, in its group)."""
+    first, *rest = path.split(".")
+    value = Settings.model_fields[first].get_default(call_default_factory=True)
+    for part in rest:
+        value = getattr(value, part)
+    return value
+
+
+def configuration_markdown() -> str:
+    """docs/configuration.md: every setting, its variable, default, flag and meaning."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `common/config.py` by `speceyes config --markdown` (a test fails when",
+        "this page is stale). Each setting is read from its `SPECEYES_` variable (or a",
+        "`.env` file in the working folder), some also from a flag of the commands that take",
+        "them (see each command's `--help`); a flag beats the variable, which beats the",
+        "default. `speceyes config` prints the values in effect. Lists are JSON.",
+    ]
+    section = None
+    for leaf in leaves():
+        top = leaf.path.split(".")[0] if "." in leaf.path else ""
+        if top != section:
+            section = top
+            described = Settings.model_fields[top].description if top else None
+            lines += ["", f"## {top or 'the store'}", ""]
+            lines += [described, ""] if described else []
+            lines += [
+                "| setting | variable | default | flag | what it is |",
+                "|---|---|---|---|---|",
+            ]
+        flag = leaf.extra.get("flag")
+        meaning = (leaf.field.description or "").replace("|", "/")
+        lines.append(
+            f"| `{leaf.path}` | `{leaf.env}` | {_shown(default_of(leaf.path))} | "
+            f"{f'`{flag}`' if flag else ''} | {meaning} |"
         )
-        return AgentLimits(
-            max_steps=self.agent_max_steps,
-            max_new_tokens=self.agent_max_new_tokens,
-            min_box_side=self.min_box_side,
-            max_box_aspect=self.max_box_aspect,
-            sandbox=sandbox,
-            isolation="none" if self.allow_unsandboxed_code else self.sandbox_isolation,
-            bwrap=self.sandbox_bwrap,
-            runsc=self.sandbox_runsc,
-            sandbox_uid=self.sandbox_uid,
-        )
-
-    @property
-    def funnel(self) -> FunnelSettings:
-        # every field but the gate has the same name here
-        named = {f.name: getattr(self, f.name) for f in fields(FunnelSettings)}
-        return FunnelSettings(**named)
+    return "\n".join(lines) + "\n"
 
 
-# the reference's values for Thyme (eval_code_thyme: SpecEyes.py --score_threshold,
-# utils.py MAX_ITERATIONS and MAX_NEW_TOKENS_PER_STEP)
-THYME_DEFAULTS: dict[str, Any] = {
-    "gate_threshold": 0.95,
-    "agent_max_steps": 5,
-    "agent_max_new_tokens": 2048,
-}
-
-
-# -- what each part needs, built from Settings -------------------------------------------
-# Small frozen views for the code that runs a stage (and for tests that build one by
-# hand). Their defaults are read from Settings' fields, so each is written once, above.
-def _default(name: str) -> Any:
-    return Settings.model_fields[name].default
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    """What phase III needs; stored with every gated job."""
-
-    mode: GateMode = _default("gate_mode")  # noqa: RUF009 -- a str, read once
-    top_k: int = _default("gate_top_k")
-    threshold: float = _default("gate_threshold")
-
-
-@dataclass(frozen=True)
-class ImageLimits:
-    """Limits checked before an image is decoded (decompression bombs) and after."""
-
-    max_bytes: int = _default("max_image_bytes")
-    max_pixels: int = _default("max_image_pixels")
-    max_aspect_ratio: float = 200.0  # Qwen's smart resize refuses anything wider
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """What one execution of model-written code may spend (``common.sandbox``)."""
-
-    wall_s: float = _default("sandbox_wall_s")
-    cpu_s: int = _default("sandbox_cpu_s")
-    memory_mb: int = _default("sandbox_memory_mb")  # all its processes and files
-    disk_mb: int = _default("sandbox_disk_mb")
-    files: int = _default("sandbox_files")
-    open_files: int = 64
-    file_mb: int = 64  # the largest file it may write
-    threads: int = 32  # tasks (new processes are refused by seccomp in any case)
-    output_bytes: int = _default("sandbox_output_bytes")  # the report; stderr likewise
-    text_chars: int = _default("sandbox_text_chars")  # printed text handed to the model
-    images: int = _default("sandbox_max_images")
-    image_pixels: int = _default("sandbox_image_pixels")
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    """What one request's texts may hold (``common.limits`` checks them)."""
-
-    max_question_chars: int = _default("max_question_chars")
-    max_options: int = _default("max_options")
-    max_option_chars: int = _default("max_option_chars")
-    max_id_chars: int = _default("max_id_chars")
-    max_name_chars: int = dataclass_field(default=200, init=False)  # batches.name's width
-
-
-@dataclass(frozen=True)
-class AgentLimits:
-    """What one trajectory may spend, which zoom boxes it refuses, where code runs."""
-
-    max_steps: int = _default("agent_max_steps")
-    max_new_tokens: int = _default("agent_max_new_tokens")
-    min_box_side: int | None = _default("min_box_side")  # None: the protocol's
-    max_box_aspect: float | None = _default("max_box_aspect")
-    sandbox: SandboxLimits = dataclass_field(default_factory=SandboxLimits)
-    isolation: Literal["bubblewrap", "gvisor", "none"] = _default("sandbox_isolation")
-    bwrap: str = _default("sandbox_bwrap")
-    runsc: str = _default("sandbox_runsc")
-    sandbox_uid: int = _default("sandbox_uid")
-
-
-@dataclass(frozen=True)
-class FunnelSettings:
-    """What the fast stage (phases I-III) needs."""
-
-    gate: GateSettings = dataclass_field(default_factory=GateSettings)
-    screener: Screener = _default("screener")  # noqa: RUF009 -- a str, read once
-    baseline: bool = _default("baseline")
-    calibrate: bool = _default("calibrate")
-    screen_max_new_tokens: int = _default("screen_max_new_tokens")
-    speculate_max_new_tokens: int = _default("speculate_max_new_tokens")
+def _shown(value: Any) -> str:
+    if value is None or value == [] or value == "":
+        return "unset" if value is None or value == [] else "empty"
+    if isinstance(value, Path):
+        return f"`{value}`"
+    return f"`{json.dumps(value) if not isinstance(value, str) else value}`"

@@ -29,7 +29,7 @@ from common.agents.deepeyes import run_deepeyes
 from common.agents.thyme import run_thyme
 from common.agents.trajectory import Trajectory
 from common.backends.base import Speculation, VisionLanguageModel
-from common.config import AgentLimits, FunnelSettings, GateSettings, ImageLimits
+from common.config import AgentSettings, FunnelSettings, GateSettings, ImageSettings
 from common.contracts import (
     Accepted,
     AgentOutcome,
@@ -64,7 +64,7 @@ def prepare_query(
     image_path: str,
     question: str,
     options: Sequence[str] | None = None,
-    limits: ImageLimits | None = None,
+    limits: ImageSettings | None = None,
     expected_hash: str | None = None,
 ) -> Query | Failed:
     """Load a job's image into a ``Query``, or fail the job with the reason.
@@ -260,7 +260,7 @@ def _calibration_batch(
 
 
 def run_agent_stage(
-    query: Query, large: VisionLanguageModel, limits: AgentLimits | None = None
+    query: Query, large: VisionLanguageModel, limits: AgentSettings | None = None
 ) -> AgentOutcome:
     """Phase IV for one job: a final answer, or a clear error (never a guess)."""
     agent = run_thyme if large.protocol.name == "thyme" else run_deepeyes

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from common.config import ImageLimits
+from common.config import ImageSettings
 from common.errors import ImageError
 from common.sandbox.guest.pixels import to_rgb
 
@@ -115,7 +115,7 @@ def image_suffix(data: bytes) -> str:
         return ".img"
 
 
-def read_image_bytes(path: str | Path, limits: ImageLimits) -> bytes:
+def read_image_bytes(path: str | Path, limits: ImageSettings) -> bytes:
     """The bytes of an image file, refusing missing, empty and oversized files."""
     path = Path(path)
     try:
@@ -169,20 +169,20 @@ def image_pixels(path: str | Path) -> int:
 
 
 def decode_image(
-    data: bytes, limits: ImageLimits, budget: PixelBudget | None = None
+    data: bytes, limits: ImageSettings, budget: PixelBudget | None = None
 ) -> Image.Image:
     """Decode and validate image bytes into an RGB image (first frame, EXIF-rotated)."""
     return _decode(data, limits, budget, draft=False)
 
 
-def check_image(data: bytes, limits: ImageLimits, budget: PixelBudget | None = None) -> None:
+def check_image(data: bytes, limits: ImageSettings, budget: PixelBudget | None = None) -> None:
     """Validate image bytes as ``decode_image`` does, at less memory: a JPEG is decoded at
     1/8 scale; the image is dropped."""
     _decode(data, limits, budget, draft=True)
 
 
 def _decode(
-    data: bytes, limits: ImageLimits, budget: PixelBudget | None, *, draft: bool
+    data: bytes, limits: ImageSettings, budget: PixelBudget | None, *, draft: bool
 ) -> Image.Image:
     if not data:
         raise ImageError("image is empty (0 bytes)")
@@ -218,8 +218,8 @@ def _decode(
         raise ImageError(f"corrupt or truncated image: {exc}") from None
 
 
-def load_image(path: str | Path, limits: ImageLimits | None = None) -> tuple[Image.Image, str]:
+def load_image(path: str | Path, limits: ImageSettings | None = None) -> tuple[Image.Image, str]:
     """Read, validate and decode an image file; returns (RGB image, content hash)."""
-    limits = limits or ImageLimits()
+    limits = limits or ImageSettings()
     data = read_image_bytes(path, limits)
     return decode_image(data, limits), content_hash(data)

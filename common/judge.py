@@ -11,7 +11,6 @@ nothing twice; each row keeps its verdict (``batch_items.judge_verdict``).
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from common.contracts import JobStatus
 from common.errors import BackendUnavailable, ConfigurationError
+from common.inference_client import Backoff, ChatClient, Refused
 from common.protocols.judge import SYSTEM, judge_prompt
 from common.scoring import reference_verdict, standard_answer
 from common.store import reads
@@ -43,7 +43,9 @@ class JudgeCounts:
 
 
 class Judge:
-    """One judge model behind an OpenAI-compatible ``/chat/completions``."""
+    """One judge model behind an OpenAI-compatible ``/chat/completions``, through the
+    service's one client (``common.inference_client``: pooled, retried by the one
+    backoff)."""
 
     def __init__(
         self,
@@ -53,18 +55,27 @@ class Judge:
         api_key: str | None = None,
         timeout_s: float = 120.0,
         retries: int = 3,
+        concurrency: int = 8,
+        backoff: Backoff | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not model:
             raise ConfigurationError("a judge needs a model name: --judge-model NAME")
-        self.url = url.rstrip("/") + "/chat/completions"
         self.model = model
-        self.retries = retries
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
+        self.client = ChatClient(
+            url,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            retries=retries,
+            backoff=backoff,
+            concurrency=concurrency,
+            name=f"the judge at {url}",
+            transport=transport,
+        )
 
     def ask(self, prompt: str) -> str:
-        """The judge's reply to ``prompt``; retries 429 / 5xx / connection errors."""
+        """The judge's reply to ``prompt``; 429 / 5xx / lost connections tried again, then
+        ``BackendUnavailable``, as any refusal."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [
@@ -73,23 +84,20 @@ class Judge:
             ],
             "temperature": 0.0,
         }
-        problem = ""
-        for attempt in range(self.retries):
-            try:
-                response = self.http.post(self.url, json=body)
-            except httpx.HTTPError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    return str(response.json()["choices"][0]["message"]["content"]).strip()
-                problem = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code != 429 and response.status_code < 500:
-                    break
-            time.sleep(min(8.0, 0.5 * 2**attempt))
-        raise BackendUnavailable(f"the judge at {self.url} did not answer ({problem})")
+        try:
+            reply = self.client.complete(body)
+        except Refused as refused:
+            status, text = refused.response.status_code, refused.response.text[:200]
+            raise BackendUnavailable(
+                f"{self.client.name} refused (HTTP {status}: {text})"
+            ) from None
+        try:
+            return str(reply["choices"][0]["message"]["content"]).strip()
+        except (KeyError, IndexError, TypeError):
+            raise BackendUnavailable(f"{self.client.name}: not a chat completion") from None
 
     def close(self) -> None:
-        self.http.close()
+        self.client.close()
 
 
 def judge_batch(

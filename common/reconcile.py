@@ -69,16 +69,18 @@ class Reconciler:
         settings = self.settings
         result = Sweep()
         with self.sessions.begin() as session:
-            ttl = 3 * settings.reconcile_interval_s
+            ttl = 3 * settings.recovery.reconcile_interval_s
             result.leader = liveness.hold_lease(session, LEASE, self.holder, ttl)
         if not result.leader:
             self._missing_since.clear()
             return result
         with self.dispatcher.transaction(self.sessions) as outbox:
-            live = liveness.live_workers(outbox.session, settings.worker_dead_after_s)
+            live = liveness.live_workers(outbox.session, settings.recovery.worker_dead_after_s)
             orphans = liveness.release_orphans(outbox.session, live)
             orphan_audits = audits.release_orphans(outbox.session, live)
-            result.died = liveness.forget_dead(outbox.session, settings.worker_dead_after_s)
+            result.died = liveness.forget_dead(
+                outbox.session, settings.recovery.worker_dead_after_s
+            )
             outbox.to_fast(orphans[Stage.FAST])
             outbox.to_slow(orphans[Stage.AGENT])
             outbox.to_audit(orphan_audits)
@@ -88,7 +90,7 @@ class Reconciler:
             log.warning(
                 "%d worker(s) died; %d job(s) they ran sent again", result.died, result.released
             )
-            self._distrust_held_until = now + 2 * settings.reconcile_after_s
+            self._distrust_held_until = now + 2 * settings.recovery.reconcile_after_s
         self._resend_stranded(result, now)
         return result
 
@@ -110,7 +112,7 @@ class Reconciler:
                 if job_id in present:
                     continue
                 first = self._missing_since.get(job_id, now)
-                if now - first >= self.settings.reconcile_after_s:
+                if now - first >= self.settings.recovery.reconcile_after_s:
                     due.setdefault(stage, []).append(job_id)
                 else:
                     missing_since[job_id] = first
@@ -126,5 +128,5 @@ class Reconciler:
             log.warning(
                 "sent again %d waiting job(s) that had no message on the broker for %.0f s",
                 sum(result.resent.values()),
-                self.settings.reconcile_after_s,
+                self.settings.recovery.reconcile_after_s,
             )

@@ -189,7 +189,7 @@ class EmbeddedRunner(Dispatcher):
         threads = [self._thread("fast-stage", self._fast_loop, batch_id)]
         threads += [
             self._thread(f"agent-{i}", self._agent_loop, batch_id)
-            for i in range(self.settings.agent_workers)
+            for i in range(self.settings.agent.workers)
         ]
         return threads
 
@@ -243,7 +243,7 @@ class EmbeddedRunner(Dispatcher):
     def _fast_loop(self, batch_id: str | None) -> None:
         try:
             while not self._stop.is_set():
-                tickets = self._claim(Stage.FAST, self.settings.fast_batch_size, batch_id)
+                tickets = self._claim(Stage.FAST, self.settings.funnel.fast_batch_size, batch_id)
                 if not tickets and self._serving:
                     self._wake.wait(timeout=1.0)  # until notify(), or look again anyway
                     self._wake.clear()

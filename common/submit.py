@@ -44,39 +44,43 @@ class Submitted:
 def run_config(settings: Settings) -> dict[str, Any]:
     """The settings that decide a job's answer (and so belong in its key)."""
     return {
-        "small_model": settings.small_model,
-        "large_model": settings.large_model,
+        "small_model": settings.models.small.name,
+        "large_model": settings.models.large.name,
         "weights": [
-            weights_fingerprint(settings.small_model, "small"),
-            weights_fingerprint(settings.large_model, "large"),
+            weights_fingerprint(settings.models.small.name, "small"),
+            weights_fingerprint(settings.models.large.name, "large"),
         ],
-        "agent": settings.agent,
+        "agent": settings.agent.kind,
         "protocols": [
-            protocol_name(settings.small_model, "small", settings.protocol, settings.agent),
-            protocol_name(settings.large_model, "large", settings.protocol, settings.agent),
+            protocol_name(
+                settings.models.small.name, "small", settings.models.protocol, settings.agent.kind
+            ),
+            protocol_name(
+                settings.models.large.name, "large", settings.models.protocol, settings.agent.kind
+            ),
         ],
-        "backend": settings.backend,
+        "backend": settings.models.backend,
         "gate": {
-            "mode": settings.gate_mode,
-            "top_k": settings.gate_top_k,
-            "threshold": settings.gate_threshold,
+            "mode": settings.funnel.gate.mode,
+            "top_k": settings.funnel.gate.top_k,
+            "threshold": settings.funnel.gate.threshold,
         },
-        "baseline": settings.baseline,
-        "calibrate": settings.calibrate,
-        "screener": settings.screener,
+        "baseline": settings.funnel.baseline,
+        "calibrate": settings.funnel.calibrate,
+        "screener": settings.funnel.screener,
         "max_new_tokens": [
-            settings.screen_max_new_tokens,
-            settings.speculate_max_new_tokens,
-            settings.agent_max_new_tokens,
+            settings.funnel.screen_max_new_tokens,
+            settings.funnel.speculate_max_new_tokens,
+            settings.agent.max_new_tokens,
         ],
-        "agent_max_steps": settings.agent_max_steps,
+        "agent_max_steps": settings.agent.max_steps,
     }
 
 
 def to_item(row: SourceRow, settings: Settings) -> NewItem:
     """A source row with its image hashed. A row over the limits or with text the store
     cannot keep (``common.limits``), or with an unreadable image, makes a failed item."""
-    limits = settings.request_limits
+    limits = settings.requests
     item = _storable_item(row, limits)
     if row.error is not None or row.image_path is None:
         return replace(item, error=row.error or ("image_missing", "no image"))
@@ -91,7 +95,7 @@ def to_item(row: SourceRow, settings: Settings) -> NewItem:
     if row.image_hash is not None:  # the reader kept the image and hashed it already
         return replace(item, image_hash=row.image_hash)
     try:
-        digest = content_hash(read_image_bytes(row.image_path, settings.image_limits))
+        digest = content_hash(read_image_bytes(row.image_path, settings.images))
     except ImageError as exc:
         return replace(item, error=(exc.code, f"{row.item_id}: {exc}"))
     return replace(item, image_hash=digest)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -95,7 +95,7 @@ def load_query(ticket: Ticket, settings: Settings) -> Query | Failed:
         ticket.image_path,
         ticket.question,
         ticket.options,
-        settings.image_limits,
+        settings.images,
         expected_hash=ticket.image_hash,
     )
 
@@ -146,7 +146,7 @@ class _Work:
         self, session: Session, tickets: list[Ticket], delivery: Delivery
     ) -> list[Ticket]:
         """Fail the claimed jobs that are over their attempt limit; returns the others."""
-        limit = self.settings.max_attempts
+        limit = self.settings.recovery.max_attempts
         for ticket in tickets:
             if ticket.attempts > limit:
                 message = (
@@ -167,7 +167,7 @@ class _Work:
                 session,
                 job_ids,
                 self.stage,
-                stale_after_s=self.settings.visibility_timeout_s / 2,
+                stale_after_s=self.settings.broker.visibility_timeout_s / 2,
                 takeover=takeover,
                 worker=self.worker,
             )
@@ -175,7 +175,7 @@ class _Work:
     def _release(self, tickets: list[Ticket], delivery: Delivery, *, count_attempt: bool) -> None:
         """Put the jobs back to wait for this stage, and send them again after a delay."""
         ids = [ticket.job_id for ticket in tickets]
-        delay_s = self.settings.retry_delay_s
+        delay_s = self.settings.recovery.retry_delay_s
         with self.dispatcher.transaction(self.sessions, delay_s=delay_s) as outbox:
             claims.release_ids(outbox.session, ids, self.stage, count_attempt=count_attempt)
             (outbox.to_fast if self.stage == Stage.FAST else outbox.to_slow)(ids)
@@ -184,7 +184,7 @@ class _Work:
     def _lone_failure(self, ticket: Ticket, exc: Exception, delivery: Delivery) -> None:
         """A job failed on its own: retry it while it has attempts left, else fail it."""
         reason = f"{type(exc).__name__}: {exc}"
-        if ticket.attempts < self.settings.max_attempts:
+        if ticket.attempts < self.settings.recovery.max_attempts:
             log.warning(
                 "job %s failed in the %s stage (attempt %d), retrying: %s",
                 ticket.job_id,
@@ -224,7 +224,7 @@ class FastWork(_Work):
         with self.sessions.begin() as session:
             tickets = self._fail_exhausted(session, tickets, delivery)
         fresh = [ticket for ticket in tickets if ticket.attempts == 1]
-        groups = pixel_groups(fresh, self.settings.fast_batch_pixels)
+        groups = pixel_groups(fresh, self.settings.funnel.fast_batch_pixels)
         if groups and self._split_next:
             self._split_next = False
             groups[:1] = halves(groups[0])
@@ -275,7 +275,7 @@ class FastWork(_Work):
 
         def send_screened(deferred: list[Deferred]) -> None:
             with self.dispatcher.transaction(self.sessions) as tx:
-                claims.record_fast(tx.session, deferred, self.settings.gate)
+                claims.record_fast(tx.session, deferred, self.settings.funnel.gate)
                 tx.to_slow([outcome.job_id for outcome in deferred])
             sent.update(outcome.job_id for outcome in deferred)
 
@@ -310,9 +310,8 @@ class FastWork(_Work):
             controls = audits.controls(session)
         funnel = self.settings.funnel
         if "gate_threshold" in controls:
-            funnel = replace(
-                funnel, gate=replace(funnel.gate, threshold=controls["gate_threshold"])
-            )
+            raised = funnel.gate.model_copy(update={"threshold": controls["gate_threshold"]})
+            funnel = funnel.model_copy(update={"gate": raised})
         started = time.perf_counter()
         loaded = [load_query(ticket, self.settings) for ticket in group]
         queries = [query for query in loaded if isinstance(query, Query)]
@@ -332,7 +331,7 @@ class FastWork(_Work):
 
     def _sample_audits(self, session: Session, outcomes: Sequence[FastOutcome]) -> list[str]:
         """Mark the accepted jobs the audit samples (by their keys: reruns pick the same)."""
-        rate = self.settings.audit_rate
+        rate = self.settings.audit.rate
         accepted = [o.job_id for o in outcomes if isinstance(o, Accepted)]
         if not rate or not accepted:
             return []
@@ -373,7 +372,7 @@ class AgentWork(_Work):
         query = load_query(ticket, self.settings)
         if isinstance(query, Failed):
             return query
-        return run_agent_stage(query, self.models.large, self.settings.agent_limits)
+        return run_agent_stage(query, self.models.large, self.settings.agent)
 
     def run_id(self, job_id: str, *, takeover: bool = False) -> Delivery:
         """Claim the job a message named (waiting, stale or handed back) and run it."""
@@ -399,7 +398,7 @@ class AgentWork(_Work):
         except RetryableError as exc:
             log.warning("audit of job %s will be retried: %s", ticket.job_id, exc)
             with self.dispatcher.transaction(
-                self.sessions, delay_s=self.settings.retry_delay_s
+                self.sessions, delay_s=self.settings.recovery.retry_delay_s
             ) as tx:
                 audits.put_back(tx.session, ticket.job_id)
                 tx.to_audit([ticket.job_id])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from common.backends.scripted import ScriptedSettings
 from common.config import Settings
 from common.contracts import Query
 from lab.schedule import Draw, run_draws
@@ -106,8 +107,11 @@ def write_corpus(folder: Path, count: int) -> None:
         Image.new("RGB", (32, 32), colour).save(folder / f"{index:06d}.png")
 
 
-def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> EmbeddedFigures:
-    """Annotate ``corpus`` with the embedded runner under ``settings``; time the run."""
+def bench_embedded(
+    settings: Settings, corpus: Path, database_url: str, scripted: ScriptedSettings | None = None
+) -> EmbeddedFigures:
+    """Annotate ``corpus`` with the embedded runner under ``settings`` (the scripted
+    backend as ``scripted`` says); time the run."""
     from common.backends import load_models
     from common.corpus import read_source
     from common.gate import warm_up
@@ -119,8 +123,8 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
     sessions = open_store(database_url)
     rows = read_source(corpus, "What colour is the image?")
     submitted = submit_corpus(sessions, rows, source=str(corpus), name="bench", settings=settings)
-    runner = EmbeddedRunner(sessions, load_models(settings), settings)
-    warm_up(settings.gate)  # a started service has paid this already
+    runner = EmbeddedRunner(sessions, load_models(settings, scripted), settings)
+    warm_up(settings.funnel.gate)  # a started service has paid this already
     result = runner.run(submitted.batch_id, poll_s=0.2)
     counts = result.counts
     with sessions() as session:
@@ -135,7 +139,7 @@ def bench_embedded(settings: Settings, corpus: Path, database_url: str) -> Embed
         small_share=counts.small_share,
         fast_busy_s=busy.fast_s,
         agent_busy_s=busy.agent_s,
-        agent_workers=settings.agent_workers,
+        agent_workers=settings.agent.workers,
         agent_jobs=busy.agent_jobs,
         fill_s=busy.fill_s,
         draws=draws,

@@ -62,7 +62,7 @@ class PipelinePlan:
 
 def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> PipelineFigures:
     """Run ``plan.jobs`` scripted jobs through fresh workers; figures from the store."""
-    if not settings.broker_url:
+    if not settings.broker.url:
         raise ConfigurationError("bench pipeline needs a broker: --broker redis://HOST:6379/0")
     with (
         scratch_database(settings.database_url) as database_url,
@@ -72,11 +72,11 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
         env = {
             "SPECEYES_BACKEND": "scripted",
             "SPECEYES_DATABASE_URL": database_url,
-            "SPECEYES_BROKER_URL": settings.broker_url,
+            "SPECEYES_BROKER_URL": settings.broker.url,
             "SPECEYES_BROKER_KEY_PREFIX": f"speceyes-bench-{tag}:",
             "SPECEYES_FAST_QUEUE": f"bench-fast-{tag}",
             "SPECEYES_SLOW_QUEUE": f"bench-slow-{tag}",
-            "SPECEYES_FAST_BATCH_SIZE": str(settings.fast_batch_size),
+            "SPECEYES_FAST_BATCH_SIZE": str(settings.funnel.fast_batch_size),
             "SPECEYES_AUDIT_RATE": "0",  # the funnel's own speed
             **(plan.worker_env or {}),
         }
@@ -93,7 +93,7 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
         try:
             with workers(plan, env, Path(scratch), log):
                 log(f"submitting {plan.jobs} jobs in chunks of {plan.chunk}")
-                spans = chunk_spans(plan.jobs, settings.fast_batch_size, plan.chunk)
+                spans = chunk_spans(plan.jobs, settings.funnel.fast_batch_size, plan.chunk)
                 batch_id = submit_synthetic(sessions, dispatcher, spans, Path(scratch))
                 result = follow_store(
                     sessions, batch_id, Watch(on_stall=_stalled), poll_s=0.25, stall_s=60

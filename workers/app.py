@@ -18,7 +18,6 @@ process, after it starts (``worker_ready``), never before.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +29,7 @@ from celery_batches import Batches, SimpleRequest
 from common.backends import Models, load_models
 from common.config import Settings
 from common.gate import warm_up
+from common.inference_client import Backoff
 from common.store.db import open_store
 from common.work import AgentWork, FastWork
 from workers import metrics
@@ -56,10 +56,11 @@ class TimedBatches(Batches):
 
 
 def backoff_s(settings: Settings, retries: int) -> float:
-    """The wait before the ``retries``-th send after an outage: doubling, capped, jittered
-    (half to the whole of it, so workers do not come back in step)."""
-    full = min(settings.retry_max_delay_s, settings.retry_delay_s * 2**retries)
-    return full * random.uniform(0.5, 1.0)
+    """The wait before the ``retries``-th send after an outage: the service's one backoff
+    (``common.inference_client.Backoff``: doubling, capped, jittered)."""
+    recovery = settings.recovery
+    policy = Backoff(first_s=recovery.retry_delay_s, max_s=recovery.retry_max_delay_s)
+    return policy.delay_s(retries + 1)
 
 
 @dataclass
@@ -82,8 +83,8 @@ class Runtime:
     def models(self) -> Models:
         log.info(
             "loading models: small %s, large %s",
-            self.settings.small_model,
-            self.settings.large_model,
+            self.settings.models.small.name,
+            self.settings.models.large.name,
         )
         return load_models(self.settings)
 
@@ -115,8 +116,8 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
     @app.task(
         name=FAST_TASK,
         base=TimedBatches,
-        flush_every=settings.fast_batch_size,
-        flush_interval=settings.fast_max_wait_s,
+        flush_every=settings.funnel.fast_batch_size,
+        flush_interval=settings.funnel.fast_max_wait_s,
         acks_late=True,
     )
     def fast(requests: list[SimpleRequest]) -> None:
@@ -166,7 +167,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
     @worker_ready.connect(weak=False)
     def start(**_: Any) -> None:
         runtime.models  # noqa: B018 -- load now, not on the first message
-        warm_up(settings.gate)
+        warm_up(settings.funnel.gate)
         runtime.supervisor.start()
         if metrics_port:
             serve_health(metrics_port, runtime.supervisor, metrics.wsgi_app(runtime.dispatcher))

@@ -29,11 +29,11 @@ def celery_app(settings: Settings) -> Any:
     """A Celery app configured from ``settings`` (no tasks registered)."""
     from celery import Celery
 
-    if not settings.broker_url:
+    if not settings.broker.url:
         raise ConfigurationError(
             "no broker configured: set SPECEYES_BROKER_URL (e.g. redis://127.0.0.1:6379/0)"
         )
-    app = Celery("speceyes", broker=settings.broker_url, set_as_current=False)
+    app = Celery("speceyes", broker=settings.broker.url, set_as_current=False)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -41,11 +41,11 @@ def celery_app(settings: Settings) -> Any:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_routes={
-            FAST_TASK: {"queue": settings.fast_queue},
-            SLOW_TASK: {"queue": settings.slow_queue},
-            AUDIT_TASK: {"queue": settings.audit_queue},
+            FAST_TASK: {"queue": settings.broker.fast_queue},
+            SLOW_TASK: {"queue": settings.broker.slow_queue},
+            AUDIT_TASK: {"queue": settings.broker.audit_queue},
         },
-        task_default_queue=settings.fast_queue,
+        task_default_queue=settings.broker.fast_queue,
         broker_connection_retry_on_startup=True,
         broker_transport_options=transport_options(settings),
         worker_hijack_root_logger=False,
@@ -56,10 +56,10 @@ def celery_app(settings: Settings) -> Any:
 
 def transport_options(settings: Settings) -> dict[str, Any]:
     """Redis transport options: how soon a dead worker's messages come back."""
-    timeout = settings.visibility_timeout_s
+    timeout = settings.broker.visibility_timeout_s
     return {
         "visibility_timeout": timeout,
-        "global_keyprefix": settings.broker_key_prefix,
+        "global_keyprefix": settings.broker.key_prefix,
         # kombu looks for overdue messages every interval x throttle seconds; keep that
         # well under the timeout so a message comes back soon after it is overdue.
         "unacked_restore_interval": max(1, min(10, int(timeout / 4))),
@@ -89,7 +89,7 @@ class CeleryDispatcher(Dispatcher):
         """One message per job id. ``takeover`` is for a worker sending back jobs it holds
         (the next worker may claim them although they look running)."""
         options = _options(takeover, retries)
-        return self._send(FAST_TASK, self.settings.fast_queue, job_ids, delay_s, options)
+        return self._send(FAST_TASK, self.settings.broker.fast_queue, job_ids, delay_s, options)
 
     def send_slow(
         self,
@@ -100,13 +100,18 @@ class CeleryDispatcher(Dispatcher):
         retries: int = 0,
     ) -> int:
         options = _options(takeover, retries)
-        return self._send(SLOW_TASK, self.settings.slow_queue, job_ids, delay_s, options)
+        return self._send(SLOW_TASK, self.settings.broker.slow_queue, job_ids, delay_s, options)
 
     def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
         """Audits on their own queue at the lowest priority: a slow worker takes one only
         when no deferred job waits (kombu's Redis transport pops priority-major)."""
         return self._send(
-            AUDIT_TASK, self.settings.audit_queue, job_ids, delay_s, None, priority=AUDIT_PRIORITY
+            AUDIT_TASK,
+            self.settings.broker.audit_queue,
+            job_ids,
+            delay_s,
+            None,
+            priority=AUDIT_PRIORITY,
         )
 
     def check(self) -> None:
@@ -154,12 +159,13 @@ class CeleryDispatcher(Dispatcher):
         acknowledged yet), read from Redis: ``BackendUnavailable`` if it does not answer."""
         import redis
 
-        prefix = self.settings.broker_key_prefix
-        client = redis.Redis.from_url(self.settings.broker_url or "", socket_timeout=10)
+        prefix = self.settings.broker.key_prefix
+        client = redis.Redis.from_url(self.settings.broker.url or "", socket_timeout=10)
         try:
             raw: list[bytes] = []
             settings = self.settings
-            for queue in (settings.fast_queue, settings.slow_queue, settings.audit_queue):
+            broker = settings.broker
+            for queue in (broker.fast_queue, broker.slow_queue, broker.audit_queue):
                 for key in _priority_keys(prefix + queue):
                     raw += client.lrange(key, 0, -1)  # type: ignore[arg-type]
             if held:
@@ -177,17 +183,17 @@ class CeleryDispatcher(Dispatcher):
             client = connection.default_channel.client  # adds the key prefix itself
             return {
                 queue: int(client.llen(queue))
-                for queue in (self.settings.fast_queue, self.settings.slow_queue)
+                for queue in (self.settings.broker.fast_queue, self.settings.broker.slow_queue)
             }
 
     def delete_keys(self) -> int:
         """Remove every key under this deployment's prefix (scratch deployments only)."""
         import redis
 
-        prefix = self.settings.broker_key_prefix
+        prefix = self.settings.broker.key_prefix
         if not prefix:
             raise ConfigurationError("refusing to delete the keys of an unprefixed broker")
-        client = redis.Redis.from_url(self.settings.broker_url or "")
+        client = redis.Redis.from_url(self.settings.broker.url or "")
         try:
             keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
             return int(client.delete(*keys)) if keys else 0
@@ -195,7 +201,7 @@ class CeleryDispatcher(Dispatcher):
             client.close()
 
     def _where(self) -> str:
-        url = self.settings.broker_url or ""
+        url = self.settings.broker.url or ""
         return url.split("@")[-1]  # no password in messages
 
 

@@ -131,7 +131,7 @@ class Supervisor:
 
     def _loop(self) -> None:
         while not self._stop.wait(
-            min(self.settings.heartbeat_s, self.settings.reconcile_interval_s)
+            min(self.settings.recovery.heartbeat_s, self.settings.recovery.reconcile_interval_s)
         ):
             self.tick()
 
@@ -141,7 +141,7 @@ class Supervisor:
         self._beat()
         self._check_broker()
         if self.last_tick >= self._next_sweep and self.ready["database"] == "ok":
-            self._next_sweep = self.last_tick + self.settings.reconcile_interval_s
+            self._next_sweep = self.last_tick + self.settings.recovery.reconcile_interval_s
             try:
                 self.reconciler.sweep()
                 self.repeated.cleared("sweep", "the reconciler sweeps again")
@@ -174,10 +174,11 @@ class Supervisor:
         """Exit when messages wait, this worker is idle, and has been for too long."""
         with self._lock:
             idle_s = 0.0 if self.running else time.monotonic() - self.last_active
-        if idle_s < self.settings.worker_stall_exit_s or self.ready["broker"] != "ok":
+        if idle_s < self.settings.recovery.worker_stall_exit_s or self.ready["broker"] != "ok":
             return
         try:
-            queue = self.settings.fast_queue if self.pool == "fast" else self.settings.slow_queue
+            broker = self.settings.broker
+            queue = broker.fast_queue if self.pool == "fast" else broker.slow_queue
             waiting = self.dispatcher.queue_depths()[queue]
         except Exception:  # the broker check above reports it
             return
@@ -198,7 +199,7 @@ class Supervisor:
     # -- health ------------------------------------------------------------------------
     def health(self, path: str) -> tuple[int, dict[str, Any]]:
         if path == "/healthz":
-            stale = time.monotonic() - self.last_tick > 3 * self.settings.heartbeat_s + 5
+            stale = time.monotonic() - self.last_tick > 3 * self.settings.recovery.heartbeat_s + 5
             alive = not stale and not self.stalled
             return (200 if alive else 503), {"alive": alive, "worker": self.worker}
         ok = all(state == "ok" for state in self.ready.values())

@@ -91,7 +91,7 @@ def get_results(
     with sessions() as session:
         found = _batch_or_404(session, batch_id, caller).id
 
-    uploads = settings.upload_dir.resolve()
+    uploads = settings.api.upload_dir.resolve()
 
     def rows() -> Iterator[bytes]:
         with sessions() as session:

@@ -37,7 +37,7 @@ from PIL import Image
 
 from common.agents.trajectory import AgentStep, Trajectory
 from common.backends.base import Conversation, Message, VisionLanguageModel
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.contracts import Query
 from common.images import ResizeRule
 from common.protocols import Protocol
@@ -59,10 +59,10 @@ class TrajectoryError(Exception):
 
 
 def run_deepeyes(
-    query: Query, model: VisionLanguageModel, limits: AgentLimits | None = None
+    query: Query, model: VisionLanguageModel, limits: AgentSettings | None = None
 ) -> Trajectory:
     """Run one DeepEyes trajectory to an answer or to a clear error."""
-    limits = limits or AgentLimits()
+    limits = limits or AgentSettings()
     protocol = model.protocol
     conversation = Conversation(key=query.job_id)
     conversation.messages += protocol.agent_start(
@@ -105,7 +105,7 @@ Reaction = tuple[str | None, list[Message]]  # (the answer if the trajectory end
 
 
 def _react_reference(
-    step: AgentStep, original: Image.Image, model: VisionLanguageModel, limits: AgentLimits
+    step: AgentStep, original: Image.Image, model: VisionLanguageModel, limits: AgentSettings
 ) -> Reaction:
     """The SpecEyes evaluation's loop (``process_single_large_model``), step by step."""
     protocol, text = model.protocol, step.text
@@ -127,7 +127,7 @@ def _react_reference(
 
 
 def _react_observe(
-    step: AgentStep, original: Image.Image, model: VisionLanguageModel, limits: AgentLimits
+    step: AgentStep, original: Image.Image, model: VisionLanguageModel, limits: AgentSettings
 ) -> Reaction:
     """Ours (``v0``): a closed answer ends it; every problem goes back as an observation."""
     answer = parse_answer(step.text)
@@ -147,7 +147,7 @@ def _zoom(
     call: Any,
     original: Image.Image,
     model: VisionLanguageModel,
-    limits: AgentLimits,
+    limits: AgentSettings,
 ) -> Message:
     """Carry out a parsed zoom call: the user turn with the crop (or the refusal)."""
     protocol = model.protocol
@@ -226,7 +226,7 @@ def map_box(
     original_size: tuple[int, int],
     rule: ResizeRule,
     protocol: Protocol,
-    limits: AgentLimits,
+    limits: AgentSettings,
 ) -> tuple[int, int, int, int]:
     """A box in the model's view (``rule`` made it) -> a checked crop box in original pixels.
 

@@ -35,7 +35,7 @@ from PIL import Image
 
 from common.agents.trajectory import AgentStep, Trajectory
 from common.backends.base import Conversation, Message, Part, VisionLanguageModel
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ImageError
 from common.protocols import Protocol
@@ -52,12 +52,12 @@ OUTPUT_FOLDER = "temp_processed_images"  # in the sandbox: where THYME.OUTPUT_DI
 def run_thyme(
     query: Query,
     model: VisionLanguageModel,
-    limits: AgentLimits | None = None,
+    limits: AgentSettings | None = None,
     sandbox: Sandbox | None = None,
 ) -> Trajectory:
     """Run one Thyme trajectory to an answer or to a clear error."""
-    limits = limits or AgentLimits()
-    sandbox = sandbox or Sandbox.for_agent(limits)
+    limits = limits or AgentSettings()
+    sandbox = sandbox or Sandbox(limits.sandbox)
     with sandbox.session() as session:
         return _Loop(query, model, limits, session).run()
 
@@ -67,7 +67,7 @@ class _Loop:
         self,
         query: Query,
         model: VisionLanguageModel,
-        limits: AgentLimits,
+        limits: AgentSettings,
         session: SandboxSession,
     ) -> None:
         self.query, self.model, self.limits, self.session = query, model, limits, session

@@ -12,6 +12,7 @@ from common.backends.base import VisionLanguageModel
 from common.config import Settings
 
 if TYPE_CHECKING:
+    from common.backends.scripted import ScriptedSettings
     from common.backends.server_backend import Endpoint
 
 
@@ -21,46 +22,57 @@ class Models:
     small: VisionLanguageModel  # M_S: speculates (phase II)
 
 
-def load_models(settings: Settings) -> Models:
-    """Load M_L and M_S as the settings say (the transformers import happens here)."""
-    if settings.backend == "scripted":
-        from common.backends.scripted import scripted_from_settings
+def load_models(settings: Settings, scripted: ScriptedSettings | None = None) -> Models:
+    """Load M_L and M_S as the settings say (the transformers import happens here); the
+    scripted backend follows ``scripted`` (default: its ``SPECEYES_SCRIPTED__*`` knobs)."""
+    if settings.models.backend == "scripted":
+        from common.backends.scripted import ScriptedSettings, scripted_from_settings
 
         shared = scripted_from_settings(
-            settings.scripted, "thyme" if settings.agent == "thyme" else settings.protocol
+            scripted or ScriptedSettings(),
+            "thyme" if settings.agent.kind == "thyme" else settings.models.protocol,
         )
         return Models(large=shared, small=shared)
 
     from common.models.registry import protocol_name
     from common.protocols import get_protocol
 
-    if settings.backend == "openai":
+    if settings.models.backend == "openai":
         from common.backends.server_backend import ServerModel
 
         def serve(spec: str, role: Literal["small", "large"]) -> ServerModel:
-            protocol = get_protocol(protocol_name(spec, role, settings.protocol, settings.agent))
+            protocol = get_protocol(
+                protocol_name(spec, role, settings.models.protocol, settings.agent.kind)
+            )
             return ServerModel(server_endpoint(settings, role), protocol=protocol)
 
         return Models(
-            large=serve(settings.large_model, "large"), small=serve(settings.small_model, "small")
+            large=serve(settings.models.large.name, "large"),
+            small=serve(settings.models.small.name, "small"),
         )
 
     from common.backends.transformers_backend import TransformersModel
     from common.models.registry import resolve_model
 
     def load(spec: str, role: Literal["small", "large"]) -> TransformersModel:
-        path = resolve_model(spec, role, settings.cache_dir)
-        protocol = get_protocol(protocol_name(spec, role, settings.protocol, settings.agent))
+        path = resolve_model(spec, role, settings.models.cache_dir)
+        protocol = get_protocol(
+            protocol_name(spec, role, settings.models.protocol, settings.agent.kind)
+        )
         return TransformersModel(
-            path, name=spec, device=settings.device, dtype=settings.dtype, protocol=protocol
+            path,
+            name=spec,
+            device=settings.models.device,
+            dtype=settings.models.dtype,
+            protocol=protocol,
         )
 
-    large = load(settings.large_model, "large")
-    small = load(settings.small_model, "small")
-    if settings.agent_workers > 1:  # their steps share one batched generate
+    large = load(settings.models.large.name, "large")
+    small = load(settings.models.small.name, "small")
+    if settings.agent.workers > 1:  # their steps share one batched generate
         from common.backends.lockstep import Lockstep
 
-        return Models(large=Lockstep(large, max_batch=settings.agent_workers), small=small)
+        return Models(large=Lockstep(large, max_batch=settings.agent.workers), small=small)
     return Models(large=large, small=small)
 
 
@@ -69,10 +81,10 @@ def server_endpoint(settings: Settings, role: Literal["small", "large"]) -> Endp
     from common.backends.server_backend import Endpoint
     from common.errors import ConfigurationError
 
-    url = settings.large_server_url if role == "large" else settings.small_server_url
-    key = settings.large_server_key if role == "large" else settings.small_server_key
-    if role == "small" and url is None:
-        url, key = settings.large_server_url, key or settings.large_server_key
+    model, large = settings.models.role(role), settings.models.large
+    url, key = model.server_url, model.server_key
+    if role == "small" and url is None:  # M_S defaults to M_L's server
+        url, key = large.server_url, key or large.server_key
     if url is None:
         raise ConfigurationError(
             "the openai backend needs a server: set SPECEYES_LARGE_SERVER_URL (and "
@@ -80,9 +92,9 @@ def server_endpoint(settings: Settings, role: Literal["small", "large"]) -> Endp
         )
     return Endpoint(
         url,
-        settings.large_model if role == "large" else settings.small_model,
+        model.name,
         key.get_secret_value() if key is not None else None,
-        timeout_s=settings.server_timeout_s,
-        retries=settings.server_retries,
-        concurrency=settings.server_concurrency,
+        timeout_s=settings.models.server_timeout_s,
+        retries=settings.models.server_retries,
+        concurrency=settings.models.server_concurrency,
     )

@@ -22,9 +22,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.backends.base import Conversation, Generation, Message, Speculation, plain_render
-from common.config import ScriptedSettings
 from common.contracts import Query, ScreenResult
 from common.errors import ModelError
 from common.gate import TokenScores, score_for
@@ -33,6 +36,31 @@ from common.protocols import REFERENCE, Protocol, get_protocol
 
 Phase = str  # "screen" | "speculate" | "generate"
 EVERY_JOB = "*"  # the key of a script every job without its own follows
+
+
+class ScriptedSettings(BaseSettings):
+    """The scripted backend's knobs: a test hook, not a setting of the service (read from
+    ``SPECEYES_SCRIPTED__<NAME>``, for tests that start workers in other processes).
+
+    Jobs are drawn deterministically from their id: a share ``tool_free`` is screened
+    tool-free, and of those a share ``confident`` passes the gate. Simulated costs are
+    slept: a fast-stage call costs ``fast_batch_s`` + ``fast_job_s`` per job (half in
+    screening, half in speculation), an agent step ``agent_step_s``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPECEYES_SCRIPTED__", extra="ignore")
+
+    tool_free: float = Field(1.0, ge=0.0, le=1.0)
+    confident: float = Field(1.0, ge=0.0, le=1.0)
+    fast_batch_s: float = Field(0.0, ge=0.0)
+    fast_job_s: float = Field(0.0, ge=0.0)
+    agent_step_s: float = Field(0.0, ge=0.0)
+    scripts_file: Path | None = Field(
+        None,
+        description="JSON object: job id -> that job's script (JobScript's fields); the key "
+        "'*' scripts every other job (e.g. chosen Thyme code for a whole corpus, to replay "
+        "an attack through annotate or the workers).",
+    )
 
 
 @dataclass(frozen=True)

@@ -19,21 +19,22 @@
   Thyme's continuation after a sandbox output (``</sandbox_output>``) that is exactly
   the reference's cut. One edge differs: after a failed execution in Thyme's first step
   the reference continues the *user* turn keeping its final newline; a server drops it.
-- The requests of a micro-batch go out at once (async httpx, at most ``concurrency`` in
-  flight); 429, 5xx and connection errors are retried with backoff, then raised as
-  ``BackendUnavailable`` (retryable: the job is tried again later); other 4xx are
-  errors of the request (``ModelError``), 401/403/404 of the configuration.
+- The requests of a micro-batch go out at once through the endpoint's one long-lived
+  client (``common.inference_client``: pooled connections, at most ``concurrency`` in
+  flight); 429, 5xx and connection errors are tried again by the service's one backoff
+  (capped, jittered, honouring ``Retry-After``), then raised as ``BackendUnavailable``
+  (retryable: the job is tried again later); other 4xx are errors of the request
+  (``ModelError``), 401/403/404 of the configuration.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -41,14 +42,14 @@ from PIL import Image
 
 from common.backends.base import Conversation, Generation, Message, Speculation, final_answer
 from common.contracts import Query, ScreenResult
-from common.errors import BackendUnavailable, ConfigurationError, ModelError
+from common.errors import ConfigurationError, ModelError
 from common.gate import TokenScores
 from common.images import ResizeRule
+from common.inference_client import Backoff, ChatClient, Refused
 from common.protocols import Protocol, screen_says_tool_free
 
 log = logging.getLogger(__name__)
 
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 # a placeholder vLLM puts in top_logprobs for tokens it could not score
 PLACEHOLDER = -9999.0
 
@@ -62,7 +63,7 @@ class Endpoint:
     api_key: str | None = None
     timeout_s: float = 120.0
     retries: int = 3
-    backoff_s: float = 0.5
+    backoff: Backoff = field(default_factory=Backoff)
     concurrency: int = 16
 
     def __repr__(self) -> str:
@@ -77,13 +78,22 @@ class ServerModel:
         endpoint: Endpoint,
         *,
         protocol: Protocol,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.name = endpoint.model
         self.protocol = protocol
         self.resize_rule = protocol.image_grid or ResizeRule()
-        self._transport = transport
+        self.client = ChatClient(
+            endpoint.base_url,
+            api_key=endpoint.api_key,
+            timeout_s=endpoint.timeout_s,
+            retries=endpoint.retries,
+            backoff=endpoint.backoff,
+            concurrency=endpoint.concurrency,
+            name=repr(endpoint),
+            transport=transport,
+        )
 
     # -- the protocol ---------------------------------------------------------------
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
@@ -147,51 +157,21 @@ class ServerModel:
 
     def _all(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send every body at once (at most ``concurrency`` in flight); replies in order."""
-        return asyncio.run(self._send_all(bodies))
-
-    async def _send_all(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        headers = {}
-        if self.endpoint.api_key:
-            headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
-        limit = asyncio.Semaphore(self.endpoint.concurrency)
-        async with httpx.AsyncClient(
-            base_url=self.endpoint.base_url.rstrip("/"),
-            headers=headers,
-            timeout=self.endpoint.timeout_s,
-            transport=self._transport,
-        ) as client:
-
-            async def one(body: dict[str, Any]) -> dict[str, Any]:
-                async with limit:
-                    return await self._post(client, body)
-
-            return list(await asyncio.gather(*(one(body) for body in bodies)))
-
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-        endpoint = self.endpoint
-        problem = ""
-        for attempt in range(endpoint.retries + 1):
-            if attempt:
-                await asyncio.sleep(endpoint.backoff_s * 2 ** (attempt - 1))
+        replies = self._send(bodies)
+        for reply in replies:
             try:
-                response = await client.post("/chat/completions", json=body)
-            except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code in RETRY_STATUSES:
-                problem = f"HTTP {response.status_code}: {_detail(response)}"
-                continue
-            if response.status_code >= 400:
-                raise _refusal(response, body, endpoint)
-            try:
-                reply: dict[str, Any] = response.json()
                 reply["choices"][0]
-            except (ValueError, KeyError, IndexError, TypeError):
-                text = response.text[:200]
-                raise ModelError(f"{endpoint!r}: not a chat completion: {text}") from None
-            return reply
-        tries = endpoint.retries + 1
-        raise BackendUnavailable(f"{endpoint!r}: {problem} ({tries} tries)")
+            except (KeyError, IndexError, TypeError):
+                shown = str(reply)[:200]
+                raise ModelError(f"{self.endpoint!r}: not a chat completion: {shown}") from None
+        return replies
+
+    def _send(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            return self.client.complete_all(bodies)
+        except Refused as refused:
+            body = next((b for b in bodies if b.get("top_logprobs")), bodies[0])
+            raise _refusal(refused.response, body, self.endpoint) from None
 
 
 def _refusal(response: httpx.Response, body: dict[str, Any], endpoint: Endpoint) -> Exception:

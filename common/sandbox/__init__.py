@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from common.config import AgentLimits, SandboxLimits, Settings
+from common.config import SandboxSettings, Settings
 from common.errors import ConfigurationError, RetryableError
 from common.sandbox import cgroup, janitor, workspace
 from common.sandbox.channel import BadReport, GuestReport, ReportLimits, collect, decode_text, parse
@@ -85,33 +85,21 @@ class Sandbox:
     """Where code runs: the isolation, the limits, the machine's control groups."""
 
     def __init__(
-        self,
-        limits: SandboxLimits | None = None,
-        *,
-        isolation: Isolation = "bubblewrap",
-        bwrap: str = "bwrap",
-        runsc: str = "runsc",
-        uid: int = 65533,
+        self, limits: SandboxSettings | None = None, *, isolation: Isolation | None = None
     ) -> None:
-        self.limits = limits or SandboxLimits()
-        self.isolation = isolation
-        self.uid = uid
-        self.launcher = _launcher(isolation, bwrap=bwrap, runsc=runsc, uid=uid)
+        """A sandbox as ``limits`` say (the sandbox's settings: limits, isolation, uid,
+        executables); ``isolation`` overrides theirs."""
+        self.limits = limits = limits or SandboxSettings()
+        self.isolation = isolation or limits.effective_isolation
+        self.uid = limits.uid
+        self.launcher = _launcher(
+            self.isolation, bwrap=limits.bwrap, runsc=limits.runsc, uid=self.uid
+        )
         self.hierarchy = cgroup.find_hierarchy() if os.geteuid() == 0 else None
         cgroup.sweep_stale(self.hierarchy)  # what workers that died left
         if os.geteuid() == 0:
-            janitor.kill_orphans(uid)
+            janitor.kill_orphans(self.uid)
         workspace.sweep_stale()
-
-    @classmethod
-    def for_agent(cls, limits: AgentLimits) -> Sandbox:
-        return cls(
-            limits.sandbox,
-            isolation=limits.isolation,
-            bwrap=limits.bwrap,
-            runsc=limits.runsc,
-            uid=limits.sandbox_uid,
-        )
 
     def check(self) -> None:
         """Refuse (``SandboxUnavailable``, one clear message) unless a trivial program
@@ -149,7 +137,7 @@ class Sandbox:
                 "file_bytes": limits.file_mb << 20,
                 "processes": None if counted else limits.threads,
                 "printed_chars": limits.output_bytes // 2,
-                "images": limits.images,
+                "images": limits.max_images,
                 "image_pixels": limits.image_pixels,
             }
         )
@@ -159,7 +147,7 @@ class Sandbox:
         return ReportLimits(
             header_bytes=limits.output_bytes,
             text_chars=limits.output_bytes // 2,
-            images=limits.images,
+            images=limits.max_images,
             pixels=limits.image_pixels,
             shown_chars=limits.text_chars,
         )
@@ -441,9 +429,9 @@ def _launcher(isolation: Isolation, *, bwrap: str, runsc: str, uid: int) -> Laun
 def require_code_sandbox(settings: Settings) -> None:
     """Where this process will run Thyme's trajectories: refuse to start unless the
     sandbox works (or the operator opted out, which is logged as the risk it is)."""
-    if settings.agent != "thyme":
+    if settings.agent.kind != "thyme":
         return
-    sandbox = Sandbox.for_agent(settings.agent_limits)
+    sandbox = Sandbox(settings.agent.sandbox)
     if sandbox.isolation == "none":
         log.warning(
             "SPECEYES_ALLOW_UNSANDBOXED_CODE is set: Thyme's model-written code runs "

@@ -59,16 +59,18 @@ def direct_passes(
 ) -> tuple[list[ItemOutcome], float]:
     """Screen and speculate every item; returns outcomes and fast-stage seconds per job."""
     outcomes, seconds = [], 0.0
-    for start in range(0, len(held_out), settings.fast_batch_size):
-        batch = held_out[start : start + settings.fast_batch_size]
+    for start in range(0, len(held_out), settings.funnel.fast_batch_size):
+        batch = held_out[start : start + settings.funnel.fast_batch_size]
         queries = _queries(batch)
         began = time.perf_counter()
-        screens = screen_stage(queries, models.large, max_new_tokens=settings.screen_max_new_tokens)
+        screens = screen_stage(
+            queries, models.large, max_new_tokens=settings.funnel.screen_max_new_tokens
+        )
         answers = speculate_stage(
             queries,
             models.small,
-            max_new_tokens=settings.speculate_max_new_tokens,
-            top_k=settings.gate_top_k,
+            max_new_tokens=settings.funnel.speculate_max_new_tokens,
+            top_k=settings.funnel.gate.top_k,
         )
         seconds += time.perf_counter() - began
         for item, screen, answer in zip(batch, screens, answers, strict=True):
@@ -79,7 +81,7 @@ def direct_passes(
                 outcome.small_answer = answer.answer
                 outcome.small_correct = is_correct(answer.answer, item.answer, item.options)
                 for mode in MODES:
-                    gate = GateSettings(mode=mode, top_k=settings.gate_top_k)
+                    gate = GateSettings(mode=mode, top_k=settings.funnel.gate.top_k)
                     (result,) = score_answers([answer.scores], gate)
                     outcome.confidence[mode] = result.confidence
                     if mode == "min":
@@ -241,7 +243,7 @@ def run_report(
         base_settings = settings.model_copy(update={"baseline": True})
         baseline = embedded_run(models, manifest, base_settings, f"sqlite:///{scratch}/base.db")
     mark_agent(outcomes, baseline)
-    return summarise(outcomes, funnel, baseline, fast_s, plot_path, settings.gate_threshold)
+    return summarise(outcomes, funnel, baseline, fast_s, plot_path, settings.funnel.gate.threshold)
 
 
 def summarise(

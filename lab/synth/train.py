@@ -40,7 +40,7 @@ from PIL import Image
 from common.agents.deepeyes import TOOL_NAME, map_box
 from common.backends.base import Message
 from common.backends.transformers_backend import load_processor, template_messages
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.images import ResizeRule
 from common.protocols import V0
 from lab.synth.world import SIZE, SMALL_VIEW, SynthItem, items, make_item
@@ -225,7 +225,7 @@ def make_views(item: SynthItem, small_rule: ResizeRule, agent_rule: ResizeRule) 
         original.size,
         agent_rule,
         PROTOCOL,
-        AgentLimits(),
+        AgentSettings(),
     )
     return Views(
         small=small_rule.apply(original),

@@ -40,7 +40,7 @@ class Api:
             self.key = create_key(session, "tests")[1]
         # what the API sent on: a broker when the test names one, else a recording stand-in
         self.dispatcher = (
-            CeleryDispatcher(self.settings) if self.settings.broker_url else StoreOnly()
+            CeleryDispatcher(self.settings) if self.settings.broker.url else StoreOnly()
         )
         app = create_app(self.settings, sessions=self.sessions, dispatcher=self.dispatcher)
         self.http = TestClient(app)

@@ -56,11 +56,11 @@ def test_calibrate_picks_a_certified_tau_and_annotate_takes_it(tmp_path: Path, c
     assert record["gate"] == {"mode": "min", "top_k": 64, "threshold": 0.8}
     assert (record["accepted"], record["wrong"]) == (500, 1)
     args = build_parser().parse_args(["annotate", "x", "--calibration", str(out)])
-    assert settings_from_args(args).gate == GateSettings("min", 64, 0.8)
+    assert settings_from_args(args).funnel.gate == GateSettings(mode="min", top_k=64, threshold=0.8)
     args = build_parser().parse_args(
         ["annotate", "x", "--calibration", str(out), "--threshold", "0.9"]
     )
-    assert settings_from_args(args).gate_threshold == 0.9  # an explicit flag wins
+    assert settings_from_args(args).funnel.gate.threshold == 0.9  # an explicit flag wins
 
 
 def test_calibrate_says_plainly_when_no_tau_meets_the_target(tmp_path: Path, capsys):

@@ -84,7 +84,8 @@ def test_bad_settings_are_one_line_and_exit_2(capsys):
     image = SAMPLE
     code = main(["ask", str(image), "-q", "Q?", "--backend", "scripted", "--threshold", "3"])
     err = capsys.readouterr().err
-    assert code == 2 and "gate_threshold" in err and err.count("\n") == 1
+    assert code == 2 and err.count("\n") == 1
+    assert "funnel.gate.threshold (--threshold, SPECEYES_GATE_THRESHOLD)" in err
 
 
 def test_models_build_tiny_writes_both_checkpoints(capsys, tmp_path: Path):
@@ -132,7 +133,7 @@ def test_config_prints_every_setting(capsys, monkeypatch):
     monkeypatch.setenv("SPECEYES_GATE_TOP_K", "32")
     assert main(["config", "--json"]) == 0
     values = json.loads(capsys.readouterr().out)
-    assert values["gate_top_k"] == 32 and "database_url" in values
+    assert values["funnel"]["gate"]["top_k"] == 32 and "database_url" in values
 
 
 def test_an_image_folder_is_not_an_image(capsys, tmp_path: Path):

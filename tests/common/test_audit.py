@@ -3,6 +3,7 @@ actions on them, and audits taken only after deferred work."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -111,13 +112,15 @@ def test_no_drift_raises_no_alarm_in_a_thousand_jobs(tmp_path: Path, sessions):
 def test_on_drift_the_deployment_raises_tau_or_pauses_until_resumed(
     tmp_path: Path, sessions, action: str
 ):
+    calibration = tmp_path / "calibration.json"  # what `speceyes calibrate --out` writes
+    gate = {"mode": "min", "top_k": 64, "threshold": 0.98}
+    calibration.write_text(json.dumps({"gate": gate, "stricter": [0.99, 0.995]}))
     settings = Settings(
         backend="scripted",
         audit_rate=1.0,
         audit_floor=0.9,
-        gate_threshold=0.98,
         audit_on_drift=action,
-        audit_tau_steps=[0.99, 0.995],
+        calibration_file=calibration,
     )
     wrong = [JobScript(answer="A", confidence=0.999, agent_answer="B")] * 12
     first, _, _ = run_corpus(tmp_path, sessions, settings, wrong, "first")

@@ -95,7 +95,9 @@ def test_placeholders_are_left_out_of_the_competitors():
 def test_an_empty_answer_is_never_accepted():
     assert confidence(torch.empty(0, 100)) == 0.0
     for mode in ("min", "mean", "bottom20", "logprob"):
-        (result,) = score_answers([TokenScores([], [])], GateSettings(mode, 4, 1e-9))
+        (result,) = score_answers(
+            [TokenScores([], [])], GateSettings(mode=mode, top_k=4, threshold=1e-9)
+        )
         assert not result.accepted
         assert result.confidence == 0.0
 

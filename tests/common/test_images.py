@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from common.config import ImageLimits
+from common.config import ImageSettings
 from common.errors import ImageError
 from common.images import (
     PixelBudget,
@@ -49,15 +49,15 @@ def test_a_good_image_loads_as_rgb_with_its_hash(tmp_path: Path):
 )
 def test_bad_bytes_fail_with_a_reason(data: bytes, reason: str):
     with pytest.raises(ImageError, match=reason):
-        decode_image(data, ImageLimits())
+        decode_image(data, ImageSettings())
     with pytest.raises(ImageError, match=reason):  # the API's lighter check finds it too
-        check_image(data, ImageLimits())
+        check_image(data, ImageSettings())
 
 
 def test_too_many_bytes_is_refused_before_decoding():
     data = encode(Image.new("RGB", (64, 64)))
     with pytest.raises(ImageError, match="above the limit") as error:
-        decode_image(data, ImageLimits(max_bytes=len(data) - 1))
+        decode_image(data, ImageSettings(max_bytes=len(data) - 1))
     assert error.value.code == "image_too_large"
 
 
@@ -66,17 +66,17 @@ def test_too_many_pixels_is_refused_before_decoding():
     data = encode(Image.new("1", (5000, 5000)))
     assert len(data) < 10_000
     with pytest.raises(ImageError, match="pixels, above the limit"):
-        decode_image(data, ImageLimits(max_pixels=1_000_000))
+        decode_image(data, ImageSettings(max_pixels=1_000_000))
 
 
 def test_the_pixel_limit_is_ours_not_pillows():
     # 95 M pixels: Pillow alone refuses anything over 89,478,485 (its bomb warning)
     data = encode(Image.new("1", (10_000, 9_500)))
-    image = decode_image(data, ImageLimits(max_pixels=100_000_000))
+    image = decode_image(data, ImageSettings(max_pixels=100_000_000))
     assert image.size == (10_000, 9_500)
     del image
     with pytest.raises(ImageError, match="above the limit of 90000000"):
-        decode_image(data, ImageLimits(max_pixels=90_000_000))
+        decode_image(data, ImageSettings(max_pixels=90_000_000))
 
 
 def test_a_pixel_budget_bounds_what_is_decoded_at_once():
@@ -85,19 +85,19 @@ def test_a_pixel_budget_bounds_what_is_decoded_at_once():
     data = encode(Image.new("RGB", (1000, 1000), (5, 6, 7)))  # 1 M pixels each
     budget = PixelBudget(2_500_000)
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: check_image(data, ImageLimits(), budget), range(16)))
+        list(pool.map(lambda _: check_image(data, ImageSettings(), budget), range(16)))
     assert 1_000_000 <= budget.peak <= 2_000_000 and budget.held == 0
     alone = PixelBudget(10)  # an image larger than the whole budget still goes, alone
-    check_image(data, ImageLimits(), alone)
+    check_image(data, ImageSettings(), alone)
     assert alone.peak == 1_000_000
 
 
 def test_a_jpeg_is_checked_at_an_eighth_of_its_size():
     data = encode(Image.new("RGB", (800, 640), (200, 10, 10)), "JPEG")
     budget = PixelBudget(10**9)
-    check_image(data, ImageLimits(), budget)
+    check_image(data, ImageSettings(), budget)
     assert budget.peak == 100 * 80
-    assert decode_image(data, ImageLimits()).size == (800, 640)  # a job's decode is whole
+    assert decode_image(data, ImageSettings()).size == (800, 640)  # a job's decode is whole
 
 
 def test_missing_file_and_folder(tmp_path: Path):
@@ -112,14 +112,14 @@ def test_exif_orientation_is_applied():
     image = Image.new("RGB", (60, 20), (0, 0, 255))
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90 degrees clockwise on display
-    rotated = decode_image(encode(image, "JPEG", exif=exif), ImageLimits())
+    rotated = decode_image(encode(image, "JPEG", exif=exif), ImageSettings())
     assert rotated.size == (20, 60)
 
 
 def test_transparency_becomes_white():
     image = Image.new("RGBA", (10, 10), (255, 0, 0, 0))
     image.putpixel((0, 0), (255, 0, 0, 255))
-    rgb = decode_image(encode(image), ImageLimits())
+    rgb = decode_image(encode(image), ImageSettings())
     assert rgb.mode == "RGB"
     assert rgb.getpixel((5, 5)) == (255, 255, 255)
     assert rgb.getpixel((0, 0)) == (255, 0, 0)
@@ -129,13 +129,13 @@ def test_transparency_becomes_white():
 def test_every_mode_becomes_rgb(mode: str):
     fmt = "JPEG" if mode == "CMYK" else "PNG"
     image = Image.new(mode, (8, 8))
-    assert decode_image(encode(image, fmt), ImageLimits()).mode == "RGB"
+    assert decode_image(encode(image, fmt), ImageSettings()).mode == "RGB"
 
 
 def test_an_animation_gives_its_first_frame():
     frames = [Image.new("RGB", (16, 16), colour) for colour in [(255, 0, 0), (0, 255, 0)]]
     data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:])
-    first = decode_image(data, ImageLimits())
+    first = decode_image(data, ImageSettings())
     red, green, _ = first.getpixel((8, 8))
     assert red > 200 and green < 50
 

@@ -105,5 +105,5 @@ def test_after_a_death_held_messages_are_not_trusted(sessions):
         session.execute(update(Worker).values(beat_at=Worker.beat_at - timedelta(seconds=60)))
     sweep = reconciler.sweep()
     assert (sweep.died, sweep.released, sweep.suspects) == (1, 0, 1)  # now suspect
-    clock[0] += SETTINGS.reconcile_after_s
+    clock[0] += SETTINGS.recovery.reconcile_after_s
     assert reconciler.sweep().resent == {Stage.FAST: 1} and broker.sent_fast == [a]

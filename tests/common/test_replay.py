@@ -67,7 +67,10 @@ def test_a_replayed_gate_decides_exactly_as_the_live_run(tmp_path, tiny_large, t
     tau = (confidences[2] + confidences[3]) / 2  # half above, half below, far from both
     live = run(tmp_path, "live", models, gate_threshold=tau)
 
-    replayed = replay([calibration[i].replay or "" for i in ids], GateSettings("min", 64, tau))
+    replayed = replay(
+        [calibration[i].replay or "" for i in ids],
+        GateSettings(mode="min", top_k=64, threshold=tau),
+    )
 
     accepted_live = [live[i].answered_by == "small" for i in ids]
     assert [r.accepted for r in replayed] == accepted_live and 0 < sum(accepted_live) < 6
@@ -78,4 +81,6 @@ def test_a_replayed_gate_decides_exactly_as_the_live_run(tmp_path, tiny_large, t
         [live[i].confidence for i in ids], rel=1e-6
     )
     with pytest.raises(ValueError, match="more logits"):
-        replay([calibration[ids[0]].replay or ""], GateSettings("min", 256, tau))
+        replay(
+            [calibration[ids[0]].replay or ""], GateSettings(mode="min", top_k=256, threshold=tau)
+        )

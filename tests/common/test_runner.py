@@ -185,4 +185,5 @@ def test_a_poison_job_fails_alone_after_its_attempts(tmp_path: Path, sessions):
     }
     with sessions() as session:
         poison = session.get(Job, items["img002.png"])
-    assert poison.attempts == settings.max_attempts and "NUL" in (poison.error_message or "")
+    assert poison.attempts == settings.recovery.max_attempts
+    assert "NUL" in (poison.error_message or "")

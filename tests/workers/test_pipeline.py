@@ -156,7 +156,7 @@ def test_a_poison_job_fails_alone_and_its_batch_is_recorded(tmp_path, deployment
     assert counts.by_answerer == {"small": 7}
     assert counts.failures == {"internal_error": 1}
     poison = setup.jobs()[jobs["img005.png"]]
-    assert poison.status == "failed" and poison.attempts == setup.settings.max_attempts
+    assert poison.status == "failed" and poison.attempts == setup.settings.recovery.max_attempts
     assert "NUL" in (poison.error_message or "")
 
 
@@ -194,7 +194,7 @@ def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deplo
     victim.kill()
     setup.start(pool)
 
-    deadline = setup.settings.visibility_timeout_s + 60
+    deadline = setup.settings.broker.visibility_timeout_s + 60
     result = setup.follow(batch_id, deadline)
     assert result.counts.finished == result.counts.jobs == 8, setup.logs()
     jobs = setup.jobs()
@@ -397,7 +397,7 @@ def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_pa
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
     assert 'speceyes_jobs_total{outcome="accepted",stage="fast"} 10.0' in metrics
     assert "speceyes_fast_batch_size_count" in metrics
-    queue = setup.settings.fast_queue
+    queue = setup.settings.broker.fast_queue
     assert f'speceyes_queue_depth{{queue="{queue}"}} 0.0' in metrics
 
 
@@ -444,7 +444,7 @@ def test_a_slow_worker_takes_audits_only_after_the_deferred_jobs_waiting_with_th
         screen = ScreenResult(False, "no")
         outcomes = [Deferred(t.job_id, DeferReason.LOW_CONFIDENCE, screen) for t in tickets[:3]]
         outcomes += [Accepted(t.job_id, "A", 0.999, [9.0], screen) for t in tickets[3:]]
-        claims.record_fast(session, outcomes, made.settings.gate)
+        claims.record_fast(session, outcomes, made.settings.funnel.gate)
         audited = audits.request(session, [t.job_id for t in tickets[3:]])
     deferred = [t.job_id for t in tickets[:3]]
     made.dispatcher.send_audit(audited)  # the audits are on the broker first ...
@@ -510,7 +510,7 @@ def test_sigterm_hands_a_fast_workers_buffered_messages_back_and_exits_0(tmp_pat
     )
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(timeout=60) == 0
-    assert made.dispatcher.queue_depths()[made.settings.fast_queue] == 5  # back on the queue
+    assert made.dispatcher.queue_depths()[made.settings.broker.fast_queue] == 5  # back on the queue
     assert {job.status for job in made.jobs().values()} == {JobStatus.QUEUED}
 
 

@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 from common.agents.deepeyes import parse_answer, run_deepeyes
 from common.backends.base import Conversation, Generation
 from common.backends.scripted import JobScript, ScriptedModel
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.contracts import Query
 from common.images import ResizeRule
 from common.protocols import REFERENCE, V0, Protocol
@@ -57,7 +57,7 @@ def original() -> Image.Image:
 def run(steps: Sequence[str], protocol: Protocol = V0, image=None, **limits) -> tuple:
     model = RecordingModel(steps, protocol)
     query = Query("job", image or original(), "What colour is the box?", ("red", "blue"))
-    return run_deepeyes(query, model, AgentLimits(**limits)), model
+    return run_deepeyes(query, model, AgentSettings(**limits)), model
 
 
 def test_a_zoom_crops_the_original_at_the_mapped_box():

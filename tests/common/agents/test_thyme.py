@@ -8,7 +8,7 @@ from PIL import Image
 from common.agents.thyme import run_thyme
 from common.backends.base import Conversation, Generation
 from common.backends.scripted import JobScript, ScriptedModel
-from common.config import AgentLimits, SandboxLimits
+from common.config import AgentSettings, SandboxSettings
 from common.contracts import Query
 from common.protocols import THYME
 from common.sandbox.guest.rewrite import clamp_box, rewrite
@@ -31,7 +31,7 @@ COUNT = (
 RAISES = "<code>\n```python\nraise ValueError('nope')\n```\n</code>"
 LOOPS = "<code>\n```python\nx = 0\nwhile True:\n    x += 1\n```\n</code>"
 ANSWER = "<think>done</think><answer>B</answer>"
-LIMITS = AgentLimits(max_steps=5, max_new_tokens=64, sandbox=SandboxLimits(wall_s=2.0, cpu_s=2))
+LIMITS = AgentSettings(max_steps=5, max_new_tokens=64, sandbox=SandboxSettings(wall_s=2.0, cpu_s=2))
 
 
 class Recording(ScriptedModel):
@@ -124,10 +124,10 @@ def test_the_rewrite_clamps_boxes_as_the_evaluation_does():
 
 
 def test_images_the_code_writes_meet_the_configured_pixel_limit():
-    from dataclasses import replace
 
     # the crop is 64x64 (4,096 pixels): over a limit of 4,000 it is left out, the step dropped
-    tight = replace(LIMITS, sandbox=replace(LIMITS.sandbox, image_pixels=4_000))
+    sandbox = LIMITS.sandbox.model_copy(update={"image_pixels": 4_000})
+    tight = LIMITS.model_copy(update={"sandbox": sandbox})
     model = Recording(scripts={"job": JobScript(agent_steps=(CROP, ANSWER))})
     image = Image.new("RGB", (300, 200), (10, 200, 30))
     trajectory = run_thyme(Query("job", image, "What colour?", ("red", "green")), model, tight)

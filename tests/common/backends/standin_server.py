@@ -65,7 +65,10 @@ class StandIn:
     async def complete(self, request: Request) -> JSONResponse:
         body = await request.json()
         with self.lock:
-            self.requests.append({"body": body, "auth": request.headers.get("authorization")})
+            client = request.client.port if request.client else None
+            self.requests.append(
+                {"body": body, "auth": request.headers.get("authorization"), "port": client}
+            )
             if self.failures > 0:
                 self.failures -= 1
                 return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 from common.agents.deepeyes import run_deepeyes
 from common.backends.base import Conversation
 from common.backends.transformers_backend import TransformersModel
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.contracts import Query
 from common.images import smart_resize
 from common.protocols import REFERENCE
@@ -128,7 +128,7 @@ def test_deepeyes_turns_before_and_after_a_zoom(tiny_paths):
     image = Image.new("RGB", (448, 336), (0, 0, 255))
     ImageDraw.Draw(image).rectangle((112, 84, 335, 251), fill=(255, 0, 0))
     query = Query("q", image, CHOICE.question, CHOICE.options)
-    trajectory = run_deepeyes(query, large, AgentLimits())
+    trajectory = run_deepeyes(query, large, AgentSettings())
 
     assert trajectory.answer == "B"
     first = chat(AGENT_SYSTEM, CHOICE_PROMPT + SUFFIX)
@@ -228,7 +228,7 @@ def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
 
     large.generate = spy  # type: ignore[method-assign]
     query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
-    trajectory = run_thyme(query, large, AgentLimits(max_steps=5, max_new_tokens=200))
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
 
     assert trajectory.answer == "B", trajectory
     # utils.py generate_prompt_final_qa

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from common.backends.lockstep import Lockstep
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.contracts import Query
 from common.funnel import run_agent_stage
 
@@ -49,7 +49,7 @@ def summary(outcome) -> tuple:
 @pytest.mark.parametrize("max_new_tokens", [6, 24])
 def test_batched_trajectories_are_the_ones_run_one_by_one(tiny_large, max_new_tokens):
     items = queries(5)
-    limits = AgentLimits(max_steps=3, max_new_tokens=max_new_tokens)
+    limits = AgentSettings(max_steps=3, max_new_tokens=max_new_tokens)
     alone = {q.job_id: run_agent_stage(q, tiny_large, limits) for q in items}
     together, sizes = run_together(tiny_large, items, limits)
     for query in items:
@@ -69,7 +69,7 @@ def test_trajectories_that_end_at_different_steps_and_fail_keep_their_own_course
         "q3": [bad],  # a call it cannot carry out: tool_call_invalid
     }
     items = queries(4)
-    limits = AgentLimits(max_steps=3, max_new_tokens=48)
+    limits = AgentSettings(max_steps=3, max_new_tokens=48)
 
     class PerJob:
         """Force each row's text by its job (its prompt names the shape's index)."""

@@ -12,10 +12,11 @@ from PIL import Image, ImageDraw
 from common.agents.deepeyes import run_deepeyes
 from common.backends.server_backend import Endpoint, ServerModel
 from common.backends.transformers_backend import TransformersModel
-from common.config import AgentLimits, GateSettings
+from common.config import AgentSettings, GateSettings
 from common.contracts import Query
 from common.errors import BackendUnavailable, ConfigurationError
 from common.gate import score_answers
+from common.inference_client import Backoff
 from common.protocols import REFERENCE, THYME
 from tests.common.backends.standin_server import StandIn
 from tests.helpers import ForceText
@@ -50,12 +51,12 @@ def remote(server: StandIn, role: str, protocol=REFERENCE, **endpoint) -> Server
 
 
 def test_gate_confidences_from_log_probabilities_equal_the_in_process_ones(models, server):
-    gate = GateSettings("min", 64, 0.5)
+    gate = GateSettings(mode="min", top_k=64, threshold=0.5)
     local = models["small"].speculate(queries(), max_new_tokens=8, top_k=64)
     served = remote(server, "small").speculate(queries(), max_new_tokens=8, top_k=64)
     assert [s.answer for s in served] == [s.answer for s in local]
     for mode in ("min", "mean", "bottom20", "logprob"):
-        gate = GateSettings(mode, 64, 0.5)
+        gate = GateSettings(mode=mode, top_k=64, threshold=0.5)
         near = score_answers([s.scores for s in local], gate)
         far = score_answers([s.scores for s in served], gate)
         for a, b in zip(near, far, strict=True):
@@ -89,7 +90,7 @@ def test_deepeyes_trajectories_match_step_for_step(models, server):
     zoom = '<think>look</think> <tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 10, 200, 150]}}</tool_call>'  # noqa: E501
     texts = ["<think>hmm</think>", zoom, "<answer>B</answer>"]
     query = queries()[0]
-    limits = AgentLimits(max_steps=4, max_new_tokens=64)
+    limits = AgentSettings(max_steps=4, max_new_tokens=64)
     local = _forced_run(large, texts, lambda: run_deepeyes(query, large, limits))
     served = _forced_run(large, texts, lambda: run_deepeyes(query, remote(server, "large"), limits))
     assert local.answer == served.answer == "B"
@@ -97,7 +98,7 @@ def test_deepeyes_trajectories_match_step_for_step(models, server):
 
 
 def test_unforced_random_trajectories_match_too(models, server):
-    query, limits = queries()[1], AgentLimits(max_steps=3, max_new_tokens=12)
+    query, limits = queries()[1], AgentSettings(max_steps=3, max_new_tokens=12)
     local = run_deepeyes(query, models["large"], limits)
     served = run_deepeyes(query, remote(server, "large"), limits)
     assert _steps(served) == _steps(local)
@@ -119,7 +120,7 @@ def test_thyme_trajectories_match_step_for_step(models, server, tiny_paths):
     )
     count = "<code>\n```python\nprint(41 + 1)\n```\n</code>"
     texts = [code, count, "<answer>B</answer>"]
-    query, limits = queries()[0], AgentLimits(max_steps=5, max_new_tokens=200)
+    query, limits = queries()[0], AgentSettings(max_steps=5, max_new_tokens=200)
     with StandIn({"large": large}) as thyme_server:
         local = _forced_run(large, texts, lambda: run_thyme(query, large, limits))
         served = _forced_run(
@@ -142,11 +143,12 @@ def test_a_server_that_caps_top_logprobs_is_one_clear_error(models):
 
 def test_overload_is_retried_with_backoff_then_reported_as_retryable(models):
     with StandIn(models, failures=2) as flaky:
-        model = remote(flaky, "large", retries=3, backoff_s=0.01)
+        model = remote(flaky, "large", retries=3, backoff=Backoff(first_s=0.01, max_s=0.05))
         assert len(model.screen(queries()[:1], max_new_tokens=4)) == 1
         assert len(flaky.requests) == 3
     with StandIn(models, failures=100) as down, pytest.raises(BackendUnavailable, match="HTTP 503"):
-        remote(down, "large", retries=1, backoff_s=0.01).screen(queries()[:1], max_new_tokens=4)
+        quick = Backoff(first_s=0.01, max_s=0.05)
+        remote(down, "large", retries=1, backoff=quick).screen(queries()[:1], max_new_tokens=4)
 
 
 def test_the_key_is_sent_and_never_shown(models, caplog):
@@ -202,3 +204,14 @@ def test_annotate_runs_on_served_models(server, tmp_path, monkeypatch):
     assert len(rows) == 3 and all(row["status"] in ("done", "failed") for row in rows)
     assert all(row["error_code"] in (None, "step_limit", "tool_call_invalid") for row in rows)
     assert {r["body"]["model"] for r in server.requests} >= {"large", "small"}
+
+
+def test_micro_batches_reuse_the_endpoints_connections(models):
+    """One long-lived client per endpoint: the connections of one micro-batch carry the
+    next ones (before: a new client, and new connections, for every batch and step)."""
+    with StandIn(models) as running:
+        model = remote(running, "large", concurrency=2)
+        for _ in range(3):
+            model.screen(queries()[:2], max_new_tokens=2)
+        ports = {request["port"] for request in running.requests}
+    assert len(running.requests) == 6 and len(ports) <= 2

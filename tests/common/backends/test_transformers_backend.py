@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw
 from common.agents.deepeyes import run_deepeyes
 from common.backends.base import Conversation
 from common.backends.transformers_backend import TransformersModel
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ConfigurationError
 from common.protocols import REFERENCE, V0, Protocol
@@ -131,7 +131,7 @@ def test_a_forced_zoom_crops_the_right_region_of_the_original(
         return real_generate(conversation, **kwargs)
 
     large.generate = spy  # type: ignore[method-assign]
-    trajectory = run_deepeyes(Query("q", image, "What colour is the box?"), large, AgentLimits())
+    trajectory = run_deepeyes(Query("q", image, "What colour is the box?"), large, AgentSettings())
     assert trajectory.answer == "red"
     assert trajectory.steps[0].box_original == [112, 84, 336, 252]
     crop = shown[1][-1]

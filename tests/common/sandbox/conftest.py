@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from common.config import SandboxLimits
+from common.config import SandboxSettings
 from common.sandbox import Sandbox, SandboxUnavailable, cgroup, workspace
 
 # small enough that every bomb meets its limit within a second or two
-TEST_LIMITS = SandboxLimits(
+TEST_LIMITS = SandboxSettings(
     wall_s=3.0,
     cpu_s=2,
     memory_mb=512,
@@ -33,7 +33,7 @@ HOST_CPU_BOUND_S = 1.5
 SANDBOX_UID = 65533
 
 
-def bubblewrap_or_skip(limits: SandboxLimits = TEST_LIMITS, **options: object) -> Sandbox:
+def bubblewrap_or_skip(limits: SandboxSettings = TEST_LIMITS, **options: object) -> Sandbox:
     sandbox = Sandbox(limits, **options)  # type: ignore[arg-type]
     try:
         sandbox.check()

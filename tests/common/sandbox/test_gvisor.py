@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from common.config import SandboxSettings
 from common.sandbox import Sandbox, SandboxUnavailable, probe_request
 from tests.common.sandbox.conftest import TEST_LIMITS, bubblewrap_or_skip
 from tests.common.sandbox.programs import PROGRAMS
@@ -37,7 +38,7 @@ def test_a_hostile_program_is_contained_under_gvisor(program, gvisor):
 
 def test_a_missing_runsc_is_one_clear_error():
     with pytest.raises(SandboxUnavailable, match=r"gVisor sandbox needs 'no-such-runsc'.*runsc"):
-        Sandbox(isolation="gvisor", runsc="no-such-runsc").check()
+        Sandbox(SandboxSettings(runsc="no-such-runsc"), isolation="gvisor").check()
 
 
 def test_a_worker_that_reaps_orphans_is_left_no_zombies_by_gvisor(gvisor):
@@ -46,7 +47,7 @@ def test_a_worker_that_reaps_orphans_is_left_no_zombies_by_gvisor(gvisor):
     from tests.common.sandbox.test_hostile import REPO, SUBREAPER_WORKER
 
     script = SUBREAPER_WORKER.replace(
-        "Sandbox(replace(", 'Sandbox(isolation="gvisor", limits=replace('
+        "Sandbox(TEST_LIMITS", 'Sandbox(isolation="gvisor", limits=TEST_LIMITS'
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from common.config import SandboxLimits
+from common.config import SandboxSettings
 from common.errors import RetryableError
 from common.sandbox import Execution, Sandbox, SandboxSession, SandboxUnavailable, probe_request
 from tests.common.sandbox.conftest import SANDBOX_UID, TEST_LIMITS, _pids_of, bubblewrap_or_skip
@@ -264,11 +264,11 @@ def test_a_control_group_that_cannot_be_made_refuses_the_session(sandbox, tmp_pa
 
 def test_a_missing_bubblewrap_is_one_clear_error():
     with pytest.raises(SandboxUnavailable, match=r"bubblewrap.*SPECEYES_ALLOW_UNSANDBOXED_CODE"):
-        Sandbox(bwrap="no-such-bwrap").check()
+        Sandbox(SandboxSettings(bwrap="no-such-bwrap")).check()
 
 
 def test_without_isolation_the_limits_and_seccomp_still_hold():
-    sandbox = bubblewrap_or_skip(SandboxLimits(wall_s=3.0, cpu_s=2), isolation="none")
+    sandbox = bubblewrap_or_skip(SandboxSettings(wall_s=3.0, cpu_s=2), isolation="none")
     with sandbox.session() as opened:
         failed_with(run(opened, "os.fork()"), "not permitted")
         execution = run(opened, "import time\ntime.sleep(100)")
@@ -344,7 +344,6 @@ def test_a_worker_that_reaps_orphans_is_left_no_zombies(sandbox):
 
 SUBREAPER_WORKER = """
 import ctypes, pathlib
-from dataclasses import replace
 from common.sandbox import Sandbox, probe_request
 from tests.common.sandbox.conftest import TEST_LIMITS
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
@@ -354,7 +353,7 @@ programs = [
     "x = 0\\nwhile True:\\n    x += 1",
 ]
 stops = []
-with Sandbox(replace(TEST_LIMITS, wall_s=2.0, cpu_s=1)).session() as session:
+with Sandbox(TEST_LIMITS.model_copy(update={'wall_s': 2.0, 'cpu_s': 1})).session() as session:
     for code in programs:
         stops.append(session.run({**probe_request(session), "code": code}).stop)
 zombies = 0

@@ -22,7 +22,7 @@ from PIL import Image
 from common.agents.thyme import run_thyme
 from common.agents.trajectory import Trajectory
 from common.backends.scripted import JobScript, ScriptedModel
-from common.config import AgentLimits
+from common.config import AgentSettings
 from common.contracts import Query
 from common.protocols import THYME
 from common.sandbox import Sandbox
@@ -34,7 +34,7 @@ from tests.common.sandbox.conftest import (
 )
 from tests.common.sandbox.programs import OUT, PROGRAMS
 
-LIMITS = AgentLimits(max_steps=3, max_new_tokens=64, sandbox=TEST_LIMITS)
+LIMITS = AgentSettings(max_steps=3, max_new_tokens=64, sandbox=TEST_LIMITS)
 ANSWER = "<think>done</think><answer>B</answer>"
 CROP = (
     "from PIL import Image\nimage = Image.open(image_path)\n"

@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parents[3]
 WORKER_UID = 65532
 SCRIPT = """
 import json, os
-from common.config import SandboxLimits
+from common.config import SandboxSettings
 from common.sandbox import Sandbox, probe_request
 
-limits = SandboxLimits(wall_s=3.0, cpu_s=2, memory_mb=512, disk_mb=16, files=256)
+limits = SandboxSettings(wall_s=3.0, cpu_s=2, memory_mb=512, disk_mb=16, files=256)
 sandbox = Sandbox(limits)
 sandbox.check()
 programs = {

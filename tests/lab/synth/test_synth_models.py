@@ -10,7 +10,7 @@ import pytest
 
 from common.agents.deepeyes import run_deepeyes
 from common.backends import load_models
-from common.config import AgentLimits, FunnelSettings, GateSettings, Settings
+from common.config import AgentSettings, FunnelSettings, GateSettings, Settings
 from common.contracts import Accepted, Deferred, Query
 from common.funnel import run_fast_stage
 from common.scoring import is_correct
@@ -37,7 +37,7 @@ def test_on_hard_items_the_agent_zooms_into_the_targets_cell_then_answers(synth_
     hard = [make_item(seed, difficulty="hard") for seed in range(100, 110)]
     on_target = answered = right = 0
     for item in hard:
-        trajectory = run_deepeyes(query(item), synth_models.large, AgentLimits(max_steps=3))
+        trajectory = run_deepeyes(query(item), synth_models.large, AgentSettings(max_steps=3))
         box = trajectory.steps[0].box_original
         on_target += box == list(item.cell)  # the crop, in original pixels, is the cell
         answered += trajectory.answer is not None and len(trajectory.steps) == 2
