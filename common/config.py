@@ -103,7 +103,7 @@ def group(
 
 
 class Group(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
 # -- the groups ------------------------------------------------------------------------

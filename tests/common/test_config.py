@@ -99,3 +99,8 @@ def test_thyme_takes_the_references_values_unless_given(tmp_path):
     calibration.write_text('{"gate": {"mode": "mean", "top_k": 32, "threshold": 0.97}}')
     calibrated = Settings(agent="thyme", calibration_file=calibration, gate_mode="min")
     assert calibrated.funnel.gate == GateSettings(mode="min", top_k=32, threshold=0.97)
+
+
+def test_folders_are_expanded_even_when_defaulted():
+    settings = Settings()  # (a default is checked as a given value is: ~ is never a folder)
+    assert settings.models.cache_dir.is_absolute() and settings.api.upload_dir.is_absolute()
