@@ -780,8 +780,11 @@ def _is_structured(field: FieldInfo) -> bool:
 
 
 def default_of(path: str) -> Any:
-    """A setting's default, by path (each default is written once, in its group)."""
-    first, *rest = path.split(".")
+    """A setting's default as written, by path (``~`` not expanded: it is shown)."""
+    field = next(leaf.field for leaf in leaves() if leaf.path == path)
+    if not field.is_required():
+        return field.get_default(call_default_factory=True)
+    first, *rest = path.split(".")  # (a model's name: its group's placement gives it)
     value = Settings.model_fields[first].get_default(call_default_factory=True)
     for part in rest:
         value = getattr(value, part)
