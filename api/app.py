@@ -55,7 +55,7 @@ def create_app(
         yield
         app.state.dispatcher.close()
         if sessions is None:
-            app.state.sessions.kw["bind"].dispose()
+            app.state.sessions.close()
 
     app = FastAPI(
         title="SpecEyes",

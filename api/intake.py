@@ -110,12 +110,21 @@ def image_from_path(path: str, settings: Settings) -> StoredImage:
     try:
         data = read_image_bytes(resolved, settings.images)
     except ImageError as exc:
-        if exc.code == "image_too_large":
-            raise ApiError(413, "max_image_bytes", f"{exc} (the max_image_bytes setting)") from None
+        _refuse_over_limit(exc)
         status = 404 if exc.code == "image_missing" else 422
         raise ApiError(status, exc.code, str(exc)) from None
     _decode(data, settings)
     return StoredImage(str(resolved), content_hash(data))
+
+
+# An image over a size limit is a 413 whose code names the setting it broke.
+_LIMIT_OF_CODE = {"image_too_large": "max_image_bytes", "image_too_many_pixels": "max_image_pixels"}
+
+
+def _refuse_over_limit(exc: ImageError) -> None:
+    limit_name = _LIMIT_OF_CODE.get(exc.code)
+    if limit_name is not None:
+        raise ApiError(413, limit_name, f"{exc} (the {limit_name} setting)") from None
 
 
 # One budget per process (per setting): the uploads of every request share it.
@@ -128,9 +137,7 @@ def _decode(data: bytes, settings: Settings) -> None:
     try:
         check_image(data, settings.images, budget)
     except ImageError as exc:
-        if exc.code == "image_too_large":
-            limit_name = "max_image_pixels" if "pixels" in str(exc) else "max_image_bytes"
-            raise ApiError(413, limit_name, f"{exc} (the {limit_name} setting)") from None
+        _refuse_over_limit(exc)
         raise ApiError(422, "image_invalid", str(exc)) from None
 
 

@@ -240,7 +240,7 @@ def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -
 
 
 def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
-    from common.store.reads import batch_scores
+    from common.store.analytics import batch_scores
 
     with sessions() as session:
         (scored, correct), splits = batch_scores(session, batch_id)

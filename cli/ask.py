@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, cast
 from cli.options import add_funnel_flags, add_model_flags, settings_from_args
 
 if TYPE_CHECKING:
-    from common.backends.base import Conversation, Generation, VisionLanguageModel
+    from common.backends.base import Generation, VisionLanguageModel
+    from common.chat import Conversation
 
 
 def register(commands: Any) -> None:

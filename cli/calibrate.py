@@ -61,8 +61,9 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from common.calibration import default_grid, pick_tau
+    from common.store.analytics import calibration_items, stage_costs
     from common.store.db import open_store
-    from common.store.reads import calibration_items, find_batch, stage_costs
+    from common.store.reads import find_batch
 
     sessions = open_store(settings_from_args(args).database_url, create=False)
     items, ids, fast, agent = [], [], 0.0, 0.0

@@ -14,7 +14,7 @@ from common.dispatch import Dispatcher
 
 def make_dispatcher(settings: Settings, sessions: sessionmaker[Session]) -> Dispatcher:
     if settings.broker.url:
-        from workers.dispatch import CeleryDispatcher
+        from workers.queues import CeleryDispatcher
 
         return CeleryDispatcher(settings)
     from common.backends import load_models

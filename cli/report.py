@@ -71,8 +71,9 @@ def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from common.store.analytics import SplitRun, split_runs
     from common.store.db import open_store
-    from common.store.reads import SplitRun, find_batch, split_runs
+    from common.store.reads import find_batch
 
     sessions = open_store(settings_from_args(args).database_url, create=False)
 

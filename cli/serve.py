@@ -44,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
     sessions = open_store(settings.database_url)
     app = create_app(settings, sessions=sessions, dispatcher=make_dispatcher(settings, sessions))
     uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
-    sessions.kw["bind"].dispose()
+    sessions.close()
     return 0

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     logging.getLogger().setLevel(args.loglevel)
-    open_store(settings.database_url).kw["bind"].dispose()  # fail now if the store is wrong
+    open_store(settings.database_url).close()  # fail now if the store is wrong
     if args.pool == "slow":
         from common.sandbox import require_code_sandbox
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from common.calibration import CalibrationFile, read_calibration
+from common.calibration_file import CalibrationFile, read_calibration
 from common.config import Settings
 from common.scoring import is_correct
 from common.store import audits

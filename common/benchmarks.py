@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from common.corpus import SourceRow
+from common.contracts import SourceRow
 from common.errors import InvalidInput
 from common.images import image_suffix, keep_bytes
 

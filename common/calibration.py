@@ -23,15 +23,11 @@ there is none, and nothing is picked anyway.
 from __future__ import annotations
 
 import bisect
-import functools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigurationError
 from common.gate import accepts
 
 
@@ -188,33 +184,3 @@ def sweep(
                     )
                 )
     return rows
-
-
-@dataclass(frozen=True)
-class CalibrationFile:
-    """What a calibration file (``speceyes calibrate --out``) says: the gate it chose, the
-    agreement its accepted answers had with the truth, and stricter taus, nearest first.
-    These are read from the file where they are needed, not kept as settings."""
-
-    gate: dict[str, Any]  # mode, top_k, threshold
-    agreement: float | None
-    stricter: list[float]
-
-
-@functools.cache
-def read_calibration(path: Path) -> CalibrationFile:
-    """The calibration file at ``path`` (``ConfigurationError`` if it is not one)."""
-    try:
-        record = json.loads(path.read_text())
-        gate = record["gate"]
-        values = {
-            "mode": gate["mode"],
-            "top_k": int(gate["top_k"]),
-            "threshold": float(gate["threshold"]),
-        }
-        accepted = record.get("accepted")
-        agreement = 1 - record["wrong"] / accepted if accepted else None
-        stricter = [float(tau) for tau in record.get("stricter", [])]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigurationError(f"{path}: not a calibration file ({exc})") from None
-    return CalibrationFile(values, agreement, stricter)

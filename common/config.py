@@ -621,7 +621,7 @@ class Settings(BaseSettings):
     def _calibrated_gate(self) -> Settings:
         """A calibration file's gate, where no gate setting is given (field by field)."""
         if self.calibration_file is not None:
-            from common.calibration import read_calibration
+            from common.calibration_file import read_calibration
 
             chosen = read_calibration(self.calibration_file).gate
             current = self.funnel.gate

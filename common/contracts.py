@@ -41,6 +41,14 @@ class Stage(StrEnum):
     AGENT = "agent"  # phase IV, one trajectory
 
 
+class Queue(StrEnum):
+    """The broker queues a message for a job waits on (a ``Dispatcher`` sends to each)."""
+
+    FAST = "fast"  # jobs queued for phases I-III
+    SLOW = "slow"  # jobs deferred to the agent
+    AUDIT = "audit"  # accepted jobs drawn for an audit (common.audit)
+
+
 class AnsweredBy(StrEnum):
     SMALL = "small"  # M_S, accepted by the gate
     LARGE = "large"  # M_L, at the end of its tool loop
@@ -141,3 +149,20 @@ class AgentOutcome:
     trajectory: Trajectory
     error_code: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One row of a corpus as its reader found it (``common.corpus``,
+    ``common.benchmarks``): a job to submit, or, with ``error``, one that failed alone."""
+
+    position: int  # 0-based order in the source
+    item_id: str  # the row's id, or the image path relative to the source
+    question: str
+    options: list[str] | None = None
+    image_path: str | None = None  # absolute
+    error: tuple[str, str] | None = None  # (code, message naming file and line)
+    expected: str | None = None  # the row's known answer ("answer" column), for accuracy
+    split: str | None = None  # a benchmark row's split ("pope/random", ...)
+    category: str | None = None
+    image_hash: str | None = None  # known already when the reader kept the image

@@ -10,28 +10,15 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.benchmarks import detect, read_benchmark
+from common.contracts import SourceRow
 from common.errors import InvalidInput
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 MANIFEST_EXTENSIONS = (".jsonl", ".csv")
-
-
-@dataclass(frozen=True)
-class SourceRow:
-    position: int  # 0-based order in the source
-    item_id: str  # the row's id, or the image path relative to the source
-    question: str
-    options: list[str] | None = None
-    image_path: str | None = None  # absolute
-    error: tuple[str, str] | None = None  # (code, message naming file and line)
-    expected: str | None = None  # the row's known answer ("answer" column), for accuracy
-    split: str | None = None  # a benchmark row's split ("pope/random", ...)
-    category: str | None = None
-    image_hash: str | None = None  # known already when the reader kept the image
 
 
 def read_source(
@@ -47,7 +34,6 @@ def read_source(
     inside its files are kept under ``image_store``."""
     if not source.exists():
         raise InvalidInput(f"SOURCE not found: {source}")
-    from common.benchmarks import detect, read_benchmark
 
     if detect(source) is not None:
         return read_benchmark(source, image_store or Path(".speceyes-images"))

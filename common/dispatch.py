@@ -2,7 +2,7 @@
 
 - in-process (``common.runner.EmbeddedRunner``): the stages run as threads of this
   process and claim waiting jobs from the store; sending only wakes them;
-- Celery (``workers.dispatch.CeleryDispatcher``): job ids go to the fast or slow queue
+- Celery (``workers.queues.CeleryDispatcher``): job ids go to the fast or slow queue
   by task name, for ``speceyes worker`` processes anywhere.
 
 The command line (the composition root) picks one; the API, ``annotate`` and the stages

@@ -263,7 +263,8 @@ def run_agent_stage(
     query: Query, large: VisionLanguageModel, limits: AgentSettings | None = None
 ) -> AgentOutcome:
     """Phase IV for one job: a final answer, or a clear error (never a guess)."""
-    agent = run_thyme if large.protocol.name == "thyme" else run_deepeyes
+    limits = limits or AgentSettings()
+    agent = run_thyme if limits.kind == "thyme" else run_deepeyes
     # a model that batches concurrent trajectories' steps (backends.lockstep) is told
     # that one is in flight; any other model has nothing to count
     in_flight = getattr(large, "trajectory", nullcontext)()

@@ -198,7 +198,7 @@ def _decode(
             raise ImageError(
                 f"image is {width}x{height} = {width * height} pixels, above the limit "
                 f"of {limits.max_pixels}",
-                code="image_too_large",
+                code="image_too_many_pixels",
             )
         if draft and opened.format == "JPEG":
             opened.draft(opened.mode, (max(1, width // 8), max(1, height // 8)))

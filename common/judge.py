@@ -23,7 +23,7 @@ from common.errors import BackendUnavailable, ConfigurationError
 from common.inference_client import Backoff, ChatClient, Refused
 from common.protocols.judge import SYSTEM, judge_prompt
 from common.scoring import reference_verdict, standard_answer
-from common.store import reads
+from common.store import reads, verdicts
 from common.store.submission import idempotency_key
 from common.store.tables import JudgeVerdict, utcnow
 
@@ -132,7 +132,7 @@ def judge_batch(
     def settle(key: str, verdict: bool) -> None:
         with sessions.begin() as session:
             for position in pending[key][2]:
-                reads.set_judge_verdict(session, batch_id, position, verdict)
+                verdicts.set_judge_verdict(session, batch_id, position, verdict)
 
     with sessions() as session:
         cached = {key: session.get(JudgeVerdict, key) for key in pending}

@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.config import Settings
-from common.contracts import Stage
+from common.contracts import Queue, Stage
 from common.dispatch import Dispatcher
-from common.store import audits, liveness
+from common.store import audits, claims, liveness
 
 log = logging.getLogger(__name__)
 
 LEASE = "reconciler"
-AUDIT = "audit"  # (audits of accepted jobs wait too: common.audit)
 
 
 @dataclass
@@ -45,7 +44,7 @@ class Sweep:
     leader: bool = False
     died: int = 0  # workers found dead (their heartbeat stopped)
     released: int = 0  # running jobs of dead workers, put back and sent
-    resent: dict[Stage | str, int] = field(default_factory=dict)  # stranded, sent again
+    resent: dict[Queue, int] = field(default_factory=dict)  # stranded, sent again
     suspects: int = 0  # waiting jobs seen without a message, not yet for long
 
 
@@ -76,7 +75,7 @@ class Reconciler:
             return result
         with self.dispatcher.transaction(self.sessions) as outbox:
             live = liveness.live_workers(outbox.session, settings.recovery.worker_dead_after_s)
-            orphans = liveness.release_orphans(outbox.session, live)
+            orphans = claims.release_orphans(outbox.session, live)
             orphan_audits = audits.release_orphans(outbox.session, live)
             result.died = liveness.forget_dead(
                 outbox.session, settings.recovery.worker_dead_after_s
@@ -96,34 +95,35 @@ class Reconciler:
 
     def _resend_stranded(self, result: Sweep, now: float) -> None:
         with self.sessions() as session:
-            jobs = liveness.waiting_jobs(session)
-            waiting: dict[Stage | str, list[str]] = {
-                Stage.FAST: jobs[Stage.FAST],
-                Stage.AGENT: jobs[Stage.AGENT],
-                AUDIT: audits.waiting(session),
+            jobs = claims.waiting_jobs(session)
+            waiting = {
+                Queue.FAST: jobs[Stage.FAST],
+                Queue.SLOW: jobs[Stage.AGENT],
+                Queue.AUDIT: audits.waiting(session),
             }
         present = self.dispatcher.message_ids(held=now >= self._distrust_held_until)
         if present is None:  # this dispatcher cannot tell (in-process): nothing to heal
             return
         missing_since = {}
-        due: dict[Stage | str, list[str]] = {}
-        for stage, job_ids in waiting.items():
+        due: dict[Queue, list[str]] = {}
+        for queue, job_ids in waiting.items():
             for job_id in job_ids:
                 if job_id in present:
                     continue
                 first = self._missing_since.get(job_id, now)
                 if now - first >= self.settings.recovery.reconcile_after_s:
-                    due.setdefault(stage, []).append(job_id)
+                    due.setdefault(queue, []).append(job_id)
                 else:
                     missing_since[job_id] = first
         self._missing_since = missing_since
         result.suspects = len(missing_since)
-        if due.get(Stage.FAST):
-            result.resent[Stage.FAST] = self.dispatcher.send_fast(due[Stage.FAST])
-        if due.get(Stage.AGENT):
-            result.resent[Stage.AGENT] = self.dispatcher.send_slow(due[Stage.AGENT])
-        if due.get(AUDIT):
-            result.resent[AUDIT] = self.dispatcher.send_audit(due[AUDIT])
+        send = {
+            Queue.FAST: self.dispatcher.send_fast,
+            Queue.SLOW: self.dispatcher.send_slow,
+            Queue.AUDIT: self.dispatcher.send_audit,
+        }
+        for queue, job_ids in due.items():
+            result.resent[queue] = send[queue](job_ids)
         if result.resent:
             log.warning(
                 "sent again %d waiting job(s) that had no message on the broker for %.0f s",

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.config import RequestLimits, Settings
-from common.corpus import SourceRow
+from common.contracts import SourceRow
 from common.dispatch import Dispatcher, StoreOnly, send_waiting
 from common.errors import ImageError, InvalidInput
 from common.images import content_hash, read_image_bytes

@@ -63,7 +63,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class Delivery:
+class StageReport:
     """What a unit of work did, for the caller's metrics and tests."""
 
     to_slow: list[str] = field(default_factory=list)  # deferred: sent to the agent
@@ -74,7 +74,7 @@ class Delivery:
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
     alarms: list[dict[str, Any]] = field(default_factory=list)  # audit drift raised now
 
-    def merge(self, other: Delivery) -> None:
+    def merge(self, other: StageReport) -> None:
         self.to_slow += other.to_slow
         self.retry += other.retry
         self.outcomes += other.outcomes
@@ -143,7 +143,7 @@ class _Work:
         self.worker = worker  # named on the jobs it claims (its heartbeat vouches for them)
 
     def _fail_exhausted(
-        self, session: Session, tickets: list[Ticket], delivery: Delivery
+        self, session: Session, tickets: list[Ticket], report: StageReport
     ) -> list[Ticket]:
         """Fail the claimed jobs that are over their attempt limit; returns the others."""
         limit = self.settings.recovery.max_attempts
@@ -156,7 +156,7 @@ class _Work:
                 claims.fail_running(
                     session, ticket.job_id, self.stage, FailureCode.ATTEMPTS_EXHAUSTED, message
                 )
-                delivery.failed += 1
+                report.failed += 1
         return [ticket for ticket in tickets if ticket.attempts <= limit]
 
     def _claim_named(self, job_ids: Sequence[str], takeover: bool) -> list[Ticket]:
@@ -172,16 +172,16 @@ class _Work:
                 worker=self.worker,
             )
 
-    def _release(self, tickets: list[Ticket], delivery: Delivery, *, count_attempt: bool) -> None:
+    def _release(self, tickets: list[Ticket], report: StageReport, *, count_attempt: bool) -> None:
         """Put the jobs back to wait for this stage, and send them again after a delay."""
         ids = [ticket.job_id for ticket in tickets]
         delay_s = self.settings.recovery.retry_delay_s
         with self.dispatcher.transaction(self.sessions, delay_s=delay_s) as outbox:
             claims.release_ids(outbox.session, ids, self.stage, count_attempt=count_attempt)
             (outbox.to_fast if self.stage == Stage.FAST else outbox.to_slow)(ids)
-        delivery.retry += ids
+        report.retry += ids
 
-    def _lone_failure(self, ticket: Ticket, exc: Exception, delivery: Delivery) -> None:
+    def _lone_failure(self, ticket: Ticket, exc: Exception, report: StageReport) -> None:
         """A job failed on its own: retry it while it has attempts left, else fail it."""
         reason = f"{type(exc).__name__}: {exc}"
         if ticket.attempts < self.settings.recovery.max_attempts:
@@ -192,7 +192,7 @@ class _Work:
                 ticket.attempts,
                 reason,
             )
-            self._release([ticket], delivery, count_attempt=True)
+            self._release([ticket], report, count_attempt=True)
             return
         log.error(
             "job %s failed for good after %d attempts: %s", ticket.job_id, ticket.attempts, reason
@@ -201,7 +201,7 @@ class _Work:
             claims.fail_running(
                 session, ticket.job_id, self.stage, FailureCode.INTERNAL_ERROR, reason[:2000]
             )
-        delivery.failed += 1
+        report.failed += 1
 
 
 class FastWork(_Work):
@@ -218,24 +218,24 @@ class FastWork(_Work):
         super().__init__(*args, **kwargs)
         self._split_next = split_first
 
-    def run(self, tickets: list[Ticket]) -> Delivery:
+    def run(self, tickets: list[Ticket]) -> StageReport:
         """Run claimed jobs: the fresh ones as one group, each one tried before alone."""
-        delivery = Delivery()
+        report = StageReport()
         with self.sessions.begin() as session:
-            tickets = self._fail_exhausted(session, tickets, delivery)
+            tickets = self._fail_exhausted(session, tickets, report)
         fresh = [ticket for ticket in tickets if ticket.attempts == 1]
         groups = pixel_groups(fresh, self.settings.funnel.fast_batch_pixels)
         if groups and self._split_next:
             self._split_next = False
             groups[:1] = halves(groups[0])
         for group in groups:
-            self._run_group(group, delivery)
+            self._run_group(group, report)
         for ticket in tickets:  # tried before and failed: alone, so it fails alone
             if ticket.attempts > 1:
-                self._run_group([ticket], delivery)
-        return delivery
+                self._run_group([ticket], report)
+        return report
 
-    def run_ids(self, job_ids: Sequence[str], *, takeover: bool = False) -> Delivery:
+    def run_ids(self, job_ids: Sequence[str], *, takeover: bool = False) -> StageReport:
         """Claim the named jobs (a batch of messages) and run them.
 
         ``takeover``: the ids were sent back by the worker that held them, so running ones
@@ -248,13 +248,13 @@ class FastWork(_Work):
             claimed = {ticket.job_id for ticket in tickets}
             unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
             others = claims.statuses(session, unclaimed) if unclaimed else {}
-        delivery = self.run(tickets)
+        report = self.run(tickets)
         # Deferred by an earlier delivery of this message that died before sending them
         # on: send them again (a duplicate slow message changes nothing).
         deferred = [job_id for job_id, status in others.items() if status == JobStatus.DEFERRED]
         if deferred:
             self.dispatcher.send_slow(deferred)
-            delivery.to_slow += deferred
+            report.to_slow += deferred
         # Running: a live worker's (left alone) or a dead one's (claimed once stale). Each
         # is claimed only when it runs, alone: a job that kills its worker uses up its own
         # attempts, never those of the jobs that were delivered with it.
@@ -262,14 +262,14 @@ class FastWork(_Work):
             if status == JobStatus.RUNNING:
                 held = self._claim_named([job_id], takeover)
                 if held:
-                    delivery.merge(self.run(held))
+                    report.merge(self.run(held))
                 else:
-                    delivery.skipped += 1
+                    report.skipped += 1
             elif status != JobStatus.DEFERRED:
-                delivery.skipped += 1
-        return delivery
+                report.skipped += 1
+        return report
 
-    def _run_group(self, group: list[Ticket], delivery: Delivery) -> None:
+    def _run_group(self, group: list[Ticket], report: StageReport) -> None:
         """Compute and commit one group; on an error, halve it until the culprit is alone."""
         sent: set[str] = set()  # deferred by screening and sent on already
 
@@ -289,17 +289,17 @@ class FastWork(_Work):
             deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
         except RetryableError as exc:
             log.warning("fast batch of %d will be retried: %s", len(group), exc)
-            self._release(group, delivery, count_attempt=False)
+            self._release(group, report, count_attempt=False)
             return
         except Exception as exc:
             if len(group) > 1:
                 middle = len(group) // 2
-                self._run_group(group[:middle], delivery)
-                self._run_group(group[middle:], delivery)
+                self._run_group(group[:middle], report)
+                self._run_group(group[middle:], report)
                 return
-            self._lone_failure(group[0], exc, delivery)
+            self._lone_failure(group[0], exc, report)
             return
-        delivery.merge(Delivery(to_slow=deferred, outcomes=outcomes, seconds=seconds))
+        report.merge(StageReport(to_slow=deferred, outcomes=outcomes, seconds=seconds))
 
     def _compute(
         self, group: list[Ticket], on_screened: Callable[[list[Deferred]], None] | None = None
@@ -344,12 +344,12 @@ class AgentWork(_Work):
 
     stage = Stage.AGENT
 
-    def run(self, ticket: Ticket) -> Delivery:
+    def run(self, ticket: Ticket) -> StageReport:
         """Run one claimed job's trajectory and record its end."""
-        delivery = Delivery()
+        report = StageReport()
         with self.sessions.begin() as session:
-            if not self._fail_exhausted(session, [ticket], delivery):
-                return delivery
+            if not self._fail_exhausted(session, [ticket], report):
+                return report
         started = time.perf_counter()
         try:
             outcome = self._trajectory(ticket)
@@ -357,15 +357,15 @@ class AgentWork(_Work):
                 claims.record_agent(session, outcome)
         except RetryableError as exc:
             log.warning("trajectory of job %s will be retried: %s", ticket.job_id, exc)
-            self._release([ticket], delivery, count_attempt=False)
-            return delivery
+            self._release([ticket], report, count_attempt=False)
+            return report
         except Exception as exc:
-            self._lone_failure(ticket, exc, delivery)
-            return delivery
-        delivery.seconds["agent"] = time.perf_counter() - started
+            self._lone_failure(ticket, exc, report)
+            return report
+        report.seconds["agent"] = time.perf_counter() - started
         if isinstance(outcome, Failed) or outcome.answer is None:
-            delivery.failed = 1
-        return delivery
+            report.failed = 1
+        return report
 
     def _trajectory(self, ticket: Ticket) -> AgentOutcome | Failed:
         """The agent on the ticket's job (or the job failed: its image is unusable)."""
@@ -374,24 +374,24 @@ class AgentWork(_Work):
             return query
         return run_agent_stage(query, self.models.large, self.settings.agent)
 
-    def run_id(self, job_id: str, *, takeover: bool = False) -> Delivery:
+    def run_id(self, job_id: str, *, takeover: bool = False) -> StageReport:
         """Claim the job a message named (waiting, stale or handed back) and run it."""
         tickets = self._claim_named([job_id], takeover)
         if not tickets:
-            return Delivery(skipped=1)
+            return StageReport(skipped=1)
         return self.run(tickets[0])
 
-    def run_audit_id(self, job_id: str) -> Delivery:
+    def run_audit_id(self, job_id: str) -> StageReport:
         """Claim the audit a message named (if still pending) and run it."""
         with self.sessions.begin() as session:
             tickets = audits.claim(session, [job_id], worker=self.worker)
-        return self.run_audit(tickets[0]) if tickets else Delivery(skipped=1)
+        return self.run_audit(tickets[0]) if tickets else StageReport(skipped=1)
 
-    def run_audit(self, ticket: Ticket) -> Delivery:
+    def run_audit(self, ticket: Ticket) -> StageReport:
         """Run the agent on an accepted job (``common.audit``): its answer and whether it
         agrees are recorded beside the accepted one, which stays the job's answer; a
         batch whose agreement drifted raises its alarm."""
-        delivery = Delivery()
+        report = StageReport()
         started = time.perf_counter()
         try:
             outcome = self._trajectory(ticket)
@@ -402,7 +402,7 @@ class AgentWork(_Work):
             ) as tx:
                 audits.put_back(tx.session, ticket.job_id)
                 tx.to_audit([ticket.job_id])
-            return delivery
+            return report
         except Exception as exc:  # an audit never fails its job: it is recorded as failed
             outcome = Failed(
                 ticket.job_id, FailureCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
@@ -415,6 +415,6 @@ class AgentWork(_Work):
                 job = session.get(Job, ticket.job_id)
                 agreed = audit_agrees(job, outcome.answer) if job is not None else None
                 audits.record(session, ticket.job_id, outcome.answer, agreed, None)
-                delivery.alarms = check_drift(session, ticket.job_id, self.settings)
-        delivery.seconds["audit"] = time.perf_counter() - started
-        return delivery
+                report.alarms = check_drift(session, ticket.job_id, self.settings)
+        report.seconds["audit"] = time.perf_counter() - started
+        return report

@@ -116,7 +116,7 @@ def bench_embedded(
     from common.corpus import read_source
     from common.gate import warm_up
     from common.runner import EmbeddedRunner
-    from common.store import reads
+    from common.store import analytics
     from common.store.db import open_store
     from common.submit import submit_corpus
 
@@ -128,9 +128,9 @@ def bench_embedded(
     result = runner.run(submitted.batch_id, poll_s=0.2)
     counts = result.counts
     with sessions() as session:
-        busy = reads.stage_busy(session, submitted.batch_id)
+        busy = analytics.stage_busy(session, submitted.batch_id)
         draws = tuple(run_draws(session, submitted.batch_id))
-    sessions.kw["bind"].dispose()
+    sessions.close()
     return EmbeddedFigures(
         jobs=result.finished_now,
         seconds=result.seconds,

@@ -33,12 +33,12 @@ from common.config import Settings
 from common.dispatch import Dispatcher, Watch, follow_store
 from common.errors import ConfigurationError
 from common.images import content_hash
-from common.store import reads, submission
+from common.store import analytics, reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from lab.bench import EmbeddedFigures
 from lab.schedule import run_draws
-from workers.dispatch import CeleryDispatcher
+from workers.queues import CeleryDispatcher
 
 Log = Callable[[str], None]
 
@@ -104,7 +104,7 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
         finally:
             dispatcher.delete_keys()
             dispatcher.close()
-            sessions.kw["bind"].dispose()
+            sessions.close()
 
 
 def _stalled(seconds: float) -> None:
@@ -151,7 +151,7 @@ def submit_synthetic(
 def figures(sessions: Any, batch_id: str, slow_workers: int = 1) -> PipelineFigures:
     with sessions() as session:
         counts = reads.batch_counts(session, batch_id)
-        busy = reads.stage_busy(session, batch_id)
+        busy = analytics.stage_busy(session, batch_id)
         draws = tuple(run_draws(session, batch_id))
         rows = session.execute(
             select(Job.created_at, Job.finished_at)

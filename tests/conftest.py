@@ -104,7 +104,7 @@ def sessions(database_url: str):
 
     factory = open_store(database_url)
     yield factory
-    factory.kw["bind"].dispose()
+    factory.close()
 
 
 def write_images(folder: Path, count: int, size: tuple[int, int] = (64, 48)) -> list[Path]:

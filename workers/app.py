@@ -33,7 +33,7 @@ from common.inference_client import Backoff
 from common.store.db import open_store
 from common.work import AgentWork, FastWork
 from workers import metrics
-from workers.dispatch import AUDIT_TASK, FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
+from workers.queues import AUDIT_TASK, FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
 from workers.supervision import Repeated, Supervisor, serve_health
 
 log = logging.getLogger(__name__)
@@ -126,9 +126,9 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         retries = max((int((r.kwargs or {}).get("retries", 0)) for r in requests), default=0)
         try:
             with lock:
-                delivery = runtime.fast.run_ids([i for i in job_ids if i not in takeover])
+                report = runtime.fast.run_ids([i for i in job_ids if i not in takeover])
                 if takeover:
-                    delivery.merge(runtime.fast.run_ids(sorted(takeover), takeover=True))
+                    report.merge(runtime.fast.run_ids(sorted(takeover), takeover=True))
         except Exception:
             # The store failed outside any one job's work (the database went away). The
             # messages are acknowledged anyway (celery-batches), so send the ids again,
@@ -138,12 +138,12 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             runtime.dispatcher.send_fast(job_ids, delay_s=delay, takeover=True, retries=retries + 1)
             return
         repeated.cleared("fast", "fast batches are recorded again")
-        metrics.record_fast(len(job_ids), delivery)
+        metrics.record_fast(len(job_ids), report)
 
     @app.task(name=SLOW_TASK, acks_late=True)
     def slow(job_id: str, takeover: bool = False, retries: int = 0) -> None:
         try:
-            delivery = runtime.slow.run_id(job_id, takeover=takeover)
+            report = runtime.slow.run_id(job_id, takeover=takeover)
         except Exception:
             repeated.error("slow", "the agent stage failed outside a job; sending it again")
             delay = backoff_s(settings, retries)
@@ -152,17 +152,17 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             )
             return
         repeated.cleared("slow", "agent results are recorded again")
-        metrics.record_agent(delivery)
+        metrics.record_agent(report)
 
     @app.task(name=AUDIT_TASK, acks_late=True)
     def audit(job_id: str) -> None:
         try:
-            delivery = runtime.slow.run_audit_id(job_id)
+            report = runtime.slow.run_audit_id(job_id)
         except Exception:
             repeated.error("audit", "an audit failed outside its job; sending it again")
             runtime.dispatcher.send_audit([job_id], delay_s=backoff_s(settings, 1))
             return
-        metrics.record_audit(delivery)
+        metrics.record_audit(report)
 
     @worker_ready.connect(weak=False)
     def start(**_: Any) -> None:

@@ -14,8 +14,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from common.contracts import Accepted, Deferred, Failed, JobStatus, Stage
-from common.work import Delivery
-from workers.dispatch import CeleryDispatcher
+from common.work import StageReport
+from workers.queues import CeleryDispatcher
 
 JOBS = Counter(
     "speceyes_jobs_total",
@@ -36,9 +36,9 @@ STAGE_SECONDS = Histogram(
 )
 
 
-def record_fast(batch_size: int, delivery: Delivery) -> None:
+def record_fast(batch_size: int, report: StageReport) -> None:
     BATCH_SIZE.observe(batch_size)
-    for outcome in delivery.outcomes:
+    for outcome in report.outcomes:
         kind = (
             "accepted"
             if isinstance(outcome, Accepted)
@@ -50,15 +50,15 @@ def record_fast(batch_size: int, delivery: Delivery) -> None:
         screen = getattr(outcome, "screen", None)
         if screen is not None:
             SCREENED.labels("tools" if screen.needs_tools else "tool_free").inc()
-    _record_common(Stage.FAST, delivery)
+    _record_common(Stage.FAST, report)
 
 
-def record_agent(delivery: Delivery) -> None:
-    if "agent" in delivery.seconds:  # the trajectory ran to its end
-        JOBS.labels(Stage.AGENT, JobStatus.FAILED if delivery.failed else JobStatus.DONE).inc()
-    elif delivery.failed:
+def record_agent(report: StageReport) -> None:
+    if "agent" in report.seconds:  # the trajectory ran to its end
+        JOBS.labels(Stage.AGENT, JobStatus.FAILED if report.failed else JobStatus.DONE).inc()
+    elif report.failed:
         JOBS.labels(Stage.AGENT, JobStatus.FAILED).inc()
-    _record_common(Stage.AGENT, delivery, count_failed=False)
+    _record_common(Stage.AGENT, report, count_failed=False)
 
 
 AUDITS = Counter("speceyes_audits_total", "Audits of accepted answers, by outcome.", ["outcome"])
@@ -66,27 +66,27 @@ AUDIT_ALARMS = Counter("speceyes_audit_alarms_total", "Audit drift alarms raised
 AUDIT_DRIFT = Gauge("speceyes_audit_drift", "1 once this worker raised an audit drift alarm.")
 
 
-def record_audit(delivery: Delivery) -> None:
-    if "audit" in delivery.seconds:
+def record_audit(report: StageReport) -> None:
+    if "audit" in report.seconds:
         AUDITS.labels("done").inc()
-        STAGE_SECONDS.labels("audit").observe(delivery.seconds["audit"])
-    elif delivery.skipped:
+        STAGE_SECONDS.labels("audit").observe(report.seconds["audit"])
+    elif report.skipped:
         AUDITS.labels("skipped").inc()
-    if delivery.alarms:
-        AUDIT_ALARMS.inc(len(delivery.alarms))
+    if report.alarms:
+        AUDIT_ALARMS.inc(len(report.alarms))
         AUDIT_DRIFT.set(1)
 
 
-def _record_common(stage: Stage, delivery: Delivery, count_failed: bool = True) -> None:
-    for phase, seconds in delivery.seconds.items():
+def _record_common(stage: Stage, report: StageReport, count_failed: bool = True) -> None:
+    for phase, seconds in report.seconds.items():
         STAGE_SECONDS.labels(phase).observe(seconds)
-    own_failures = delivery.failed - sum(isinstance(o, Failed) for o in delivery.outcomes)
+    own_failures = report.failed - sum(isinstance(o, Failed) for o in report.outcomes)
     if count_failed and own_failures > 0:
         JOBS.labels(stage, JobStatus.FAILED).inc(own_failures)
-    if delivery.retry:
-        JOBS.labels(stage, "retried").inc(len(delivery.retry))
-    if delivery.skipped:
-        JOBS.labels(stage, "skipped").inc(delivery.skipped)
+    if report.retry:
+        JOBS.labels(stage, "retried").inc(len(report.retry))
+    if report.skipped:
+        JOBS.labels(stage, "skipped").inc(report.skipped)
 
 
 class QueueDepth(Collector):

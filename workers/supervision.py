@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.config import Settings
 from common.reconcile import Reconciler
 from common.store import liveness
-from workers.dispatch import CeleryDispatcher
+from workers.queues import CeleryDispatcher
 
 log = logging.getLogger(__name__)
 

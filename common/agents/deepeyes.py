@@ -36,7 +36,8 @@ from typing import Any
 from PIL import Image
 
 from common.agents.trajectory import AgentStep, Trajectory
-from common.backends.base import Conversation, Message, VisionLanguageModel
+from common.backends.base import VisionLanguageModel
+from common.chat import Conversation, Message
 from common.config import AgentSettings
 from common.contracts import Query
 from common.images import ResizeRule

@@ -34,7 +34,8 @@ from typing import Any
 from PIL import Image
 
 from common.agents.trajectory import AgentStep, Trajectory
-from common.backends.base import Conversation, Message, Part, VisionLanguageModel
+from common.backends.base import VisionLanguageModel
+from common.chat import Conversation, Message, Part
 from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ImageError

@@ -15,11 +15,12 @@ boundary: results are plain Python values.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from PIL import Image
 
+from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.gate import TokenScores
 from common.images import ResizeRule
@@ -27,50 +28,15 @@ from common.images import ResizeRule
 if TYPE_CHECKING:
     from common.protocols import Protocol as ProtocolSpec
 
-Role = Literal["system", "user", "assistant"]
-Part = str | Image.Image
 FinishReason = Literal["stop", "eos", "length"]
 
 
 @dataclass(frozen=True)
 class Speculation:
     answer: str
-    token_ids: list[int]  # the answer's tokens, before the first EOS / pad
+    token_ids: list[int] | None  # the answer's token ids, before the first EOS / pad (None:
+    # a backend that is not told them, as a server's or a stand-in)
     scores: TokenScores  # one row per answer token
-
-
-@dataclass
-class Message:
-    role: Role
-    content: list[Part]  # text and images, in order
-
-    @property
-    def images(self) -> list[Image.Image]:
-        return [part for part in self.content if isinstance(part, Image.Image)]
-
-
-@dataclass
-class Conversation:
-    """A multi-turn chat. ``key`` names the trajectory (scripted backends look it up)."""
-
-    messages: list[Message] = field(default_factory=list)
-    key: str = ""
-    generations: int = 0  # the model's own turns so far (other turns may be any role)
-    # Thyme's later steps: render without a generation prompt and cut this end off the
-    # text (``"<|im_end|>\n"``), so the model continues the last turn, whoever wrote it
-    continue_cut: str | None = None
-
-    def add(self, role: Role, *content: Part) -> None:
-        self.messages.append(Message(role, list(content)))
-
-    def add_generation(self, text: str) -> None:
-        """The model's output, as the assistant turn it wrote."""
-        self.add("assistant", text)
-        self.generations += 1
-
-    @property
-    def images(self) -> list[Image.Image]:
-        return [image for message in self.messages for image in message.images]
 
 
 @dataclass(frozen=True)

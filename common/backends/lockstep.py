@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.backends.base import Conversation, Generation
+from common.backends.base import Generation
+from common.chat import Conversation
 
 
 @dataclass

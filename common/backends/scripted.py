@@ -27,7 +27,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from common.backends.base import Conversation, Generation, Message, Speculation, plain_render
+from common.backends.base import Generation, Speculation, plain_render
+from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ModelError
 from common.gate import TokenScores, score_for
@@ -223,7 +224,7 @@ def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:
     row = [top] + [1 / spread] * (k - 2) + [-spread]
     log_norm = math.log(sum(math.exp(value) for value in row))
     scores = TokenScores([list(row) for _ in tokens], [log_norm] * len(tokens))
-    return Speculation(answer, list(range(len(tokens))), scores)
+    return Speculation(answer, None, scores)
 
 
 def scripted_from_settings(settings: ScriptedSettings, protocol: str = "auto") -> ScriptedModel:

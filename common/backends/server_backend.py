@@ -40,7 +40,8 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from common.backends.base import Conversation, Generation, Message, Speculation, final_answer
+from common.backends.base import Generation, Speculation, final_answer
+from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError, ModelError
 from common.gate import TokenScores
@@ -256,4 +257,4 @@ def _speculation(reply: dict[str, Any], top_k: int) -> Speculation:
         rows.append(values)
     answer = final_answer(text)
     scores = TokenScores(rows, [0.0] * len(rows))  # log-probabilities: normalised already
-    return Speculation(answer, list(range(len(rows))), scores)  # positions: no ids served
+    return Speculation(answer, None, scores)  # (a server tells no token ids)

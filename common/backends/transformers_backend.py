@@ -24,14 +24,8 @@ from typing import Any
 import torch
 from PIL import Image
 
-from common.backends.base import (
-    Conversation,
-    FinishReason,
-    Generation,
-    Message,
-    Speculation,
-    final_answer,
-)
+from common.backends.base import FinishReason, Generation, Speculation, final_answer
+from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError
 from common.gate import TokenScores

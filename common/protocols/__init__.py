@@ -25,7 +25,7 @@ from typing import Literal
 
 from PIL import Image
 
-from common.backends.base import Message
+from common.chat import Message
 from common.contracts import Query
 from common.errors import ConfigurationError
 from common.images import ResizeRule

@@ -275,3 +275,34 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
         _running(outcome.job_id, Stage.AGENT).values(finished_at=now, **values)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def release_orphans(session: Session, live: set[str]) -> dict[Stage, list[str]]:
+    """Put running jobs whose worker is not among ``live`` (``live_workers``) back to wait
+    for their stage (the claim keeps its attempt: a job that kills its worker must not
+    run forever). Returns the released ids by stage."""
+    released: dict[Stage, list[str]] = {}
+    for stage, waiting in WAITING_FOR.items():
+        held = [Job.status == JobStatus.RUNNING, Job.stage == stage, Job.worker.is_not(None)]
+        orphan = held + ([Job.worker.not_in(live)] if live else [])
+        statement = (
+            update(Job)
+            .execution_options(synchronize_session=False)
+            .where(*orphan)
+            .values(status=waiting, worker=None)
+            .returning(Job.id)
+        )
+        released[stage] = list(session.scalars(statement))
+    return released
+
+
+def waiting_jobs(session: Session) -> dict[Stage, list[str]]:
+    """Every job waiting for a stage: queued (fast) or deferred (agent)."""
+    rows = session.execute(
+        select(Job.id, Job.status).where(Job.status.in_(list(WAITING_FOR.values())))
+    ).all()
+    by_status: dict[str, Stage] = {waiting: stage for stage, waiting in WAITING_FOR.items()}
+    found: dict[Stage, list[str]] = {stage: [] for stage in WAITING_FOR}
+    for job_id, status in rows:
+        found[by_status[status]].append(job_id)
+    return found

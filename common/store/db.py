@@ -1,8 +1,12 @@
 """Engines, sessions and migrations for the job store (SQLite or PostgreSQL).
 
-``open_store(url)`` migrates the database to the newest schema and returns a session
-factory. SQLite gets WAL journaling and a busy timeout so the embedded runner's threads
-can write side by side; PostgreSQL gets pre-ping so a restarted server is survived.
+``open_store(url)`` returns a ``Store``: the session factory, owning its engine
+(``store.engine``, ``store.close()``). It checks that the schema is the newest: a new,
+empty database gets it (the first ``annotate`` on a new file just works), one at an
+older revision is refused with the way forward (``speceyes db upgrade``, which
+migrates), so that no worker or command changes a shared database's schema by opening
+it. SQLite gets WAL journaling and a busy timeout so the embedded runner's threads can
+write side by side; PostgreSQL gets pre-ping so a restarted server is survived.
 """
 
 from __future__ import annotations
@@ -58,8 +62,39 @@ def _alembic(engine: Engine, action: str, revision: str) -> None:
         getattr(command, action)(config, revision)
 
 
-def open_store(url: str, *, create: bool = True) -> sessionmaker[Session]:
-    """Migrate the database at ``url`` and return its session factory.
+class Store(sessionmaker[Session]):
+    """The job store: sessions (``store()``, ``store.begin()``) on an engine it owns."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine, expire_on_commit=False)
+        self.engine = engine
+
+    def close(self) -> None:
+        """Close every connection of the engine (the store can no longer be used)."""
+        self.engine.dispose()
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The database's schema revision (Alembic's), None for a database without one."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
+
+
+def open_store(url: str, *, create: bool = True) -> Store:
+    """The job store at ``url``, its schema checked (a new database gets it).
 
     ``create=False`` (commands that only read): a SQLite file that does not exist is a
     ``ConfigurationError``; no file or folder is made.
@@ -74,11 +109,27 @@ def open_store(url: str, *, create: bool = True) -> sessionmaker[Session]:
         file.parent.mkdir(parents=True, exist_ok=True)
     engine = make_engine(url)
     try:
-        migrate(engine)
+        current = schema_revision(engine)
+        if current is None and _empty(engine):
+            migrate(engine)  # a new store
+        elif current != head_revision():
+            engine.dispose()
+            found = f"at schema revision {current}" if current else "not a job store"
+            raise ConfigurationError(
+                f"the job store at {_safe(url)} is {found}, this version needs "
+                f"{head_revision()}: run `speceyes db upgrade --db URL` (back it up first)"
+            )
     except OperationalError as exc:
+        engine.dispose()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise ConfigurationError(f"cannot open the job store at {_safe(url)}: {reason}") from None
-    return sessionmaker(engine, expire_on_commit=False)
+    return Store(engine)
+
+
+def _empty(engine: Engine) -> bool:
+    from sqlalchemy import inspect
+
+    return not inspect(engine).get_table_names()
 
 
 def _safe(url: str) -> str:

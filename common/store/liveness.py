@@ -3,7 +3,7 @@
 - A worker process writes a heartbeat row every few seconds (``beat``); it is dead once
   its beat is older than ``dead_after_s``, whatever Redis says.
 - A claim by a worker names it on the job (``jobs.worker``), so a running job whose
-  worker is dead is found at once (``release_orphans``), not after the broker's
+  worker is dead is found at once (``claims.release_orphans``), not after the broker's
   visibility timeout.
 - A lease names the one process that reconciles at a time (``hold_lease``): a
   conditional write on a shared row, so it works on PostgreSQL and SQLite alike and
@@ -20,8 +20,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from common.contracts import WAITING_FOR, JobStatus, Stage
-from common.store.tables import Job, Lease, Worker, utcnow
+from common.store.tables import Lease, Worker, utcnow
 
 
 def beat(session: Session, worker_id: str, pool: str) -> None:
@@ -42,42 +41,11 @@ def live_workers(session: Session, dead_after_s: float) -> set[str]:
     return set(session.scalars(select(Worker.id).where(Worker.beat_at >= fresh)))
 
 
-def release_orphans(session: Session, live: set[str]) -> dict[Stage, list[str]]:
-    """Put running jobs whose worker is not among ``live`` (``live_workers``) back to wait
-    for their stage (the claim keeps its attempt: a job that kills its worker must not
-    run forever). Returns the released ids by stage."""
-    released: dict[Stage, list[str]] = {}
-    for stage, waiting in WAITING_FOR.items():
-        held = [Job.status == JobStatus.RUNNING, Job.stage == stage, Job.worker.is_not(None)]
-        orphan = held + ([Job.worker.not_in(live)] if live else [])
-        statement = (
-            update(Job)
-            .execution_options(synchronize_session=False)
-            .where(*orphan)
-            .values(status=waiting, worker=None)
-            .returning(Job.id)
-        )
-        released[stage] = list(session.scalars(statement))
-    return released
-
-
 def forget_dead(session: Session, dead_after_s: float) -> int:
     """Remove the rows of workers whose heartbeat stopped; returns how many died."""
     stale = utcnow() - timedelta(seconds=dead_after_s)
     gone = session.execute(delete(Worker).where(Worker.beat_at < stale))
     return int(gone.rowcount)  # type: ignore[attr-defined]
-
-
-def waiting_jobs(session: Session) -> dict[Stage, list[str]]:
-    """Every job waiting for a stage: queued (fast) or deferred (agent)."""
-    rows = session.execute(
-        select(Job.id, Job.status).where(Job.status.in_(list(WAITING_FOR.values())))
-    ).all()
-    by_status: dict[str, Stage] = {waiting: stage for stage, waiting in WAITING_FOR.items()}
-    found: dict[Stage, list[str]] = {stage: [] for stage in WAITING_FOR}
-    for job_id, status in rows:
-        found[by_status[status]].append(job_id)
-    return found
 
 
 def hold_lease(session: Session, name: str, holder: str, ttl_s: float) -> bool:

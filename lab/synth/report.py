@@ -107,8 +107,8 @@ def embedded_run(
     """Annotate the held-out manifest with the embedded runner; read back the answers."""
     from common.corpus import read_source
     from common.runner import EmbeddedRunner
+    from common.store.analytics import batch_accuracy
     from common.store.db import open_store
-    from common.store.reads import batch_accuracy
     from common.store.tables import BatchItem, Job
     from common.submit import submit_corpus
 
@@ -126,7 +126,7 @@ def embedded_run(
         answers = {
             item_id: (answer, trajectory) for item_id, answer, trajectory in session.execute(query)
         }
-    sessions.kw["bind"].dispose()
+    sessions.close()
     counts = result.counts
     return RunFigures(
         jobs_per_s=result.finished_now / result.seconds if result.seconds else 0.0,

@@ -38,8 +38,8 @@ import torch
 from PIL import Image
 
 from common.agents.deepeyes import TOOL_NAME, map_box
-from common.backends.base import Message
 from common.backends.transformers_backend import load_processor, template_messages
+from common.chat import Message
 from common.config import AgentSettings
 from common.images import ResizeRule
 from common.protocols import V0

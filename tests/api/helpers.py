@@ -16,7 +16,7 @@ from common.dispatch import StoreOnly
 from common.store.db import open_store
 from common.store.keys import create_key
 from common.store.tables import Job
-from workers.dispatch import CeleryDispatcher
+from workers.queues import CeleryDispatcher
 
 
 def png(size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:
@@ -63,7 +63,7 @@ class Api:
 
     def close(self) -> None:
         self.http.__exit__(None, None, None)
-        self.sessions.kw["bind"].dispose()
+        self.sessions.close()
 
 
 def upload(api: Api, data: bytes, question: str = "What colour?", **form) -> object:

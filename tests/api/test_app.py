@@ -29,7 +29,7 @@ from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
 from common.store.tables import Job
 from tests.api.helpers import png, upload
-from workers.dispatch import CeleryDispatcher
+from workers.queues import CeleryDispatcher
 
 
 def test_every_v1_route_needs_a_live_key(api):
@@ -229,7 +229,7 @@ def test_embedded_serving_runs_a_batch_and_streams_its_results(tmp_path, postgre
         trace = client.trace(batch["job_ids"][0])
         assert trace["trajectory"] is None  # answered by the small model: no trajectory
         assert http.get("/readyz").json() == {"ready": True, "database": "ok", "runner": "ok"}
-    sessions.kw["bind"].dispose()
+    sessions.close()
 
 
 def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypatch):
@@ -281,7 +281,7 @@ def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypa
     finally:
         for worker in workers:
             worker.stop()
-        sessions.kw["bind"].dispose()
+        sessions.close()
 
 
 def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):

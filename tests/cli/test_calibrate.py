@@ -38,7 +38,7 @@ def labelled_batch(db: str, rows: list[tuple[float, bool]]) -> str:
             )
         claims.record_fast(session, outcomes, GateSettings())
         batch_id = batch.id
-    sessions.kw["bind"].dispose()
+    sessions.close()
     return batch_id
 
 

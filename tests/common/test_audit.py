@@ -12,8 +12,9 @@ from sqlalchemy import select
 
 from common.audit import sampled, wilson
 from common.backends import Models
-from common.backends.base import Conversation, Generation
+from common.backends.base import Generation
 from common.backends.scripted import JobScript, ScriptedModel
+from common.chat import Conversation
 from common.config import Settings
 from common.corpus import read_source
 from common.runner import EmbeddedRunner

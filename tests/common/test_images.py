@@ -65,8 +65,9 @@ def test_too_many_pixels_is_refused_before_decoding():
     # A tiny file that declares a large canvas: refused from its header alone.
     data = encode(Image.new("1", (5000, 5000)))
     assert len(data) < 10_000
-    with pytest.raises(ImageError, match="pixels, above the limit"):
+    with pytest.raises(ImageError, match="pixels, above the limit") as error:
         decode_image(data, ImageSettings(max_pixels=1_000_000))
+    assert error.value.code == "image_too_many_pixels"
 
 
 def test_the_pixel_limit_is_ours_not_pillows():

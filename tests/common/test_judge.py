@@ -14,7 +14,7 @@ from common.config import GateSettings
 from common.contracts import Accepted, Stage
 from common.judge import Judge, judge_batch, read_verdict
 from common.protocols.judge import judge_prompt
-from common.store import claims, reads, submission
+from common.store import analytics, claims, submission
 
 QUESTION = "What is the colour of the cup?"
 
@@ -111,7 +111,7 @@ def test_the_judge_decides_what_the_rules_cannot_and_is_asked_once(sessions, sta
     prompts = {body["messages"][1]["content"] for body in stand_in.requests}
     assert judge_prompt("vstar", QUESTION, "A. red", "blue") in prompts
     with sessions() as session:
-        (score,) = reads.split_scores(session, batch_id)
+        (score,) = analytics.split_scores(session, batch_id)
     assert (score.rows, score.reference_correct, score.undecided) == (3, 2, 0)
 
     assert judge_batch(sessions, batch_id, judge).asked == 0  # every row has its verdict
@@ -138,5 +138,5 @@ def test_annotate_asks_the_judge_named_by_its_flags(sessions, stand_in, capsys):
     _judge(sessions, batch_id, settings)
     assert "2 asked, 0 from the cache (judge-72b)" in capsys.readouterr().out
     with sessions() as session:
-        (score,) = reads.split_scores(session, batch_id)
+        (score,) = analytics.split_scores(session, batch_id)
     assert (score.reference_correct, score.undecided) == (1, 0)

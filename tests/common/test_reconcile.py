@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from common.config import Settings
-from common.contracts import JobStatus, Stage
+from common.config import GateSettings, Settings
+from common.contracts import Deferred, JobStatus, Queue, Stage
 from common.dispatch import StoreOnly
 from common.reconcile import Reconciler
 from common.store import claims, liveness, submission
@@ -72,7 +72,7 @@ def test_a_waiting_job_without_a_message_is_sent_again_only_after_the_age(sessio
     assert reconciler.sweep().resent == {} and broker.sent_fast == []  # not for long
     clock[0] += 25
     sweep = reconciler.sweep()
-    assert sweep.resent == {Stage.FAST: 1} and broker.sent_fast == [a]
+    assert sweep.resent == {Queue.FAST: 1} and broker.sent_fast == [a]
     broker.present.add(a)  # its message is there now: nothing more
     clock[0] += 60
     assert reconciler.sweep().resent == {} and broker.sent_fast == [a]
@@ -106,4 +106,18 @@ def test_after_a_death_held_messages_are_not_trusted(sessions):
     sweep = reconciler.sweep()
     assert (sweep.died, sweep.released, sweep.suspects) == (1, 0, 1)  # now suspect
     clock[0] += SETTINGS.recovery.reconcile_after_s
-    assert reconciler.sweep().resent == {Stage.FAST: 1} and broker.sent_fast == [a]
+    assert reconciler.sweep().resent == {Queue.FAST: 1} and broker.sent_fast == [a]
+
+
+def test_a_stranded_deferred_job_goes_to_the_slow_queue(sessions):
+    a, b = jobs(sessions, "a", "b")
+    with sessions.begin() as session:
+        claims.claim_ids(session, [a], Stage.FAST, stale_after_s=None, worker="me")
+        claims.record_fast(session, [Deferred(a, "tools_needed")], GateSettings())
+    broker = Broker()
+    clock = [0.0]
+    reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
+    reconciler.sweep()
+    clock[0] += SETTINGS.recovery.reconcile_after_s
+    assert reconciler.sweep().resent == {Queue.SLOW: 1, Queue.FAST: 1}
+    assert (broker.sent_slow, broker.sent_fast) == ([a], [b])

@@ -51,7 +51,7 @@ def run(tmp_path: Path, name: str, models: Models, **settings) -> dict[str, Job]
     with sessions() as session:
         query = select(BatchItem.item_id, Job).join(Job, Job.id == BatchItem.job_id)
         jobs = {item_id: job for item_id, job in session.execute(query)}
-    sessions.kw["bind"].dispose()
+    sessions.close()
     return jobs
 
 

@@ -48,7 +48,7 @@ def test_the_same_corpus_submitted_by_six_runs_at_once_makes_one_batch(
             session.scalar(select(func.count()).select_from(table))
             for table in (Batch, BatchItem, Job)
         ]
-    sessions.kw["bind"].dispose()
+    sessions.close()
     assert errors == []
     assert len(found) == 6 and len(set(found)) == 1
     assert counts == [1, 40, 40]

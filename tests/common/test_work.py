@@ -78,10 +78,10 @@ def test_running_jobs_are_taken_over_only_when_stale_or_handed_back(sessions, tm
     _running_since(sessions, ids[0], 5)  # a live worker holds it
     _running_since(sessions, ids[1], 45)  # its worker died: older than half the timeout
 
-    delivery = fast.run_ids(ids)
+    report = fast.run_ids(ids)
 
     states = jobs(sessions)
-    assert states[ids[0]].status == JobStatus.RUNNING and delivery.skipped == 1
+    assert states[ids[0]].status == JobStatus.RUNNING and report.skipped == 1
     assert states[ids[1]].status == "done" and states[ids[1]].attempts == 2
     assert states[ids[2]].status == "done" and states[ids[2]].attempts == 1
     fast.run_ids([ids[0]], takeover=True)  # its own worker sent it back
@@ -132,9 +132,9 @@ def test_a_model_server_outage_sends_the_batch_back_without_using_attempts(sessi
     dispatcher = StoreOnly()
     fast = FastWork(sessions, Models(model, model), Settings(backend="scripted"), dispatcher)
 
-    delivery = fast.run_ids(ids)
+    report = fast.run_ids(ids)
 
-    assert sorted(delivery.retry) == sorted(ids) and delivery.outcomes == []
+    assert sorted(report.retry) == sorted(ids) and report.outcomes == []
     assert sorted(dispatcher.sent_fast) == sorted(ids)  # sent again, after the release
     states = jobs(sessions)
     assert {(job.status, job.attempts) for job in states.values()} == {("queued", 0)}

@@ -28,7 +28,7 @@ from common.store.tables import Job
 from lab.pipeline_bench import chunk_spans, submit_synthetic
 from tests.helpers import wait_until
 from tests.workers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
-from workers.dispatch import CeleryDispatcher
+from workers.queues import CeleryDispatcher
 
 FAULTS = ("none", "redis-restart", "postgres-restart", "kill-fast", "kill-slow")
 

@@ -29,7 +29,7 @@ from common.store.tables import Job
 from common.submit import submit_corpus
 from tests.conftest import write_images
 from tests.helpers import WorkerProcess, wait_until
-from workers.dispatch import CeleryDispatcher
+from workers.queues import CeleryDispatcher
 
 
 def free_port() -> int:
@@ -294,4 +294,4 @@ class Run:
 
     def close(self) -> None:
         self.workers.close()
-        self.sessions.kw["bind"].dispose()
+        self.sessions.close()

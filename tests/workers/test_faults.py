@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from common.contracts import JobStatus, Stage
+from common.contracts import JobStatus, Queue, Stage
 from tests.conftest import REDIS_URL
 from tests.helpers import wait_until
 from tests.workers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
@@ -139,7 +139,7 @@ def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
         )
         reconciler.sweep()  # seen missing
         clock[0] += 1  # (longer than reconcile_after_s)
-        assert reconciler.sweep().resent == {Stage.FAST: 1}
+        assert reconciler.sweep().resent == {Queue.FAST: 1}
         assert job_id in server.dispatcher.message_ids()
     finally:
         server.close()

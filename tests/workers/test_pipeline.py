@@ -24,7 +24,7 @@ from common.submit import submit_corpus
 from tests.common.test_runner import ROUTES
 from tests.conftest import write_images
 from tests.helpers import WorkerProcess, wait_until
-from workers.dispatch import CeleryDispatcher
+from workers.queues import CeleryDispatcher
 
 
 class Deployment:
@@ -94,7 +94,7 @@ class Deployment:
         for worker in self.workers:
             worker.stop()
         self.dispatcher.close()
-        self.sessions.kw["bind"].dispose()
+        self.sessions.close()
 
 
 @pytest.fixture

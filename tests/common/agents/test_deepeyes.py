@@ -10,8 +10,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from common.agents.deepeyes import parse_answer, run_deepeyes
-from common.backends.base import Conversation, Generation
+from common.backends.base import Generation
 from common.backends.scripted import JobScript, ScriptedModel
+from common.chat import Conversation
 from common.config import AgentSettings
 from common.contracts import Query
 from common.images import ResizeRule

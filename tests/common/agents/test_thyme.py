@@ -6,8 +6,9 @@ import pytest
 from PIL import Image
 
 from common.agents.thyme import run_thyme
-from common.backends.base import Conversation, Generation
+from common.backends.base import Generation
 from common.backends.scripted import JobScript, ScriptedModel
+from common.chat import Conversation
 from common.config import AgentSettings, SandboxSettings
 from common.contracts import Query
 from common.protocols import THYME

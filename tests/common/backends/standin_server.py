@@ -22,8 +22,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from PIL import Image
 
-from common.backends.base import Message
 from common.backends.transformers_backend import TransformersModel, template_messages
+from common.chat import Message
 
 
 class StandIn:

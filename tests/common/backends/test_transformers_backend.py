@@ -14,8 +14,8 @@ import torch
 from PIL import Image, ImageDraw
 
 from common.agents.deepeyes import run_deepeyes
-from common.backends.base import Conversation
 from common.backends.transformers_backend import TransformersModel
+from common.chat import Conversation
 from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ConfigurationError

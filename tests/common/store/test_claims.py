@@ -8,7 +8,7 @@ from sqlalchemy import select
 from common.agents.deepeyes import Trajectory
 from common.config import GateSettings
 from common.contracts import Accepted, AgentOutcome, Deferred, Failed, ScreenResult, Stage, Ticket
-from common.store import claims, reads, submission
+from common.store import analytics, claims, reads, submission
 from common.store.tables import Job
 from tests.common.store.test_submission import items, new_batch
 
@@ -129,6 +129,6 @@ def test_stage_busy_sums_each_fast_batch_once_and_measures_the_fill(sessions):
         c.fast_started_at, c.gated_at = t0 + timedelta(seconds=3), t0 + timedelta(seconds=4)
         b.agent_started_at, b.finished_at = t0 + timedelta(seconds=1), t0 + timedelta(seconds=6)
     with sessions() as session:
-        busy = reads.stage_busy(session, batch_id)
+        busy = analytics.stage_busy(session, batch_id)
     assert (busy.fast_s, busy.fast_jobs) == (3.0, 3)
     assert (busy.agent_s, busy.agent_jobs, busy.fill_s) == (5.0, 1, 1.0)

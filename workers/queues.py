@@ -1,4 +1,4 @@
-"""The Celery dispatcher: job ids onto the fast or slow queue, by task name.
+"""The Celery queues: job ids onto the fast, slow or audit queue, by task name.
 
 Messages carry job ids only; the job row in the store holds everything else. Tasks are
 sent by name, so whoever enqueues (``speceyes annotate``, the API, a worker passing jobs

@@ -1,0 +1,197 @@
+"""What the store's results add up to, for reports, calibration and benchmarks:
+accuracy per split, stage costs and busy time, calibration items, per-split runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from common.contracts import JobStatus
+from common.store.reads import BatchCounts, batch_jobs, batch_results, counts_of
+from common.store.tables import BatchItem, Job
+
+
+def batch_accuracy(session: Session, batch_id: str) -> tuple[int, int]:
+    """(rows with a known answer that are finished, of those answered right)."""
+    return batch_scores(session, batch_id)[0]
+
+
+@dataclass
+class SplitScore:
+    """A benchmark split's accuracy, both ways."""
+
+    split: str
+    rows: int = 0
+    failed: int = 0
+    strict_correct: int = 0  # our rules; a failed row is wrong
+    reference_correct: int = 0  # the reference's rules, over rows that did not fail
+    undecided: int = 0  # rows the reference's rules leave to its LLM judge (counted wrong)
+
+    @property
+    def strict(self) -> float:
+        return self.strict_correct / self.rows if self.rows else 0.0
+
+    @property
+    def reference(self) -> float:
+        """As the reference reports it: failed rows are left out."""
+        scored = self.rows - self.failed
+        return self.reference_correct / scored if scored else 0.0
+
+
+def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
+    """Per benchmark split, the finished rows with a known answer, scored both ways."""
+    return batch_scores(session, batch_id)[1]
+
+
+def batch_scores(session: Session, batch_id: str) -> tuple[tuple[int, int], list[SplitScore]]:
+    """One pass over the batch: (finished rows with a known answer, of those right by our
+    rules), and each benchmark split's scores both ways."""
+    from common.scoring import is_correct, reference_verdict
+
+    scored = correct = 0
+    scores: dict[str, SplitScore] = {}
+    for item, job in batch_results(session, batch_id):
+        if item.expected is None or job.status not in (JobStatus.DONE, JobStatus.FAILED):
+            continue
+        right = is_correct(job.final_answer, item.expected, job.options)
+        scored, correct = scored + 1, correct + right
+        if item.split is None:
+            continue
+        score = scores.setdefault(item.split, SplitScore(item.split))
+        score.rows += 1
+        if job.status == JobStatus.FAILED or job.final_answer is None:
+            score.failed += 1
+            continue
+        score.strict_correct += right
+        benchmark = item.split.split("/")[0]
+        verdict = reference_verdict(benchmark, job.final_answer, item.expected, job.options)
+        if verdict is None:
+            verdict = item.judge_verdict  # the LLM judge's, when one was asked
+        score.undecided += verdict is None
+        score.reference_correct += bool(verdict)
+    return (scored, correct), [scores[split] for split in sorted(scores)]
+
+
+@dataclass(frozen=True)
+class CalibrationItem:
+    """A speculated row: the gate's confidence in the small model's answer, whether that
+    answer is right (against the known answer, or, in a calibration run without one,
+    against the agent's), and what a replay of other gates needs."""
+
+    confidence: float
+    right: bool
+    gate: dict[str, Any]
+    replay: str | None = None  # calibration runs: the recorded logits
+    tool_free: bool = True  # the screen's verdict (no screen: every job)
+    agent_right: bool | None = None  # calibration runs: the agent's answer, scored
+    agrees: bool | None = None  # calibration runs: the small answer matches the agent's
+
+
+def stage_costs(session: Session, batch_id: str) -> tuple[float, float]:
+    """(fast-stage seconds per job, agent seconds per job) measured in a batch: a fast
+    batch's time (claim to record) is shared by the jobs claimed with it; an agent job's
+    is its claim to its result."""
+    busy = stage_busy(session, batch_id)
+    fast = busy.fast_s / busy.fast_jobs if busy.fast_jobs else 0.0
+    return fast, (busy.agent_s / busy.agent_jobs if busy.agent_jobs else 0.0)
+
+
+@dataclass(frozen=True)
+class StageBusy:
+    """How long each stage worked on a batch: the sum of its fast batches' claim-to-record
+    times, and of its trajectories' claim-to-result times."""
+
+    fast_s: float
+    fast_jobs: int
+    agent_s: float
+    agent_jobs: int
+    fill_s: float = 0.0  # from the first fast batch's start to the first trajectory's
+
+
+def stage_busy(session: Session, batch_id: str) -> StageBusy:
+    rows = session.execute(
+        select(Job.fast_started_at, Job.gated_at, Job.agent_started_at, Job.finished_at).where(
+            Job.id.in_(batch_jobs(batch_id))
+        )
+    ).all()
+    batches: dict[Any, tuple[float, int]] = {}
+    agent = []
+    first_fast = min((row[0] for row in rows if row[0] is not None), default=None)
+    first_agent = min((row[2] for row in rows if row[2] is not None), default=None)
+    for fast_started, gated, agent_started, finished in rows:
+        if fast_started is not None and gated is not None:
+            _seconds, jobs = batches.get(fast_started, (0.0, 0))
+            batches[fast_started] = ((gated - fast_started).total_seconds(), jobs + 1)
+        if agent_started is not None and finished is not None:
+            agent.append((finished - agent_started).total_seconds())
+    return StageBusy(
+        sum(seconds for seconds, _ in batches.values()),
+        sum(jobs for _, jobs in batches.values()),
+        sum(agent),
+        len(agent),
+        (first_agent - first_fast).total_seconds() if first_agent and first_fast else 0.0,
+    )
+
+
+def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
+    """The batch's rows that the small model answered and that can be scored: against the
+    row's known answer, else (calibration runs) against the agent's answer."""
+    from common.contracts import DeferReason
+    from common.scoring import is_correct
+
+    found = []
+    for item, job in batch_results(session, batch_id):
+        if job.small_answer is None or job.confidence is None:
+            continue
+        agent = job.final_answer if job.defer_reason == DeferReason.CALIBRATION else None
+        agrees = None if agent is None else is_correct(job.small_answer, agent, job.options)
+        if item.expected is not None:
+            right = is_correct(job.small_answer, item.expected, job.options)
+            agent_right = None if agent is None else is_correct(agent, item.expected, job.options)
+        elif agrees is not None:
+            right, agent_right = agrees, None
+        else:
+            continue
+        tool_free = job.screen_needs_tools is not True
+        gate = dict(job.gate or {})
+        found.append(
+            CalibrationItem(job.confidence, right, gate, job.replay, tool_free, agent_right, agrees)
+        )
+    return found
+
+
+@dataclass
+class SplitRun:
+    """A split of one batch, for the paper-style report: accuracy, time, beta, alpha."""
+
+    score: SplitScore
+    seconds: float  # the split's first claim to its last result
+    counts: BatchCounts
+
+    @property
+    def seconds_per_item(self) -> float:
+        return self.seconds / self.score.rows if self.score.rows else 0.0
+
+
+def split_runs(session: Session, batch_id: str) -> dict[str, SplitRun]:
+    """Per benchmark split of the batch: its scores, its wall time and its funnel counts."""
+    scores = {score.split: score for score in split_scores(session, batch_id)}
+    runs: dict[str, SplitRun] = {}
+    for split, score in scores.items():
+        jobs = (
+            select(BatchItem.job_id)
+            .where(BatchItem.batch_id == batch_id, BatchItem.split == split)
+            .subquery()
+        )
+        first, last = session.execute(
+            select(func.min(Job.fast_started_at), func.max(Job.finished_at)).where(
+                Job.id.in_(select(jobs.c.job_id))
+            )
+        ).one()
+        seconds = (last - first).total_seconds() if first and last else 0.0
+        counts = counts_of(session, select(jobs.c.job_id))
+        runs[split] = SplitRun(score, seconds, counts)
+    return runs
