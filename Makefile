@@ -84,7 +84,7 @@ bench: setup
 # hub, nothing stored). Runs from the tree; a GPU image without network first gets what
 # it lacks from .whl/, which `make gpu-wheels` fills where PyPI is reachable.
 bench-gpu:
-	bash lab/bench_gpu.sh
+	bash lab/bench/gpu.sh
 
 # The wheels a GPU image (Python $(GPU_PYTHON), torch present) lacks for bench-gpu, at
 # the versions this venv runs: transformers (>= 5.20) and pydantic with their own needs.

@@ -27,6 +27,7 @@ from api.middleware import BodyLimit
 from api.routes import batches, health, jobs
 from common.config import Settings
 from common.dispatch import Dispatcher, StoreOnly
+from common.store.db import open_store
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from common.store.db import open_store
 
         app.state.sessions = sessions or open_store(settings.database_url)
         if dispatcher is None:

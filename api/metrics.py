@@ -8,6 +8,10 @@ from typing import Any
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from common.store import audits
+from common.store.tables import Batch
 
 SUBMITTED = Counter(
     "speceyes_api_jobs_submitted_total", "Jobs created through the API, by route.", ["route"]
@@ -27,10 +31,6 @@ class StoreAudit(Collector):
         self.sessions = sessions
 
     def collect(self) -> Iterator[Any]:
-        from sqlalchemy import func, select
-
-        from common.store import audits
-        from common.store.tables import Batch
 
         try:
             with self.sessions() as session:

@@ -7,9 +7,23 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tqdm import tqdm
+
+from cli.compose import make_dispatcher
 from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from common.audit import describe
 from common.contracts import AnsweredBy, JobStatus
+from common.corpus import read_source
+from common.dispatch import Watch
 from common.errors import ConfigurationError
+from common.export import batch_rows, check_format, write_rows
+from common.judge import Judge, judge_batch
+from common.limits import check_name, check_query
+from common.store.analytics import batch_scores
+from common.store.db import open_store
+from common.store.reads import batch_counts
+from common.store.tables import Batch
+from common.submit import submit_corpus
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -45,13 +59,9 @@ apply. Ctrl-C stops following; the jobs go on.
 """
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "annotate",
-        help="annotate a folder or manifest of images (the main job)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("source", type=Path, metavar="SOURCE", help="folder, .jsonl or .csv")
     parser.add_argument("--question", "-q", help="question for every image of a folder")
     parser.add_argument("--options", nargs="+", metavar="OPTION", help="options for a folder")
@@ -70,12 +80,6 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cli.compose import make_dispatcher
-    from common.corpus import read_source
-    from common.export import check_format
-    from common.limits import check_name, check_query
-    from common.store.db import open_store
-    from common.submit import submit_corpus
 
     settings = settings_from_args(args)
     if args.distributed and not settings.broker.url:
@@ -138,8 +142,6 @@ def _wait(
     dispatcher: Dispatcher, sessions: sessionmaker[Session], batch_id: str, no_progress: bool
 ) -> RunResult:
     """Until the batch is finished: worked here (embedded) or followed (workers)."""
-    from common.dispatch import Watch
-    from common.store.reads import batch_counts
 
     with sessions() as session:
         counts = batch_counts(session, batch_id)
@@ -176,7 +178,6 @@ def _postfix(now: BatchCounts) -> str:
 
 
 def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
-    from tqdm import tqdm
 
     return tqdm(
         total=total,
@@ -211,8 +212,6 @@ def _print_summary(result: RunResult) -> None:
 
 
 def _print_audit(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -> None:
-    from common.audit import describe
-    from common.store.tables import Batch
 
     with sessions() as session:
         batch = session.get(Batch, batch_id)
@@ -222,7 +221,6 @@ def _print_audit(sessions: sessionmaker[Session], batch_id: str, settings: Setti
 
 def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -> None:
     """Ask the judge about the undecided benchmark rows (cached verdicts are reused)."""
-    from common.judge import Judge, judge_batch
 
     key = settings.judge.api_key.get_secret_value() if settings.judge.api_key else None
     judge = Judge(
@@ -240,7 +238,6 @@ def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -
 
 
 def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
-    from common.store.analytics import batch_scores
 
     with sessions() as session:
         (scored, correct), splits = batch_scores(session, batch_id)
@@ -262,7 +259,6 @@ def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
 
 
 def _export(sessions: sessionmaker[Session], batch_id: str, out: Path) -> None:
-    from common.export import batch_rows, write_rows
 
     with sessions() as session:
         count = write_rows(batch_rows(session, batch_id), out)

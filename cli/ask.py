@@ -8,18 +8,21 @@ import uuid
 from typing import TYPE_CHECKING, Any, cast
 
 from cli.options import add_funnel_flags, add_model_flags, settings_from_args
+from common.backends import load_models
+from common.contracts import Accepted, AnsweredBy, Deferred, Failed, JobStatus
+from common.funnel import prepare_query, run_agent_stage, run_fast_stage
+from common.limits import check_query
+from common.sandbox import require_code_sandbox
 
 if TYPE_CHECKING:
     from common.backends.base import Generation, VisionLanguageModel
     from common.chat import Conversation
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "ask",
-        help="answer one question about one image through the funnel",
-        description="Run one query through screening, speculation, the gate and, when "
-        "deferred, the agent loop, and show what each phase decided.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run one query through screening, speculation, the gate and, when "
+        "deferred, the agent loop, and show what each phase decided."
     )
     parser.add_argument("image", help="image file")
     parser.add_argument("--question", "-q", required=True, help="the question")
@@ -39,11 +42,6 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.backends import load_models
-    from common.contracts import Accepted, AnsweredBy, Deferred, Failed, JobStatus
-    from common.funnel import prepare_query, run_agent_stage, run_fast_stage
-    from common.limits import check_query
-    from common.sandbox import require_code_sandbox
 
     settings = settings_from_args(args)
     check_query(args.question, args.options, settings.requests)

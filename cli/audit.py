@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from sqlalchemy import select
 
 from cli.options import add_store_flags, settings_from_args
+from common.audit import describe, figures
 from common.errors import InvalidInput
+from common.store import audits
+from common.store.db import open_store
+from common.store.reads import find_batch
+from common.store.tables import Batch
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "audit",
-        help="the online audit: figures, and resuming after a drift alarm",
-        description="A share of accepted answers (--audit-rate, default 2%%) also runs "
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "A share of accepted answers (--audit-rate, default 2%%) also runs "
         "through the agent; when they stop agreeing, a batch raises a drift alarm and the "
-        "deployment acts as --on-drift says (warn, raise-tau, pause).",
+        "deployment acts as --on-drift says (warn, raise-tau, pause)."
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     status = actions.add_parser("status", help="agreement per batch, alarms, controls")
@@ -33,13 +37,6 @@ def register(commands: Any) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from sqlalchemy import select
-
-    from common.audit import describe, figures
-    from common.store import audits
-    from common.store.db import open_store
-    from common.store.reads import find_batch
-    from common.store.tables import Batch
 
     settings = settings_from_args(args)
     sessions = open_store(settings.database_url, create=False)
@@ -65,8 +62,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    from common.store import audits
-    from common.store.db import open_store
 
     sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions.begin() as session:

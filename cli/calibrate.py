@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from cli.options import add_store_flags, settings_from_args
+from common.calibration import default_grid, pick_tau, sweep
 from common.errors import InvalidInput
+from common.store.analytics import calibration_items, stage_costs
+from common.store.db import open_store
+from common.store.reads import find_batch
 
 DESCRIPTION = """\
 Without --max-error: sweep a calibration run (annotate --calibrate): replay every gate,
@@ -33,13 +40,9 @@ calibration file that `speceyes annotate --calibration FILE` takes.
 """
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "calibrate",
-        help="pick tau from a labelled batch, with a finite-sample guarantee",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "batches",
         nargs="+",
@@ -60,10 +63,6 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.calibration import default_grid, pick_tau
-    from common.store.analytics import calibration_items, stage_costs
-    from common.store.db import open_store
-    from common.store.reads import find_batch
 
     sessions = open_store(settings_from_args(args).database_url, create=False)
     items, ids, fast, agent = [], [], 0.0, 0.0
@@ -147,9 +146,6 @@ SWEEP_TAUS = (0.9, 0.95, 0.97, 0.98, 0.99)
 def _sweep(
     items: list[Any], costs: tuple[float, float], json_path: Path | None, plot: Path | None
 ) -> int:
-    from dataclasses import asdict
-
-    from common.calibration import sweep
 
     recorded = [item for item in items if item.replay]
     if not recorded:
@@ -180,14 +176,8 @@ def _sweep(
 
 def _plot(rows: list[Any], path: Path) -> None:
     """Accuracy against estimated speedup, one curve per mode (at K = 64)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise InvalidInput("--plot needs matplotlib (pip install matplotlib)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6.5, 4.2))
+    figure = Figure(figsize=(6.5, 4.2))  # (no pyplot: no backend, no global state)
+    axis = figure.subplots()
     for mode in MODES:
         points = sorted(
             (r.speedup, 100 * r.accuracy) for r in rows if r.mode == mode and r.top_k == 64
@@ -200,4 +190,3 @@ def _plot(rows: list[Any], path: Path) -> None:
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)

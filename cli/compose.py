@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from common.backends import load_models
 from common.config import Settings
 from common.dispatch import Dispatcher
+from common.runner import EmbeddedRunner
+from common.sandbox import require_code_sandbox
+from workers.queues import CeleryDispatcher
 
 
 def make_dispatcher(settings: Settings, sessions: sessionmaker[Session]) -> Dispatcher:
     if settings.broker.url:
-        from workers.queues import CeleryDispatcher
-
         return CeleryDispatcher(settings)
-    from common.backends import load_models
-    from common.runner import EmbeddedRunner
-    from common.sandbox import require_code_sandbox
 
     require_code_sandbox(settings)  # this process will run the agent
     return EmbeddedRunner(sessions, lambda: load_models(settings), settings)

@@ -9,13 +9,16 @@ starting.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from pathlib import Path
+
+from sqlalchemy.exc import OperationalError
 
 from cli.options import add_store_flags, settings_from_args
+from common.errors import ConfigurationError
+from common.store.db import make_engine, migrate, schema_revision
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser("db", help="job store schema (migrations)")
+def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     upgrade = actions.add_parser(
         "upgrade",
@@ -28,12 +31,6 @@ def register(commands: Any) -> None:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from sqlalchemy.exc import OperationalError
-
-    from common.errors import ConfigurationError
-    from common.store.db import make_engine, migrate, schema_revision
 
     url = settings_from_args(args).database_url
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
 from common.errors import InvalidInput
+from common.export import batch_rows, check_format, write_rows
+from common.store.db import open_store
+from common.store.reads import find_batch
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "export",
-        help="write a batch's results (.jsonl or .parquet)",
-        description="Write one row per batch row: id, image, question, options, status, "
-        "answer, answered_by (small / large), confidence, defer_reason, error.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Write one row per batch row: id, image, question, options, status, "
+        "answer, answered_by (small / large), confidence, defer_reason, error."
     )
     parser.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
     parser.add_argument("--out", type=Path, required=True, help="FILE.jsonl or FILE.parquet")
@@ -29,9 +29,6 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.export import batch_rows, check_format, write_rows
-    from common.store.db import open_store
-    from common.store.reads import find_batch
 
     check_format(args.out)
     sessions = open_store(settings_from_args(args).database_url, create=False)

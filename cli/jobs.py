@@ -9,6 +9,8 @@ from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
 from common.errors import InvalidInput
+from common.store.db import open_store
+from common.store.reads import get_job
 
 FIELDS = (
     "id",
@@ -38,8 +40,7 @@ FIELDS = (
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser("jobs", help="look at jobs")
+def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = actions.add_parser(
         "show",
@@ -54,8 +55,6 @@ def register(commands: Any) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from common.store.db import open_store
-    from common.store.reads import get_job
 
     sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions() as session:

@@ -6,10 +6,12 @@ import argparse
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
+from common.errors import InvalidInput
+from common.store.db import open_store
+from common.store.keys import create_key, list_keys, revoke_key
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser("keys", help="create, list and revoke API keys")
+def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = actions.add_parser(
         "create",
@@ -36,13 +38,11 @@ def register(commands: Any) -> None:
 
 
 def _sessions(args: argparse.Namespace, *, create: bool = False) -> Any:
-    from common.store.db import open_store
 
     return open_store(settings_from_args(args).database_url, create=create)
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from common.store.keys import create_key
 
     with _sessions(args, create=True).begin() as session:
         row, secret = create_key(session, args.name, tenant=args.tenant, admin=args.admin)
@@ -53,7 +53,6 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from common.store.keys import list_keys
 
     with _sessions(args)() as session:
         for row in list_keys(session):
@@ -64,8 +63,6 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-    from common.errors import InvalidInput
-    from common.store.keys import revoke_key
 
     with _sessions(args).begin() as session:
         count = revoke_key(session, args.key)

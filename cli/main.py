@@ -1,14 +1,18 @@
 """``speceyes``: the command line.
 
 The CLI is the composition root: it reads the settings, loads what a command needs and
-calls into ``common`` (and, for later commands, ``api`` or ``workers``). Heavy imports
-(torch, transformers) happen inside the commands, so ``--help`` stays instant.
+calls into ``common``, ``api``, ``workers`` or ``lab``. Each command is a module of its
+own, imported only when it runs (``COMMANDS``), so ``--help`` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -28,25 +32,34 @@ Settings come from flags, then SPECEYES_* environment variables (see `speceyes c
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from cli import (
-        annotate,
-        ask,
-        audit,
-        bench,
-        calibrate,
-        db,
-        export,
-        jobs,
-        keys,
-        models,
-        report,
-        serve,
-        show_config,
-        synth,
-        worker,
-    )
+# Every command: the module that configures and runs it, and its line in --help. A
+# command's module (and what it imports: torch, Celery, the web stack) is loaded only
+# when that command runs, so `speceyes --help` and `speceyes config` stay instant.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "annotate": ("cli.annotate", "annotate a folder or manifest of images (the main job)"),
+    "ask": ("cli.ask", "answer one question about one image through the funnel"),
+    "jobs": ("cli.jobs", "look at jobs"),
+    "export": ("cli.export", "write a batch's results (.jsonl or .parquet)"),
+    "serve": ("cli.serve", "serve the HTTP API"),
+    "keys": ("cli.keys", "create, list and revoke API keys"),
+    "worker": ("cli.worker", "run a fast or slow worker of the distributed pipeline"),
+    "models": ("cli.models", "build the tiny offline checkpoints"),
+    "synth": ("cli.synth", "generate SpecEyes-Synth corpora"),
+    "bench": ("cli.bench", "measure throughput (fast stage, agent, sandbox, runner, pipeline)"),
+    "calibrate": (
+        "cli.calibrate",
+        "pick tau from a labelled batch, with a finite-sample guarantee",
+    ),
+    "report": ("cli.report", "accuracy and speedup per benchmark split (the paper's table)"),
+    "audit": ("cli.audit", "the online audit: figures, and resuming after a drift alarm"),
+    "db": ("cli.db", "job store schema (migrations)"),
+    "config": ("cli.show_config", "print the effective settings"),
+}
 
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command listed, the one ``argv`` names configured
+    by its module, the others only named."""
     parser = argparse.ArgumentParser(
         prog="speceyes",
         description="SpecEyes: a speculative funnel in front of agentic vision-language "
@@ -57,31 +70,37 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (
-        annotate,
-        ask,
-        jobs,
-        export,
-        serve,
-        keys,
-        worker,
-        models,
-        synth,
-        bench,
-        calibrate,
-        report,
-        audit,
-        db,
-        show_config,
-    ):
-        module.register(commands)
+    add_commands(parser, COMMANDS, argv)
     return parser
 
 
+def add_commands(
+    parser: argparse.ArgumentParser,
+    table: dict[str, tuple[str, str]],
+    argv: Sequence[str],
+    *,
+    dest: str = "command",
+    metavar: str = "COMMAND",
+) -> None:
+    """``table``'s commands under ``parser``, each named with its line of help; the one
+    ``argv`` names is configured by its module: ``configure(parser)``, or, for a module
+    with a ``COMMANDS`` table of its own (``speceyes bench KIND``), one level down."""
+    commands = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
+    words = [arg for arg in argv if not arg.startswith("-")]
+    for name, (module_name, line) in table.items():
+        command = commands.add_parser(name, help=line)
+        if words and name == words[0]:
+            module = importlib.import_module(module_name)
+            if hasattr(module, "COMMANDS"):
+                command.description = module.DESCRIPTION
+                add_commands(command, module.COMMANDS, words[1:], dest=name, metavar="KIND")
+            else:
+                module.configure(command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -107,7 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _quiet_libraries() -> None:
     """transformers prints progress bars and advice on every load; keep the output ours."""
-    import os
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -124,9 +142,6 @@ def _few_malloc_arenas() -> None:
     memory behind per thread, so the process grows with the thread count, not with the
     pixels decoded at once. With two arenas the freed memory is reused.
     """
-    import contextlib
-    import ctypes
-    import os
 
     if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
         return

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
 
 from common.config import Settings
+from common.models.full_size import write_random_init
+from common.models.tiny import build_tiny, tiny_root
+from lab.synth.train import train_synth
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser("models", help="build the tiny offline checkpoints")
+def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     build = actions.add_parser(
         "build-tiny",
@@ -97,7 +98,6 @@ def register(commands: Any) -> None:
 
 
 def run_build_random(args: argparse.Namespace) -> int:
-    from common.models.full_size import write_random_init
 
     folder = write_random_init(args.out, args.preset)
     print(f"wrote {args.preset} (random weights, built at load) to {folder}")
@@ -105,7 +105,6 @@ def run_build_random(args: argparse.Namespace) -> int:
 
 
 def run_build_tiny(args: argparse.Namespace) -> int:
-    from common.models.tiny import build_tiny, tiny_root
 
     folder = args.out or tiny_root(Settings().models.cache_dir)
     if not args.force and all(
@@ -124,7 +123,6 @@ def run_build_tiny(args: argparse.Namespace) -> int:
 
 
 def run_train_synth(args: argparse.Namespace) -> int:
-    from lab.synth.train import train_synth
 
     started = time.perf_counter()
     info = train_synth(

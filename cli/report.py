@@ -6,7 +6,11 @@ import argparse
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
+from common.audit import describe
 from common.errors import InvalidInput
+from common.store.analytics import SplitRun, split_runs
+from common.store.db import open_store
+from common.store.reads import find_batch
 
 DESCRIPTION = """\
 Print accuracy and speedup per benchmark split, in the layout of the paper's main table:
@@ -31,13 +35,9 @@ PAPER_ORDER = (
 )
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "report",
-        help="accuracy and speedup per benchmark split (the paper's table)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("batches", nargs="+", metavar="BATCH", help="batch ids or names")
     parser.add_argument(
         "--baseline", dest="baselines", nargs="+", metavar="BATCH", help="baseline batches"
@@ -57,8 +57,6 @@ def register(commands: Any) -> None:
 
 def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
     """Each batch's online audit, where it had one."""
-    from common.audit import describe
-    from common.store.reads import find_batch
 
     settings = settings_from_args(args)
     with sessions() as session:
@@ -71,9 +69,6 @@ def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.store.analytics import SplitRun, split_runs
-    from common.store.db import open_store
-    from common.store.reads import find_batch
 
     sessions = open_store(settings_from_args(args).database_url, create=False)
 

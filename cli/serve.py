@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
+import uvicorn
+
+from api.app import create_app
+from cli.compose import make_dispatcher
 from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from common.store.db import open_store
 
 DESCRIPTION = """\
 Serve the HTTP API (OpenAPI docs at /docs). Jobs submitted to it are committed to the
@@ -19,24 +23,15 @@ the folders jobs may name by server path are settings: see `speceyes config`.
 """
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "serve",
-        help="serve the HTTP API",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_settings(parser, "api.host", "api.port")
     add_pipeline_flags(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from api.app import create_app
-    from cli.compose import make_dispatcher
-    from common.store.db import open_store
 
     settings = settings_from_args(args)
     mode = f"broker {settings.broker.url}" if settings.broker.url else "embedded runner"

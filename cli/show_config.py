@@ -9,13 +9,11 @@ from typing import Any
 from common.config import Settings, configuration_markdown, leaves
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "config",
-        help="print the effective settings",
-        description="Print every setting with its current value (flags aside): defaults, "
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Print every setting with its current value (flags aside): defaults, "
         "overridden by SPECEYES_<NAME> environment variables or a .env file. Secrets "
-        "are shown as stars.",
+        "are shown as stars."
     )
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="machine-readable output")

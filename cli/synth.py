@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from common.errors import InvalidInput
+from lab.synth.world import items, write_hr, write_manifest, write_pope, write_vstar
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser("synth", help="generate SpecEyes-Synth corpora")
+def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     generate = actions.add_parser(
         "generate",
@@ -34,7 +33,6 @@ def register(commands: Any) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from lab.synth.world import items, write_hr, write_manifest, write_pope, write_vstar
 
     formats = {name.strip() for name in args.formats.split(",") if name.strip()}
     unknown = formats - {"manifest", "vstar", "hr", "pope"}

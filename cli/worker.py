@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import logging
 
 from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from common.sandbox import require_code_sandbox
+from common.store.db import open_store
+from workers.app import make_app
 
 DESCRIPTION = """\
 Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKER_URL or
@@ -50,13 +53,9 @@ answer) for probes.
 """
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "worker",
-        help="run a fast or slow worker of the distributed pipeline",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("pool", choices=["fast", "slow"], help="which queue to work")
     add_settings(parser, "funnel.fast_batch_size")
     parser.add_argument(
@@ -70,17 +69,11 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-
-    from common.store.db import open_store
-    from workers.app import make_app
 
     settings = settings_from_args(args)
     logging.getLogger().setLevel(args.loglevel)
     open_store(settings.database_url).close()  # fail now if the store is wrong
     if args.pool == "slow":
-        from common.sandbox import require_code_sandbox
-
         require_code_sandbox(settings)  # Thyme: fail now if its code cannot be isolated
     app = make_app(settings, metrics_port=args.metrics_port, pool=args.pool)
     # a slow worker also takes audits, from their own queue, only when no deferred job waits

@@ -29,6 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow.parquet as pq
+
 from common.contracts import SourceRow
 from common.errors import InvalidInput
 from common.images import image_suffix, keep_bytes
@@ -123,7 +125,6 @@ def _hr_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
 
 
 def _pope_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
-    import pyarrow.parquet as pq
 
     split = f"pope/{path.stem.split('-')[0]}"
     columns = ["question", "answer", "image", "question_id", "category"]

@@ -28,7 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.gate import accepts
+from common.config import GateSettings
+from common.gate import score_answers
+from common.replay import decode
+from common.scores import GateResult, accepts
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -132,6 +135,15 @@ class SweepRow:
     speedup: float = math.nan  # agent-only seconds per job over the funnel's (estimated)
 
 
+def replay(records: list[str], gate: GateSettings) -> list[GateResult]:
+    """The gate's decisions on recorded answers (K <= the recorded width)."""
+    answers = [decode(record) for record in records]
+    widest = min((len(row) for a in answers for row in a.top_values), default=gate.top_k)
+    if gate.top_k > widest:
+        raise ValueError(f"K={gate.top_k} needs more logits than the run kept ({widest})")
+    return score_answers(answers, gate)
+
+
 def sweep(
     items: Sequence[Any],
     modes: Sequence[str],
@@ -144,10 +156,6 @@ def sweep(
     ``costs`` (fast-stage and agent seconds per job, measured in the run) give each
     setting's estimated speedup over the agent alone: agent / (fast + rejected x agent).
     """
-    from common.config import GateSettings
-    from common.gate import score_answers
-    from common.replay import decode
-
     answers = [decode(item.replay) for item in items]
     rows = []
     for mode in modes:

@@ -39,10 +39,10 @@ import json
 import os
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -53,6 +53,8 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+
+from common.calibration_file import read_calibration
 
 GateMode = Literal["min", "mean", "bottom20", "logprob"]
 AgentKind = Literal["deepeyes", "thyme"]
@@ -104,6 +106,22 @@ def group(
 
 class Group(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        _no_stray_names(self, update)
+        return super().model_copy(update=update, deep=deep)
+
+
+def _no_stray_names(model: BaseModel, update: Mapping[str, Any] | None) -> None:
+    """pydantic's ``model_copy`` sets any name it is given, a field or not, unchecked:
+    ``settings.model_copy(update={"baseline": True})`` would change nothing the code
+    reads (``baseline`` is ``funnel.baseline``). Refuse it; ``Settings.replace`` takes flat
+    names and paths, and checks the values."""
+    stray = sorted(set(update or ()) - set(type(model).model_fields))
+    if stray:
+        raise TypeError(
+            f"{type(model).__name__} has no field {', '.join(stray)}: use Settings.replace"
+        )
 
 
 # -- the groups ------------------------------------------------------------------------
@@ -621,8 +639,6 @@ class Settings(BaseSettings):
     def _calibrated_gate(self) -> Settings:
         """A calibration file's gate, where no gate setting is given (field by field)."""
         if self.calibration_file is not None:
-            from common.calibration_file import read_calibration
-
             chosen = read_calibration(self.calibration_file).gate
             current = self.funnel.gate
             given = current.model_fields_set if "gate" in self.funnel.model_fields_set else set()
@@ -640,6 +656,10 @@ class Settings(BaseSettings):
                     first, *rest = path.split(".")
                     object.__setattr__(self, first, _updated(getattr(self, first), rest, value))
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        _no_stray_names(self, update)
+        return super().model_copy(update=update, deep=deep)
 
     def replace(self, **values: Any) -> Settings:
         """These settings with some changed, by flat name (``baseline=True``) or by path

@@ -25,7 +25,7 @@ from PIL import Image
 
 if TYPE_CHECKING:
     from common.agents.trajectory import Trajectory
-    from common.gate import TokenScores
+    from common.scores import TokenScores
 
 
 class JobStatus(StrEnum):

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from sqlalchemy.orm import Session
 
 from common.contracts import JobStatus
@@ -83,9 +85,6 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> int:
 
 def _write(rows: Iterable[dict[str, Any]], suffix: str, partial: Path) -> int:
     if suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         table = pa.Table.from_pylist(list(rows))
         pq.write_table(table, partial)
         count = table.num_rows

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from common.agents.deepeyes import run_deepeyes
 from common.agents.thyme import run_thyme
@@ -42,10 +42,9 @@ from common.contracts import (
     ScreenResult,
 )
 from common.errors import ImageError, ModelError, RetryableError
+from common.gate import score_answers
 from common.images import load_image
-
-if TYPE_CHECKING:
-    from common.gate import GateResult
+from common.scores import REPLAY_K, GateResult
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +119,6 @@ def speculate_stage(
 
 def gate_stage(speculations: Sequence[Speculation], gate: GateSettings) -> list[GateResult]:
     """Phase III over a batch."""
-    from common.gate import score_answers  # torch: loaded by the workers, not by the API
-
     return score_answers([s.scores for s in speculations], gate)
 
 
@@ -216,8 +213,6 @@ def _calibration_batch(
     """A calibration run's fast stage: every job is screened (when there is a screener)
     and speculated, keeping the top ``REPLAY_K`` logits per answer token, gated as the
     settings say (for the record), and then sent to the agent whatever the gate said."""
-    from common.gate import REPLAY_K
-
     result = FastBatchResult([])
     screens: dict[str, ScreenResult] = {}
     if settings.screener != "none":

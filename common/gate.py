@@ -18,69 +18,21 @@ Placeholder values such servers put in for missing entries (-9999, -inf, NaN) ar
 
 The batch functions are vectorised over a padded ``[answers, tokens, K]`` tensor and
 computed in float64 on the CPU: the inputs are small and the threshold is a hard edge.
-torch is imported inside them, so the types here (``TokenScores``) cost the HTTP API,
-which never computes a gate, no torch import.
+What the gate reads and returns (``TokenScores``, ``GateResult``) are plain values in
+``common.scores``, so the modules that only carry them (backends, contracts, the store)
+never load torch.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+import torch
 
 from common.config import GateMode, GateSettings
-
-if TYPE_CHECKING:
-    import torch
+from common.scores import PLACEHOLDER_BELOW, SQUASH, GateResult, TokenScores, accepts
 
 EPS = 1e-6
-REPLAY_K = 128  # logits per token a calibration run keeps: any gate with K <= this replays
-SQUASH = 0.6
-PLACEHOLDER_BELOW = -9000.0  # log-probabilities at or below this are servers' fillers
-
-
-@dataclass(frozen=True)
-class TokenScores:
-    """What the gate needs of one answer, as plain lists (made once, at a backend's edge).
-
-    ``top_values[t]`` holds token t's largest logits (or log-probabilities), descending,
-    at least the K the gate uses. ``log_normalizer[t]`` is the log-sum-exp of token t's
-    full row, so ``top_values[t][0] - log_normalizer[t]`` is its log max-probability;
-    it is 0.0 when the values already are log-probabilities.
-    """
-
-    top_values: list[list[float]]  # [answer_tokens][>= K]
-    log_normalizer: list[float]  # [answer_tokens]
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.top_values)
-
-    @classmethod
-    def from_logprobs(cls, top_logprobs: Sequence[Sequence[float]]) -> TokenScores:
-        """Scores from a server's per-token top log-probabilities (any order)."""
-        rows = [sorted(row, reverse=True) for row in top_logprobs]
-        return cls(top_values=rows, log_normalizer=[0.0] * len(rows))
-
-
-@dataclass(frozen=True)
-class GateResult:
-    confidence: float
-    accepted: bool
-    token_scores: list[float]  # s_t per answer token (log max-prob in logprob mode)
-    score: float  # S, the aggregate before the squash (mean log max-prob in logprob mode)
-
-
-def accepts(confidence: float, threshold: float) -> bool:
-    """The gate's decision for an answer with at least one token: confidence > tau."""
-    return confidence > threshold
-
-
-def score_for(confidence: float) -> float:
-    """The score S whose squashed confidence is ``confidence`` (the sigmoid's inverse),
-    for stand-ins that must produce a chosen confidence."""
-    return math.log(confidence / (1 - confidence)) / SQUASH
 
 
 def token_separability(top: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -88,8 +40,6 @@ def token_separability(top: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
     A token whose top-1 or all competitors are missing scores -inf (never confident).
     """
-    import torch
-
     competitors = top[..., 1:]
     mask = valid[..., 1:]
     count = mask.sum(-1)
@@ -108,8 +58,6 @@ def aggregate(scores: torch.Tensor, token_mask: torch.Tensor, mode: GateMode) ->
     For ``logprob`` the per-token values are log max-probabilities and S is their mean.
     Answers with no tokens get -inf.
     """
-    import torch
-
     count = token_mask.sum(-1)
     inf = torch.full_like(scores, float("inf"))
     if mode == "min":
@@ -140,8 +88,6 @@ def confidence_batch(
     Shapes: ``top``/``valid`` [B, T, K] (sorted descending), ``token_mask`` [B, T],
     ``log_normalizer`` [B, T]. Returns (confidence [B], S [B], token_scores [B, T]).
     """
-    import torch
-
     if mode == "logprob":
         per_token = torch.where(valid[..., 0], top[..., 0] - log_normalizer, float("-inf"))
         mean_logprob = aggregate(per_token, token_mask, mode)
@@ -157,8 +103,6 @@ def _valid_values(values: torch.Tensor) -> torch.Tensor:
 
 def confidence(logits: torch.Tensor, *, top_k: int = 64, mode: GateMode = "min") -> float:
     """Confidence of one answer from its raw logits [answer_tokens, vocab]."""
-    import torch
-
     if logits.ndim != 2:
         raise ValueError(f"logits must be [answer_tokens, vocab], got shape {tuple(logits.shape)}")
     if logits.shape[0] == 0:
@@ -178,8 +122,6 @@ def warm_up(gate: GateSettings) -> None:
 
 def score_answers(answers: Sequence[TokenScores], gate: GateSettings) -> list[GateResult]:
     """Gate a batch of answers at once; the order of ``answers`` is kept."""
-    import torch
-
     if not answers:
         return []
     batch, longest, k = len(answers), max(1, max(a.num_tokens for a in answers)), gate.top_k

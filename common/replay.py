@@ -3,7 +3,7 @@
 Per speculated job: the top ``REPLAY_K`` logits of every answer token and each token's
 log-sum-exp, as float32 (the backend computes them in float32, so nothing is rounded:
 a replayed gate decides exactly as the live one did), base64 in a small JSON record:
-about 0.5 KB per answer token.
+about 0.5 KB per answer token. (Replaying: ``common.calibration.replay``.)
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import base64
 import json
 from array import array
 
-from common.config import GateSettings
-from common.gate import GateResult, TokenScores, score_answers
+from common.scores import TokenScores
 
 
 def encode(scores: TokenScores) -> str:
@@ -39,12 +38,3 @@ def decode(record: str) -> TokenScores:
     norm.frombytes(base64.b64decode(data["norm"]))
     rows = [list(top[t * width : (t + 1) * width]) for t in range(tokens)]
     return TokenScores(rows, list(norm))
-
-
-def replay(records: list[str], gate: GateSettings) -> list[GateResult]:
-    """The gate's decisions on recorded answers (K <= the recorded width)."""
-    answers = [decode(record) for record in records]
-    widest = min((len(row) for a in answers for row in a.top_values), default=gate.top_k)
-    if gate.top_k > widest:
-        raise ValueError(f"K={gate.top_k} needs more logits than the run kept ({widest})")
-    return score_answers(answers, gate)

@@ -2,8 +2,8 @@
 
 - ``synth``: SpecEyes-Synth, a world small enough to learn on a CPU (``world``), the
   trainer of the tiny models (``train``) and their report (``report``);
-- ``bench``: benchmark inputs and the embedded runner's benchmark;
-- ``pipeline_bench``: the distributed pipeline end to end, with its own workers.
+- ``bench``: every benchmark of ``speceyes bench`` (the fast stage, the agent, the
+  sandbox, the embedded runner, the distributed pipeline) and its inputs.
 
 The command line reaches these through ``speceyes synth``, ``speceyes models
 train-synth`` and ``speceyes bench``; ``common`` never imports them (a test checks).

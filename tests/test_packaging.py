@@ -120,7 +120,8 @@ def _beside(path: Path, top: str) -> bool:
 @cache
 def command_modules() -> dict[str, Path]:
     """Every first-party module the ``speceyes`` command can import, from its entry point
-    (imports inside functions too: the CLI imports its heavy parts lazily)."""
+    (through the command tables, whose modules are imported by name, and imports inside
+    functions too)."""
     entry = pyproject()["project"]["scripts"]["speceyes"].split(":")[0]
     seen: dict[str, Path] = {}
     todo = [entry]
@@ -138,7 +139,21 @@ def command_modules() -> dict[str, Path]:
             if module.split(".")[0] in package_dirs():
                 todo.append(module)
                 todo += [f"{module}.{n}" for n in names if n != "*"]
+        todo += command_table(path)
     return seen
+
+
+def command_table(path: Path) -> list[str]:
+    """The modules a ``COMMANDS`` table names (``cli.main``, ``cli.bench``): each is
+    imported by name when its command runs."""
+    for node in ast.parse(path.read_text()).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "COMMANDS":
+            assert isinstance(node.value, ast.Dict), path  # type: ignore[union-attr]
+            return [ast.literal_eval(entry)[0] for entry in node.value.values]  # type: ignore[union-attr]
+    return []
 
 
 def third_party_imports(paths: Iterable[Path]) -> dict[str, set[str]]:

@@ -12,8 +12,14 @@ of ``Settings``, and no result backend (results live in the job store).
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterable
 from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
 
 from common.config import Settings
 from common.dispatch import Dispatcher
@@ -27,7 +33,6 @@ AUDIT_PRIORITY = 9  # Redis: priority 0 is taken first, so audits only when noth
 
 def celery_app(settings: Settings) -> Any:
     """A Celery app configured from ``settings`` (no tasks registered)."""
-    from celery import Celery
 
     if not settings.broker.url:
         raise ConfigurationError(
@@ -134,7 +139,6 @@ class CeleryDispatcher(Dispatcher):
         options: dict[str, Any] | None,
         priority: int | None = None,
     ) -> int:
-        from kombu.exceptions import OperationalError
 
         sent = 0
         try:
@@ -157,7 +161,6 @@ class CeleryDispatcher(Dispatcher):
     def message_ids(self, *, held: bool = True) -> set[str]:
         """Job ids on both queues (and, with ``held``, in messages taken by workers and not
         acknowledged yet), read from Redis: ``BackendUnavailable`` if it does not answer."""
-        import redis
 
         prefix = self.settings.broker.key_prefix
         client = redis.Redis.from_url(self.settings.broker.url or "", socket_timeout=10)
@@ -188,7 +191,6 @@ class CeleryDispatcher(Dispatcher):
 
     def delete_keys(self) -> int:
         """Remove every key under this deployment's prefix (scratch deployments only)."""
-        import redis
 
         prefix = self.settings.broker.key_prefix
         if not prefix:
@@ -219,7 +221,6 @@ def _priority_keys(queue: str) -> list[str]:
 
 def _held_message(value: bytes) -> bytes:
     """The message inside an ``unacked`` entry: JSON [message, exchange, routing key]."""
-    import json
 
     try:
         return json.dumps(json.loads(value)[0]).encode()
@@ -230,8 +231,6 @@ def _held_message(value: bytes) -> bytes:
 def _job_id(raw: bytes) -> str | None:
     """The job id a kombu message on Redis carries (Celery protocol 2: the body is the
     base64 JSON of [args, kwargs, embed]; args[0] is the id)."""
-    import base64
-    import json
 
     try:
         message = json.loads(raw)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sqlalchemy import text
 
 from api.deps import DispatcherDep, SessionsDep
+from api.metrics import StoreAudit
 
 router = APIRouter(tags=["health"])
 
@@ -38,9 +40,6 @@ def readyz(sessions: SessionsDep, dispatcher: DispatcherDep) -> JSONResponse:
 
 @router.get("/metrics", summary="Prometheus metrics of this process, and the store's audit")
 def metrics(sessions: SessionsDep) -> PlainTextResponse:
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
-    from api.metrics import StoreAudit
 
     store = CollectorRegistry()
     store.register(StoreAudit(sessions))

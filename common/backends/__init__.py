@@ -9,11 +9,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from common.backends.base import VisionLanguageModel
+from common.backends.lockstep import Lockstep
+from common.backends.scripted import ScriptedSettings, scripted_from_settings
+from common.backends.server_backend import Endpoint, ServerModel
 from common.config import Settings
+from common.errors import ConfigurationError
+from common.models.registry import protocol_name, resolve_model
+from common.protocols import get_protocol
 
 if TYPE_CHECKING:
-    from common.backends.scripted import ScriptedSettings
-    from common.backends.server_backend import Endpoint
+    from common.backends.transformers_backend import TransformersModel
 
 
 @dataclass
@@ -23,22 +28,16 @@ class Models:
 
 
 def load_models(settings: Settings, scripted: ScriptedSettings | None = None) -> Models:
-    """Load M_L and M_S as the settings say (the transformers import happens here); the
+    """Load M_L and M_S as the settings say (torch and transformers load here, if at all); the
     scripted backend follows ``scripted`` (default: its ``SPECEYES_SCRIPTED__*`` knobs)."""
     if settings.models.backend == "scripted":
-        from common.backends.scripted import ScriptedSettings, scripted_from_settings
-
         shared = scripted_from_settings(
             scripted or ScriptedSettings(),
             "thyme" if settings.agent.kind == "thyme" else settings.models.protocol,
         )
         return Models(large=shared, small=shared)
 
-    from common.models.registry import protocol_name
-    from common.protocols import get_protocol
-
     if settings.models.backend == "openai":
-        from common.backends.server_backend import ServerModel
 
         def serve(spec: str, role: Literal["small", "large"]) -> ServerModel:
             protocol = get_protocol(
@@ -51,8 +50,9 @@ def load_models(settings: Settings, scripted: ScriptedSettings | None = None) ->
             small=serve(settings.models.small.name, "small"),
         )
 
+    # Only the in-process backend needs torch and transformers (seconds to import): a
+    # worker that talks to a model server, or runs scripted, never loads them.
     from common.backends.transformers_backend import TransformersModel
-    from common.models.registry import resolve_model
 
     def load(spec: str, role: Literal["small", "large"]) -> TransformersModel:
         path = resolve_model(spec, role, settings.models.cache_dir)
@@ -70,17 +70,12 @@ def load_models(settings: Settings, scripted: ScriptedSettings | None = None) ->
     large = load(settings.models.large.name, "large")
     small = load(settings.models.small.name, "small")
     if settings.agent.workers > 1:  # their steps share one batched generate
-        from common.backends.lockstep import Lockstep
-
         return Models(large=Lockstep(large, max_batch=settings.agent.workers), small=small)
     return Models(large=large, small=small)
 
 
 def server_endpoint(settings: Settings, role: Literal["small", "large"]) -> Endpoint:
     """Where a role's model is served (backend ``openai``)."""
-    from common.backends.server_backend import Endpoint
-    from common.errors import ConfigurationError
-
     model, large = settings.models.role(role), settings.models.large
     url, key = model.server_url, model.server_key
     if role == "small" and url is None:  # M_S defaults to M_L's server

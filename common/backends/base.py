@@ -22,8 +22,8 @@ from PIL import Image
 
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
-from common.gate import TokenScores
 from common.images import ResizeRule
+from common.scores import TokenScores
 
 if TYPE_CHECKING:
     from common.protocols import Protocol as ProtocolSpec

@@ -31,9 +31,9 @@ from common.backends.base import Generation, Speculation, plain_render
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ModelError
-from common.gate import TokenScores, score_for
 from common.images import ResizeRule
 from common.protocols import REFERENCE, Protocol, get_protocol
+from common.scores import TokenScores, score_for
 
 Phase = str  # "screen" | "speculate" | "generate"
 EVERY_JOB = "*"  # the key of a script every job without its own follows

@@ -44,10 +44,10 @@ from common.backends.base import Generation, Speculation, final_answer
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError, ModelError
-from common.gate import TokenScores
 from common.images import ResizeRule
 from common.inference_client import Backoff, ChatClient, Refused
 from common.protocols import Protocol, screen_says_tool_free
+from common.scores import TokenScores
 
 log = logging.getLogger(__name__)
 

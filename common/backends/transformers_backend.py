@@ -22,15 +22,28 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from PIL import Image
+from transformers import (
+    AutoConfig,
+    AutoImageProcessor,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    GenerationConfig,
+    LogitsProcessorList,
+)
+from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+from transformers.utils import is_torchvision_available
 
 from common.backends.base import FinishReason, Generation, Speculation, final_answer
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError
-from common.gate import TokenScores
 from common.images import ResizeRule
+from common.models.full_size import random_init_seed
 from common.protocols import REFERENCE, Protocol, screen_says_tool_free
+from common.scores import TokenScores
 
 
 @dataclass
@@ -62,10 +75,6 @@ def load_processor(path: str) -> Any:
     processor falls back to its PIL version, so dropping the video part keeps images and
     text working where torchvision cannot be installed.
     """
-    import transformers
-    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-    from transformers.utils import is_torchvision_available
 
     if is_torchvision_available():
         return AutoProcessor.from_pretrained(path)
@@ -203,7 +212,6 @@ class TransformersModel:
     ) -> list[_Row]:
         """``end_ids``: the tokens that end a row (default: the checkpoint's own);
         ``rendered``: the chats' texts when the caller rendered them already."""
-        from transformers import GenerationConfig, LogitsProcessorList
 
         ends = list(end_ids) if end_ids is not None else self.eos_ids
         texts: list[str] = []
@@ -310,9 +318,6 @@ def _cut_after_stop(text: str, stop: Sequence[str]) -> str | None:
 def _load_model(path: str, dtype: torch.dtype, device: torch.device) -> Any:
     """The checkpoint at ``path``; a random-init folder (``common.models.full_size``) is
     built from its config on the device itself, seeded (no weights to read)."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from common.models.full_size import random_init_seed
 
     seed = random_init_seed(path) if Path(path).is_dir() else None
     if seed is None:

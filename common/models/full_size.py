@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from transformers import Qwen2_5_VLConfig
+
 from common.errors import ConfigurationError
 from common.models.tiny import (
     SEED,
@@ -71,8 +73,6 @@ def write_random_init(folder: Path, preset: str) -> Path:
     config = model_config("qwen2_5_vl", tokenizer)
     image_size = None
     if preset == "qwen2.5-vl-7b":
-        from transformers import Qwen2_5_VLConfig
-
         values = config.to_dict()
         derived = ("layer_types", "max_window_layers")  # follow the depth: computed anew
         text = {k: v for k, v in values["text_config"].items() if k not in derived}

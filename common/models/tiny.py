@@ -23,10 +23,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers.trainers import BpeTrainer
+from transformers import (
+    AutoModelForImageTextToText,
+    GenerationConfig,
+    PreTrainedTokenizerFast,
+    Qwen2_5_VLConfig,
+    Qwen3VLConfig,
+)
 
 from common.models.chat_templates import QWEN2_5_VL, QWEN3_VL
+from common.protocols import REFERENCE, V0
 
 # Bump when anything below changes: cached builds are keyed by it.
 TINY_VERSION = "4"  # 2: rope_theta 10; 3: theta 100, sections [1, 3, 4]; 4: real templates
@@ -131,7 +140,6 @@ def build_tiny(folder: Path) -> dict[str, Path]:
 
 def _training_text() -> list[str]:
     """A small corpus covering the prompts, tags, JSON and digits the models will read."""
-    from common.protocols import REFERENCE, V0
 
     lines = [_CORPUS_WORDS]
     # the protocols of tiny-v4 only: a new one's text changes the vocabulary, and so the
@@ -189,7 +197,6 @@ def _token_ids(tokenizer: Tokenizer) -> dict[str, int]:
 
 
 def model_config(kind: str, tokenizer: Tokenizer) -> Any:
-    from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
 
     ids = _token_ids(tokenizer)
     shared: dict[str, Any] = {
@@ -274,8 +281,6 @@ def _image_processor_config(kind: str) -> dict[str, Any]:
 
 
 def _write_checkpoint(folder: Path, kind: str, tokenizer: Tokenizer) -> None:
-    import torch
-    from transformers import AutoModelForImageTextToText
 
     folder.mkdir(parents=True)
     config = model_config(kind, tokenizer)
@@ -288,7 +293,6 @@ def _write_checkpoint(folder: Path, kind: str, tokenizer: Tokenizer) -> None:
 
 def generation_config(tokenizer: Tokenizer) -> Any:
     """Greedy, ending at ``<|im_end|>`` or ``<|endoftext|>`` (as the hub checkpoints)."""
-    from transformers import GenerationConfig
 
     ids = _token_ids(tokenizer)
     return GenerationConfig(
@@ -304,7 +308,6 @@ def write_text_and_images(
 ) -> None:
     """The tokenizer, the architecture's chat template and the image-processor config
     (``image_size``: the processor's pixel bounds, default the tiny ones)."""
-    from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,

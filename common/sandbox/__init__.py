@@ -45,6 +45,7 @@ from common.config import SandboxSettings, Settings
 from common.errors import ConfigurationError, RetryableError
 from common.sandbox import cgroup, janitor, workspace
 from common.sandbox.channel import BadReport, GuestReport, ReportLimits, collect, decode_text, parse
+from common.sandbox.gvisor import GVisor
 from common.sandbox.launch import WORK_MOUNT, Bubblewrap, Launcher, Unisolated
 
 log = logging.getLogger(__name__)
@@ -420,8 +421,6 @@ def _launcher(isolation: Isolation, *, bwrap: str, runsc: str, uid: int) -> Laun
     if isolation == "none":
         return Unisolated()
     if isolation == "gvisor":
-        from common.sandbox.gvisor import GVisor
-
         return GVisor(runsc, uid=uid)
     return Bubblewrap(bwrap, uid=uid, gid=uid)
 

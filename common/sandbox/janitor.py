@@ -25,6 +25,8 @@ import sys
 import threading
 from pathlib import Path
 
+from common.sandbox import cgroup, workspace
+
 _started: set[int] = set()  # the worker pids that have a janitor (fork-safe by pid)
 _lock = threading.Lock()
 
@@ -49,8 +51,6 @@ def ensure_janitor(uid: int) -> None:
 
 def sweep_after(worker: int, uid: int) -> None:
     """Wait for ``worker`` to end, then remove what its sandboxes left."""
-    from common.sandbox import cgroup, workspace
-
     with contextlib.suppress(ProcessLookupError):  # (already gone: sweep at once)
         handle = os.pidfd_open(worker)
         select.select([handle], [], [])

@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from common.contracts import JobStatus
+from common.contracts import DeferReason, JobStatus
+from common.scoring import is_correct, reference_verdict
 from common.store.reads import BatchCounts, batch_jobs, batch_results, counts_of
 from common.store.tables import BatchItem, Job
 
@@ -49,7 +50,6 @@ def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
 def batch_scores(session: Session, batch_id: str) -> tuple[tuple[int, int], list[SplitScore]]:
     """One pass over the batch: (finished rows with a known answer, of those right by our
     rules), and each benchmark split's scores both ways."""
-    from common.scoring import is_correct, reference_verdict
 
     scored = correct = 0
     scores: dict[str, SplitScore] = {}
@@ -139,8 +139,6 @@ def stage_busy(session: Session, batch_id: str) -> StageBusy:
 def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
     """The batch's rows that the small model answered and that can be scored: against the
     row's known answer, else (calibration runs) against the agent's answer."""
-    from common.contracts import DeferReason
-    from common.scoring import is_correct
 
     found = []
     for item, job in batch_results(session, batch_id):

@@ -14,7 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -52,8 +57,6 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
 
 
 def _alembic(engine: Engine, action: str, revision: str) -> None:
-    from alembic import command
-    from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
@@ -76,15 +79,12 @@ class Store(sessionmaker[Session]):
 
 def schema_revision(engine: Engine) -> str | None:
     """The database's schema revision (Alembic's), None for a database without one."""
-    from alembic.runtime.migration import MigrationContext
 
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
 
 def head_revision() -> str:
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
@@ -127,14 +127,12 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
 
 def _empty(engine: Engine) -> bool:
-    from sqlalchemy import inspect
 
     return not inspect(engine).get_table_names()
 
 
 def _safe(url: str) -> str:
     """The URL without its password, for messages."""
-    from sqlalchemy.engine import make_url
 
     try:
         return make_url(url).render_as_string(hide_password=True)

@@ -22,14 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
 from sqlalchemy import select
 
 from common.backends import Models
 from common.config import GateMode, GateSettings, Settings
 from common.contracts import Query
+from common.corpus import read_source
 from common.funnel import screen_stage, speculate_stage
-from common.gate import accepts, score_answers
+from common.gate import score_answers
+from common.runner import EmbeddedRunner
+from common.scores import accepts
 from common.scoring import is_correct
+from common.store.analytics import batch_accuracy
+from common.store.db import open_store
+from common.store.tables import BatchItem, Job
+from common.submit import submit_corpus
 from lab.synth.world import SynthItem, items, write_manifest
 
 MODES: tuple[GateMode, ...] = ("min", "mean", "bottom20", "logprob")
@@ -105,12 +113,6 @@ def embedded_run(
     models: Models, manifest: Path, settings: Settings, database_url: str
 ) -> RunFigures:
     """Annotate the held-out manifest with the embedded runner; read back the answers."""
-    from common.corpus import read_source
-    from common.runner import EmbeddedRunner
-    from common.store.analytics import batch_accuracy
-    from common.store.db import open_store
-    from common.store.tables import BatchItem, Job
-    from common.submit import submit_corpus
 
     sessions = open_store(database_url)
     rows = read_source(manifest)
@@ -191,13 +193,9 @@ def sweep(
 
 
 def plot(rows: list[dict[str, float]], agent_only: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     taus = [row["tau"] for row in rows]
-    figure, accuracy_axis = plt.subplots(figsize=(7, 4.2))
+    figure = Figure(figsize=(7, 4.2))  # (no pyplot: no backend, no global state)
+    accuracy_axis = figure.subplots()
     accuracy_axis.plot(
         taus,
         [100 * row["accuracy"] for row in rows],
@@ -219,7 +217,6 @@ def plot(rows: list[dict[str, float]], agent_only: float, path: Path) -> None:
     accuracy_axis.set_title("SpecEyes-Synth: accuracy and speedup against tau")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 def run_report(
@@ -240,7 +237,7 @@ def run_report(
     with tempfile.TemporaryDirectory() as scratch:
         manifest = write_manifest(held_out, Path(scratch) / "corpus")
         funnel = embedded_run(models, manifest, settings, f"sqlite:///{scratch}/funnel.db")
-        base_settings = settings.model_copy(update={"baseline": True})
+        base_settings = settings.replace(baseline=True)
         baseline = embedded_run(models, manifest, base_settings, f"sqlite:///{scratch}/base.db")
     mark_agent(outcomes, baseline)
     return summarise(outcomes, funnel, baseline, fast_s, plot_path, settings.funnel.gate.threshold)

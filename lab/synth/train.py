@@ -36,12 +36,14 @@ from typing import Any
 
 import torch
 from PIL import Image
+from transformers import AutoModelForImageTextToText
 
 from common.agents.deepeyes import TOOL_NAME, map_box
 from common.backends.transformers_backend import load_processor, template_messages
 from common.chat import Message
 from common.config import AgentSettings
 from common.images import ResizeRule
+from common.models.tiny import build_tiny
 from common.protocols import V0
 from lab.synth.world import SIZE, SMALL_VIEW, SynthItem, items, make_item
 
@@ -375,7 +377,6 @@ def train(
     ``PROBE_SECONDS`` and at the end, the ``held_out`` examples are probed and logged;
     when ``give_up(shares, seconds)`` says so at a probe, training stops there.
     """
-    from transformers import AutoModelForImageTextToText
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -472,7 +473,6 @@ def train_synth(
     learned no zoom at all (held-out 0%, against 100% in 32 minutes alone). With two
     threads each, the small model crawled (0.6 steps a second).
     """
-    from common.models.tiny import build_tiny
 
     roles = (only,) if only else ("small", "large")
     with tempfile.TemporaryDirectory() as scratch:

@@ -24,13 +24,18 @@ items, pixel for pixel.
 
 from __future__ import annotations
 
+import base64
+import csv
 import hashlib
+import io
 import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from PIL import Image, ImageDraw
 
 SIZE = 896
@@ -239,10 +244,6 @@ def write_vstar(items_: list[SynthItem], folder: Path) -> None:
 def write_pope(items_: list[SynthItem], path: Path) -> None:
     """POPE-format parquet: id, question_id, question, answer, image_source, category,
     image (a struct with the PNG bytes). Yes/no items only."""
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rows = []
     for index, item in enumerate(i for i in items_ if i.kind == "yesno"):
@@ -266,9 +267,6 @@ def write_pope(items_: list[SynthItem], path: Path) -> None:
 def write_hr(items_: list[SynthItem], path: Path) -> None:
     """HR-Bench-format TSV: index, image (base64 JPEG), question, A-D, answer (a letter),
     category (the difficulty). Choice items only."""
-    import base64
-    import csv
-    import io
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as handle:

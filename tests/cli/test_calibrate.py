@@ -55,11 +55,11 @@ def test_calibrate_picks_a_certified_tau_and_annotate_takes_it(tmp_path: Path, c
     # confidence > tau: tau 0.8 still leaves them out); 0.79 takes 60 wrong ones and stops
     assert record["gate"] == {"mode": "min", "top_k": 64, "threshold": 0.8}
     assert (record["accepted"], record["wrong"]) == (500, 1)
-    args = build_parser().parse_args(["annotate", "x", "--calibration", str(out)])
+    argv = ["annotate", "x", "--calibration", str(out)]
+    args = build_parser(argv).parse_args(argv)
     assert settings_from_args(args).funnel.gate == GateSettings(mode="min", top_k=64, threshold=0.8)
-    args = build_parser().parse_args(
-        ["annotate", "x", "--calibration", str(out), "--threshold", "0.9"]
-    )
+    argv += ["--threshold", "0.9"]
+    args = build_parser(argv).parse_args(argv)
     assert settings_from_args(args).funnel.gate.threshold == 0.9  # an explicit flag wins
 
 

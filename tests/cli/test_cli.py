@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from cli.main import main
+from cli.bench import COMMANDS as BENCH_KINDS
+from cli.main import COMMANDS, main
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "images"
 SAMPLE, OTHER_SAMPLE = sorted(SAMPLES.glob("*.png"))[:2]
@@ -140,3 +143,28 @@ def test_an_image_folder_is_not_an_image(capsys, tmp_path: Path):
     Image.new("RGB", (8, 8)).save(tmp_path / "x.png")
     assert main(["ask", str(tmp_path), "-q", "Q?", "--backend", "scripted"]) == 1
     assert "not a file" in capsys.readouterr().out
+
+
+def test_the_help_lists_every_command_without_loading_one():
+    """Each command's module loads only when it runs: `speceyes --help` imports none."""
+    probe = (
+        "import sys, contextlib, io\n"
+        "from cli.main import COMMANDS, main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    main(['--help'])\n"
+        "assert all(name in out.getvalue() for name in COMMANDS)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('cli.') and m != 'cli.main'))\n"
+        "print('torch' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.split("\n")[:2] == ["[]", "False"]
+
+
+@pytest.mark.parametrize(
+    "command", [*sorted(COMMANDS), *(f"bench {kind}" for kind in sorted(BENCH_KINDS))]
+)
+def test_every_command_has_its_own_help(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*command.split(), "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: speceyes {command}")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from common.config import GateSettings, Settings, configuration_markdown, leaves
+from common.config import AgentSettings, GateSettings, Settings, configuration_markdown, leaves
 
 
 def test_environment_variables_with_the_prefix_set_fields(monkeypatch: pytest.MonkeyPatch):
@@ -89,6 +89,15 @@ def test_settings_are_given_by_flat_name_or_path_and_replaced_alike():
     changed = settings.replace(baseline=True, **{"agent.max_steps": 2})
     assert changed.funnel.baseline and changed.agent.max_steps == 2
     assert changed.funnel.gate.threshold == 0.9  # the rest as it was
+
+
+@pytest.mark.parametrize("update", [{"baseline": True}, {"funnel": None, "max_steps": 2}])
+def test_a_copy_by_a_name_that_is_not_a_field_is_refused(update):
+    """pydantic's model_copy would set the stray name and change nothing the code reads."""
+    with pytest.raises(TypeError, match=r"use Settings\.replace"):
+        Settings().model_copy(update=update)
+    with pytest.raises(TypeError, match="AgentSettings has no field kindd"):
+        AgentSettings().model_copy(update={"kindd": "thyme"})
 
 
 def test_thyme_takes_the_references_values_unless_given(tmp_path):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from common.config import GateSettings
-from common.gate import TokenScores, confidence, score_answers, score_for
+from common.gate import confidence, score_answers
+from common.scores import TokenScores, score_for
 
 SQRT_2_3 = math.sqrt(2 / 3)
 

@@ -10,11 +10,13 @@ import pytest
 from sqlalchemy import select
 
 from common.backends import Models
+from common.calibration import replay
 from common.config import GateSettings, Settings
 from common.corpus import read_source
-from common.gate import TokenScores, score_answers
-from common.replay import decode, encode, replay
+from common.gate import score_answers
+from common.replay import decode, encode
 from common.runner import EmbeddedRunner
+from common.scores import TokenScores
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from common.submit import submit_corpus

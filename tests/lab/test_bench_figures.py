@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.bench import EmbeddedFigures
+from lab.bench.embedded import EmbeddedFigures
 
 
 def test_the_bound_is_the_busier_stage_and_whole_trajectories_leave_a_tail():

@@ -1,4 +1,4 @@
-"""``lab/bench_gpu.sh``, the one script a lent GPU machine runs, taken down its whole path
+"""``lab/bench/gpu.sh``, the one script a lent GPU machine runs, taken down its whole path
 on the CPU with the tiny preset, so that it cannot rot where no GPU is."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     wheels.mkdir(exist_ok=True)
     settings = {"PYTHON": sys.executable, "WHEELS": str(wheels), "OUT": str(tmp_path)}
     return subprocess.run(
-        ["bash", "lab/bench_gpu.sh"],
+        ["bash", "lab/bench/gpu.sh"],
         cwd=ROOT,
         env=os.environ | settings | env,
         capture_output=True,
@@ -53,3 +53,22 @@ def test_without_a_cuda_device_it_says_so_before_building_anything(tmp_path):
     assert "no CUDA device visible to torch" in done.stderr
     assert "wrote" not in done.stdout
     assert not (tmp_path / "bench-gpu.txt").exists()
+
+
+def test_its_commands_need_only_what_a_gpu_image_is_given():
+    """A GPU image has torch, and `make gpu-wheels` adds transformers and pydantic: the
+    script's two commands load no queue, no web stack and no database driver."""
+    probe = (
+        "import sys\n"
+        "from cli.main import build_parser\n"
+        "for argv in (['models', 'build-random'], ['bench', 'agent']):\n"
+        "    build_parser(argv)\n"
+        "    import cli.models, cli.bench.agent, cli.options\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))"
+    )
+    outside = ["celery", "kombu", "redis", "fastapi", "uvicorn", "sqlalchemy", "alembic"]
+    run = subprocess.run(
+        [sys.executable, "-c", probe, *outside], cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""The overhead-free replay of a run's draws (``lab.schedule``)."""
+"""The overhead-free replay of a run's draws (``lab.bench.schedule``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 import pytest
 
 from common.contracts import DeferReason
-from lab.pipeline_bench import chunk_spans
-from lab.schedule import Draw, Schedule, _draw, overhead_free
+from lab.bench.pipeline import chunk_spans
+from lab.bench.schedule import Draw, Schedule, _draw, overhead_free
 
 S, A, G, D = Draw.SCREENED, Draw.ACCEPTED, Draw.GATED, Draw.DIRECT
 
@@ -67,7 +67,7 @@ def test_the_pipeline_bench_submits_one_fast_batch_first_then_chunks():
 
 
 def test_the_command_summarises_random_draws(capsys):
-    from lab.schedule import main
+    from lab.bench.schedule import main
 
     assert main(["--jobs", "40", "--agents", "2", "--runs", "20"]) == 0
     out = capsys.readouterr().out

@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 from common.contracts import JobStatus
 from common.dispatch import follow_store
 from common.store.tables import Job
-from lab.pipeline_bench import chunk_spans, submit_synthetic
+from lab.bench.pipeline import chunk_spans, submit_synthetic
 from tests.helpers import wait_until
 from tests.workers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
 from workers.queues import CeleryDispatcher

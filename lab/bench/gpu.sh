@@ -7,8 +7,8 @@
 # any (WHEELS names another folder), made beforehand where PyPI is reachable by
 # `make gpu-wheels`.
 #
-#   bash lab/bench_gpu.sh                       # on the GPU machine, from the repo root
-#   PRESET=test DEVICE=cpu DTYPE=float32 bash lab/bench_gpu.sh   # the same path on a CPU
+#   bash lab/bench/gpu.sh                       # on the GPU machine, from the repo root
+#   PRESET=test DEVICE=cpu DTYPE=float32 bash lab/bench/gpu.sh   # the same path on a CPU
 #
 # Environment: PYTHON (python3), PRESET (qwen2.5-vl-7b | test), DEVICE (cuda),
 # DTYPE (bfloat16), CONCURRENCY (1,4,16), TRAJECTORIES (32), WHEELS (.whl), OUT (a

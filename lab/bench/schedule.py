@@ -127,7 +127,7 @@ def random_draws(count: int, tool_free: float, confident: float, rng: random.Ran
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lab.schedule",
+        prog="python -m lab.bench.schedule",
         description="The efficiency an overhead-free run of the funnel's schedule reaches "
         "against the overlap bound, over many random draws: what the start and whole "
         "trajectories leave at a given size, before any implementation's own overhead.",

@@ -1,46 +1,29 @@
-"""Inputs for benchmarks: synthetic queries that look like the real workload."""
+"""``speceyes bench embedded``: the embedded runner over a scripted corpus, timed.
+
+The scripted backend stands in for the models with simulated costs (seconds per fast
+batch, per job, per agent step) and drawn shares (tool-free, confident), so a run shows
+the runner's own overhead: how close it comes to the overlap bound, and to an
+overhead-free run of the same draws (``lab.bench.schedule``).
+"""
 
 from __future__ import annotations
 
 import math
-import random
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, ImageDraw
-
+from common.backends import load_models
 from common.backends.scripted import ScriptedSettings
 from common.config import Settings
-from common.contracts import Query
-from lab.schedule import Draw, run_draws
-
-COLOURS = {
-    "red": (220, 40, 40),
-    "green": (40, 170, 60),
-    "blue": (40, 80, 220),
-    "yellow": (230, 200, 40),
-}
-SHAPES = ("circle", "square")
-
-
-def synthetic_queries(count: int, width: int, height: int, seed: int = 0) -> list[Query]:
-    """``count`` images of one coloured shape each, with a colour question (half of them
-    multiple choice). Deterministic in ``seed``."""
-    rng = random.Random(seed)
-    names = list(COLOURS)
-    queries = []
-    for index in range(count):
-        colour, shape = rng.choice(names), rng.choice(SHAPES)
-        image = Image.new("RGB", (width, height), (235, 235, 235))
-        size = rng.randint(min(width, height) // 8, min(width, height) // 3)
-        left, top = rng.randint(0, width - size), rng.randint(0, height - size)
-        draw = ImageDraw.Draw(image)
-        box = (left, top, left + size, top + size)
-        (draw.ellipse if shape == "circle" else draw.rectangle)(box, fill=COLOURS[colour])
-        question = f"What is the colour of the {shape}?"
-        options = tuple(rng.sample(names, len(names))) if index % 2 else None
-        queries.append(Query(f"bench-{index}", image, question, options))
-    return queries
+from common.corpus import read_source
+from common.gate import warm_up
+from common.runner import EmbeddedRunner
+from common.store import analytics
+from common.store.db import open_store
+from common.submit import submit_corpus
+from lab.bench.schedule import Draw, run_draws
+from lab.bench.workload import write_corpus
 
 
 @dataclass(frozen=True)
@@ -57,7 +40,7 @@ class EmbeddedFigures:
     agent_workers: int = 1
     agent_jobs: int = 0  # trajectories run
     fill_s: float = 0.0  # first fast batch's start to the first trajectory's
-    draws: tuple[Draw, ...] = ()  # where each job went, in submission order (lab.schedule)
+    draws: tuple[Draw, ...] = ()  # where each job went, in submission order (lab.bench.schedule)
 
     @property
     def jobs_per_s(self) -> float:
@@ -99,27 +82,11 @@ class EmbeddedFigures:
         return self.jobs / total if total else 0.0
 
 
-def write_corpus(folder: Path, count: int) -> None:
-    """``count`` small distinct PNG files (distinct bytes make distinct jobs)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for index in range(count):
-        colour = (index % 251, index // 251 % 251, 120)
-        Image.new("RGB", (32, 32), colour).save(folder / f"{index:06d}.png")
-
-
 def bench_embedded(
     settings: Settings, corpus: Path, database_url: str, scripted: ScriptedSettings | None = None
 ) -> EmbeddedFigures:
     """Annotate ``corpus`` with the embedded runner under ``settings`` (the scripted
     backend as ``scripted`` says); time the run."""
-    from common.backends import load_models
-    from common.corpus import read_source
-    from common.gate import warm_up
-    from common.runner import EmbeddedRunner
-    from common.store import analytics
-    from common.store.db import open_store
-    from common.submit import submit_corpus
-
     sessions = open_store(database_url)
     rows = read_source(corpus, "What colour is the image?")
     submitted = submit_corpus(sessions, rows, source=str(corpus), name="bench", settings=settings)
@@ -144,3 +111,25 @@ def bench_embedded(
         fill_s=busy.fill_s,
         draws=draws,
     )
+
+
+def funnel_and_baseline(
+    jobs: int, scripted: ScriptedSettings, *, batch_size: int, agent_workers: int
+) -> dict[str, EmbeddedFigures]:
+    """The same scripted corpus run twice, through the funnel and with every job sent to
+    the agent (the baseline), each on a scratch SQLite store."""
+    figures = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus = Path(scratch) / "corpus"
+        write_corpus(corpus, jobs)
+        for label, is_baseline in (("funnel", False), ("baseline", True)):
+            settings = Settings(
+                backend="scripted",
+                baseline=is_baseline,
+                audit_rate=0.0,  # the funnel's own speed (the audit's cost is its rate)
+                fast_batch_size=batch_size,
+                agent_workers=agent_workers,
+            )
+            url = f"sqlite:///{Path(scratch) / label}.db"
+            figures[label] = bench_embedded(settings, corpus, url, scripted)
+    return figures

@@ -29,6 +29,7 @@ from PIL import Image
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
+from common.backends.scripted import ScriptedSettings
 from common.config import Settings
 from common.dispatch import Dispatcher, Watch, follow_store
 from common.errors import ConfigurationError
@@ -36,8 +37,8 @@ from common.images import content_hash
 from common.store import analytics, reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
-from lab.bench import EmbeddedFigures
-from lab.schedule import run_draws
+from lab.bench.embedded import EmbeddedFigures
+from lab.bench.schedule import run_draws
 from workers.queues import CeleryDispatcher
 
 Log = Callable[[str], None]
@@ -80,13 +81,11 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
             "SPECEYES_AUDIT_RATE": "0",  # the funnel's own speed
             **(plan.worker_env or {}),
         }
-        mine = settings.model_copy(
-            update={
-                "database_url": database_url,
-                "broker_key_prefix": env["SPECEYES_BROKER_KEY_PREFIX"],
-                "fast_queue": env["SPECEYES_FAST_QUEUE"],
-                "slow_queue": env["SPECEYES_SLOW_QUEUE"],
-            }
+        mine = settings.replace(
+            database_url=database_url,
+            broker_key_prefix=env["SPECEYES_BROKER_KEY_PREFIX"],
+            fast_queue=env["SPECEYES_FAST_QUEUE"],
+            slow_queue=env["SPECEYES_SLOW_QUEUE"],
         )
         sessions = open_store(database_url)
         dispatcher = CeleryDispatcher(mine)
@@ -105,6 +104,38 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
             dispatcher.delete_keys()
             dispatcher.close()
             sessions.close()
+
+
+def scripted_env(scripted: ScriptedSettings, *, simulate: bool) -> dict[str, str]:
+    """The workers' SPECEYES_SCRIPTED__* for ``scripted``: its shares, and its simulated
+    costs with ``simulate`` (else the scripted backend costs nothing)."""
+    names = ["tool_free", "confident"]
+    if simulate:
+        names += ["fast_batch_s", "fast_job_s", "agent_step_s"]
+    return {f"SPECEYES_SCRIPTED__{name.upper()}": str(getattr(scripted, name)) for name in names}
+
+
+def funnel_and_baseline(
+    settings: Settings,
+    jobs: int,
+    scripted: ScriptedSettings,
+    *,
+    fast_workers: int,
+    slow_workers: int,
+    simulate: bool,
+) -> dict[str, PipelineFigures]:
+    """``jobs`` through fresh workers: the funnel and, with simulated costs, the baseline
+    (every job to the agent) after it; with no simulated cost a baseline tells nothing."""
+    runs = [("funnel", False), ("baseline", True)] if simulate else [("funnel", False)]
+    results = {}
+    for label, baseline in runs:
+        env = {
+            **scripted_env(scripted, simulate=simulate),
+            "SPECEYES_BASELINE": str(baseline).lower(),
+        }
+        plan = PipelinePlan(jobs, fast_workers, slow_workers, worker_env=env)
+        results[label] = bench_pipeline(settings, plan, log=lambda line: None)
+    return results
 
 
 def _stalled(seconds: float) -> None:
