@@ -3,11 +3,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup lock sandbox demo test lint format bench bench-gpu gpu-wheels clean
+.PHONY: help setup lock sandbox demo test test-fast lint format bench bench-gpu gpu-wheels clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
-	@echo "make test    set up and run the test suite"
+	@echo "make test    set up and run the test suite (parallel, then the sandbox's tests)"
+	@echo "make test-fast  the unit tests only, in parallel: the inner loop (< 1 min)"
 	@echo "make lint    ruff + mypy"
 	@echo "make docs    the documentation site (MkDocs, --strict) into site/"
 	@echo "make bench   fast stage against batch size, the embedded funnel, the synth report (CPU)"
@@ -61,8 +62,17 @@ demo: setup
 	$(VENV)/bin/speceyes annotate samples/manifest.jsonl --small synth --large synth \
 		--threshold 0.9 --db sqlite:///demo.db --out demo-results.jsonl
 
+# The suite: everything but the sandbox's tests in parallel (each test has its own
+# database and Redis prefix), then those one at a time (they check the whole machine for
+# leftovers). TEST_WORKERS: parallel pytest-xdist workers. ARGS: more pytest arguments.
+TEST_WORKERS ?= 4
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not sandbox" -n $(TEST_WORKERS) $(ARGS)
+	$(PY) -m pytest -m sandbox $(ARGS)
+
+# The inner loop: unit tests only (no service, no sandbox, nothing long), in parallel.
+test-fast: setup
+	$(PY) -m pytest -m "unit and not slow" -n 2 $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -46,7 +46,6 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-
         app.state.sessions = sessions or open_store(settings.database_url)
         if dispatcher is None:
             log.warning("no dispatcher: jobs will wait in the store")

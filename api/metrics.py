@@ -31,7 +31,6 @@ class StoreAudit(Collector):
         self.sessions = sessions
 
     def collect(self) -> Iterator[Any]:
-
         try:
             with self.sessions() as session:
                 audited, agreed = audits.counts(session)

@@ -80,7 +80,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = settings_from_args(args)
     if args.distributed and not settings.broker.url:
         raise ConfigurationError(
@@ -178,7 +177,6 @@ def _postfix(now: BatchCounts) -> str:
 
 
 def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
-
     return tqdm(
         total=total,
         initial=initial,
@@ -212,7 +210,6 @@ def _print_summary(result: RunResult) -> None:
 
 
 def _print_audit(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -> None:
-
     with sessions() as session:
         batch = session.get(Batch, batch_id)
         for line in describe(session, settings, batch) if batch is not None else []:
@@ -238,7 +235,6 @@ def _judge(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -
 
 
 def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
-
     with sessions() as session:
         (scored, correct), splits = batch_scores(session, batch_id)
     if scored:
@@ -259,7 +255,6 @@ def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
 
 
 def _export(sessions: sessionmaker[Session], batch_id: str, out: Path) -> None:
-
     with sessions() as session:
         count = write_rows(batch_rows(session, batch_id), out)
     print(f"wrote {count} rows to {out}")

@@ -42,7 +42,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = settings_from_args(args)
     check_query(args.question, args.options, settings.requests)
     require_code_sandbox(settings)

@@ -37,7 +37,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-
     settings = settings_from_args(args)
     sessions = open_store(settings.database_url, create=False)
     with sessions() as session:
@@ -62,7 +61,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-
     sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions.begin() as session:
         cleared = audits.clear_controls(session)

@@ -63,7 +63,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     sessions = open_store(settings_from_args(args).database_url, create=False)
     items, ids, fast, agent = [], [], 0.0, 0.0
     with sessions() as session:
@@ -146,7 +145,6 @@ SWEEP_TAUS = (0.9, 0.95, 0.97, 0.98, 0.99)
 def _sweep(
     items: list[Any], costs: tuple[float, float], json_path: Path | None, plot: Path | None
 ) -> int:
-
     recorded = [item for item in items if item.replay]
     if not recorded:
         raise InvalidInput(

@@ -31,7 +31,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-
     url = settings_from_args(args).database_url
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     check_format(args.out)
     sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions() as session:

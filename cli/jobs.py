@@ -55,7 +55,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-
     sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions() as session:
         job = get_job(session, args.job_id)

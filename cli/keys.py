@@ -38,12 +38,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _sessions(args: argparse.Namespace, *, create: bool = False) -> Any:
-
     return open_store(settings_from_args(args).database_url, create=create)
 
 
 def run_create(args: argparse.Namespace) -> int:
-
     with _sessions(args, create=True).begin() as session:
         row, secret = create_key(session, args.name, tenant=args.tenant, admin=args.admin)
         print(secret)
@@ -53,7 +51,6 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-
     with _sessions(args)() as session:
         for row in list_keys(session):
             state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
@@ -63,7 +60,6 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-
     with _sessions(args).begin() as session:
         count = revoke_key(session, args.key)
     if not count:

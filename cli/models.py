@@ -98,14 +98,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run_build_random(args: argparse.Namespace) -> int:
-
     folder = write_random_init(args.out, args.preset)
     print(f"wrote {args.preset} (random weights, built at load) to {folder}")
     return 0
 
 
 def run_build_tiny(args: argparse.Namespace) -> int:
-
     folder = args.out or tiny_root(Settings().models.cache_dir)
     if not args.force and all(
         (folder / role / "config.json").is_file() for role in ("large", "small")
@@ -123,7 +121,6 @@ def run_build_tiny(args: argparse.Namespace) -> int:
 
 
 def run_train_synth(args: argparse.Namespace) -> int:
-
     started = time.perf_counter()
     info = train_synth(
         args.out,

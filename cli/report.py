@@ -69,7 +69,6 @@ def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     sessions = open_store(settings_from_args(args).database_url, create=False)
 
     def runs_of(names: list[str]) -> dict[str, SplitRun]:

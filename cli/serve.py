@@ -32,7 +32,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = settings_from_args(args)
     mode = f"broker {settings.broker.url}" if settings.broker.url else "embedded runner"
     print(f"serving on http://{settings.api.host}:{settings.api.port} ({mode}); docs at /docs")

@@ -33,7 +33,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-
     formats = {name.strip() for name in args.formats.split(",") if name.strip()}
     unknown = formats - {"manifest", "vstar", "hr", "pope"}
     if unknown:

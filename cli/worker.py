@@ -69,7 +69,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = settings_from_args(args)
     logging.getLogger().setLevel(args.loglevel)
     open_store(settings.database_url).close()  # fail now if the store is wrong

@@ -125,7 +125,6 @@ def _hr_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
 
 
 def _pope_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
-
     split = f"pope/{path.stem.split('-')[0]}"
     columns = ["question", "answer", "image", "question_id", "category"]
     parquet = pq.ParquetFile(path)

@@ -1,7 +1,25 @@
-"""Fixtures shared by the whole suite.
+"""Fixtures shared by the whole suite, and each test's kind.
 
-The tiny checkpoints are built once per test session into a temporary cache (seconds),
-so no test depends on what a developer's ~/.cache holds.
+The tiny checkpoints are built once per test session (per xdist worker) into a temporary
+cache (seconds), so no test depends on what a developer's ~/.cache holds.
+
+Every test is of one kind, a marker (``pytest -m unit``, ``make test-fast``):
+
+- ``unit``: in this process, no service: SQLite, the scripted backend, the tiny models;
+- ``integration``: real services or processes: PostgreSQL, Redis, workers, servers,
+  the code sandbox;
+- ``faults``: stops what the pipeline depends on (workers, Redis, PostgreSQL) and
+  measures recovery;
+- ``browser``: drives a real browser.
+
+A test marked ``faults`` or ``browser`` is that; otherwise the fixtures it uses decide
+(a PostgreSQL database, Redis, a sandbox: integration), and a test that starts
+processes of its own says so with ``integration``.
+
+Tests that start code sandboxes (``sandbox``: the folder ``tests/common/sandbox`` and
+every Thyme run) check that nothing is left on the whole machine (no process of the
+sandbox's uid), so they run one at a time and alone: ``make test`` runs the rest in
+parallel (pytest-xdist), then these; pytest refuses to run them in parallel workers.
 """
 
 from __future__ import annotations
@@ -12,7 +30,38 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PIL import Image
+
+from tests.helpers.services import POSTGRES_ADMIN_URL, REDIS_URL
+
+KINDS = ("unit", "integration", "faults", "browser")
+SERVICE_FIXTURES = {"postgres_url", "postgres_admin", "redis_client", "broker_env", "sandbox"}
+SANDBOX_FOLDER = Path(__file__).parent / "common" / "sandbox"
+
+
+ONE_AT_A_TIME = pytest.mark.skip(
+    reason="starts code sandboxes: never in parallel workers (make test runs these after "
+    "the rest; alone: pytest -m sandbox, without -n)"
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    parallel = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    for item in items:
+        if item.path.is_relative_to(SANDBOX_FOLDER):
+            item.add_marker(pytest.mark.sandbox)
+        if parallel and item.get_closest_marker("sandbox"):
+            item.add_marker(ONE_AT_A_TIME)
+        if not any(item.get_closest_marker(kind) for kind in KINDS):
+            item.add_marker(_kind_from_fixtures(item))
+
+
+def _kind_from_fixtures(item: pytest.Item) -> pytest.MarkDecorator:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    on_postgres = callspec is not None and callspec.params.get("database_url") == "postgresql"
+    if fixtures & SERVICE_FIXTURES or on_postgres or item.get_closest_marker("sandbox"):
+        return pytest.mark.integration
+    return pytest.mark.unit
 
 
 @pytest.fixture(scope="session")
@@ -45,18 +94,9 @@ def tiny_small(tiny_paths: dict[str, Path]):
     return TransformersModel(str(tiny_paths["small"]), device="cpu", dtype="float32")
 
 
-def solid_image(
-    width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30)
-) -> Image.Image:
-    return Image.new("RGB", (width, height), colour)
-
-
 # -- databases ---------------------------------------------------------------------------
 # Every test that needs a store gets a fresh one: a SQLite file in its tmp folder, or a
 # PostgreSQL database of its own on the server the machine runs (created, then dropped).
-POSTGRES_ADMIN_URL = os.environ.get(
-    "SPECEYES_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 
 @pytest.fixture(scope="session")
@@ -107,21 +147,9 @@ def sessions(database_url: str):
     factory.close()
 
 
-def write_images(folder: Path, count: int, size: tuple[int, int] = (64, 48)) -> list[Path]:
-    """``count`` distinct small PNGs (distinct bytes: distinct jobs)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for index in range(count):
-        path = folder / f"img{index:03d}.png"
-        Image.new("RGB", size, (index * 7 % 256, index * 13 % 256, 90)).save(path)
-        paths.append(path)
-    return paths
-
-
 # -- the broker ------------------------------------------------------------------------
 # Tests of the distributed pipeline use the Redis the machine runs. Each test gets a key
 # prefix and queue names of its own, and its keys are deleted afterwards.
-REDIS_URL = os.environ.get("SPECEYES_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @pytest.fixture(scope="session")

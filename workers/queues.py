@@ -139,7 +139,6 @@ class CeleryDispatcher(Dispatcher):
         options: dict[str, Any] | None,
         priority: int | None = None,
     ) -> int:
-
         sent = 0
         try:
             with self.app.producer_or_acquire() as producer:

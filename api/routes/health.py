@@ -40,7 +40,6 @@ def readyz(sessions: SessionsDep, dispatcher: DispatcherDep) -> JSONResponse:
 
 @router.get("/metrics", summary="Prometheus metrics of this process, and the store's audit")
 def metrics(sessions: SessionsDep) -> PlainTextResponse:
-
     store = CollectorRegistry()
     store.register(StoreAudit(sessions))
     body = generate_latest() + generate_latest(store)

@@ -197,7 +197,6 @@ def _token_ids(tokenizer: Tokenizer) -> dict[str, int]:
 
 
 def model_config(kind: str, tokenizer: Tokenizer) -> Any:
-
     ids = _token_ids(tokenizer)
     shared: dict[str, Any] = {
         "image_token_id": ids["<|image_pad|>"],
@@ -281,7 +280,6 @@ def _image_processor_config(kind: str) -> dict[str, Any]:
 
 
 def _write_checkpoint(folder: Path, kind: str, tokenizer: Tokenizer) -> None:
-
     folder.mkdir(parents=True)
     config = model_config(kind, tokenizer)
     torch.manual_seed(SEED)

@@ -57,7 +57,6 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
 
 
 def _alembic(engine: Engine, action: str, revision: str) -> None:
-
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
@@ -85,7 +84,6 @@ def schema_revision(engine: Engine) -> str | None:
 
 
 def head_revision() -> str:
-
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     head = ScriptDirectory.from_config(config).get_current_head()
@@ -127,7 +125,6 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
 
 def _empty(engine: Engine) -> bool:
-
     return not inspect(engine).get_table_names()
 
 

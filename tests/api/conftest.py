@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.helpers import Api
+from tests.helpers.api import Api
 
 
 @pytest.fixture

@@ -28,7 +28,10 @@ from common.config import Settings
 from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
 from common.store.tables import Job
-from tests.api.helpers import png, upload
+from tests.helpers.api import upload
+from tests.helpers.images import png
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import WorkerProcess
 from workers.queues import CeleryDispatcher
 
 
@@ -233,8 +236,6 @@ def test_embedded_serving_runs_a_batch_and_streams_its_results(tmp_path, postgre
 
 
 def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypatch):
-    from tests.helpers import WorkerProcess
-
     for key in [key for key in os.environ if key.startswith("SPECEYES_")]:
         monkeypatch.delenv(key)
     env = {
@@ -288,8 +289,6 @@ def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):
     import socket
     import subprocess
     import sys
-
-    from tests.helpers import wait_until
 
     db = f"sqlite:///{tmp_path / 'serve.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECEYES_")}

@@ -9,7 +9,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from common.store.tables import Job
-from tests.api.helpers import png, upload
+from tests.helpers.api import upload
+from tests.helpers.images import png
 
 B64 = base64.b64encode(png()).decode()
 

@@ -23,8 +23,10 @@ from sqlalchemy import create_engine, func
 from sqlalchemy import select as sql_select
 
 from common.store.tables import Batch, Job
-from tests.api.helpers import png
-from tests.helpers import wait_until
+from tests.helpers.images import png
+from tests.helpers.waiting import wait_until
+
+pytestmark = pytest.mark.integration
 
 LIMIT = 1_000_000  # max_request_bytes of the server under test
 

@@ -8,13 +8,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from cli.main import main
-from tests.conftest import write_images
+from tests.helpers.images import write_images
+from tests.helpers.sandbox import bubblewrap_or_skip
+from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTED = ["--backend", "scripted"]
@@ -27,14 +28,6 @@ def annotate(*args: str) -> int:
 def db_rows(db: Path, query: str) -> list[tuple]:
     with sqlite3.connect(db) as connection:
         return connection.execute(query).fetchall()
-
-
-def wait_until(predicate, seconds: float = 60.0, every: float = 0.1) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(every)
 
 
 def test_a_mixed_folder_fails_its_bad_files_alone(tmp_path: Path, capsys):
@@ -179,11 +172,12 @@ def done_count(db: Path) -> int:
         return 0
 
 
+@pytest.mark.faults
 def test_a_killed_run_resumes_with_no_job_lost_and_none_done_twice(tmp_path: Path, monkeypatch):
     write_images(tmp_path / "c", 12)
     db = tmp_path / "s.db"
     process = run_in_background(tmp_path, db, agent_step_s=0.25)
-    wait_until(lambda: done_count(db) >= 3)
+    wait_until(lambda: done_count(db) >= 3, deadline_s=60, what="3 jobs done")
     process.kill()  # SIGKILL: no chance to clean up
     process.wait()
     finished = db_rows(db, "select id, final_answer, finished_at from jobs where status = 'done'")
@@ -201,11 +195,12 @@ def test_a_killed_run_resumes_with_no_job_lost_and_none_done_twice(tmp_path: Pat
         assert again[job_id] == (answer, finished_at)
 
 
+@pytest.mark.faults
 def test_ctrl_c_puts_unfinished_jobs_back(tmp_path: Path):
     write_images(tmp_path / "c", 12)
     db = tmp_path / "s.db"
     process = run_in_background(tmp_path, db, agent_step_s=0.25)
-    wait_until(lambda: done_count(db) >= 2)
+    wait_until(lambda: done_count(db) >= 2, deadline_s=60, what="2 jobs done")
     process.send_signal(signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
     assert process.returncode == 130
@@ -276,9 +271,8 @@ def test_new_weights_in_the_same_checkpoint_folder_make_new_jobs(tmp_path: Path,
     assert len(db_rows(db, "select id from jobs")) == 4  # not the old weights' answers
 
 
+@pytest.mark.sandbox
 def test_deepeyes_and_thyme_batches_keep_each_jobs_agent(tmp_path: Path, capsys):
-    from tests.common.sandbox.conftest import bubblewrap_or_skip
-
     bubblewrap_or_skip()
     write_images(tmp_path / "c", 3)
     db = tmp_path / "s.db"
@@ -309,6 +303,7 @@ def test_deepeyes_and_thyme_batches_keep_each_jobs_agent(tmp_path: Path, capsys)
     assert "code ran in the sandbox" in shown and "image " in shown
 
 
+@pytest.mark.sandbox
 def test_thyme_refuses_to_start_without_its_sandbox(tmp_path: Path, capsys, monkeypatch):
     monkeypatch.setenv("SPECEYES_SANDBOX_BWRAP", "no-such-bwrap")
     write_images(tmp_path / "c", 1)
@@ -321,10 +316,10 @@ def test_thyme_refuses_to_start_without_its_sandbox(tmp_path: Path, capsys, monk
     assert "needs bubblewrap" in err and "SPECEYES_ALLOW_UNSANDBOXED_CODE" in err
 
 
+@pytest.mark.sandbox
 def test_a_corpus_replays_chosen_thyme_code_through_annotate(tmp_path: Path, capsys, monkeypatch):
     """How an operator or an auditor replays an attack: one scripted trajectory for every
     job ("*"), through annotate, the funnel and the sandbox."""
-    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     escapes = (
@@ -356,9 +351,8 @@ def test_a_corpus_replays_chosen_thyme_code_through_annotate(tmp_path: Path, cap
     assert "code ran in the sandbox" in shown and "CPU s" in shown
 
 
+@pytest.mark.sandbox
 def test_thyme_runs_the_tiny_checkpoints_end_to_end(tmp_path: Path, tiny_cache_dir, monkeypatch):
-    from tests.common.sandbox.conftest import bubblewrap_or_skip
-
     bubblewrap_or_skip()
     monkeypatch.setenv("SPECEYES_CACHE_DIR", str(tiny_cache_dir))
     monkeypatch.setenv("SPECEYES_AGENT_MAX_NEW_TOKENS", "8")

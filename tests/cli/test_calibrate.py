@@ -11,6 +11,7 @@ from common.config import GateSettings
 from common.contracts import Accepted, DeferReason, Deferred, Stage
 from common.store import claims, submission
 from common.store.db import open_store
+from tests.helpers.images import write_images
 
 
 def labelled_batch(db: str, rows: list[tuple[float, bool]]) -> str:
@@ -71,8 +72,6 @@ def test_calibrate_says_plainly_when_no_tau_meets_the_target(tmp_path: Path, cap
 
 
 def test_a_calibration_run_is_swept_without_a_model(tmp_path: Path, capsys):
-    from tests.conftest import write_images
-
     paths = write_images(tmp_path / "c", 6)
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(

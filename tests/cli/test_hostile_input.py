@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from cli.main import main
-from tests.conftest import write_images
+from tests.helpers.images import write_images
 
 SCRIPTED = ["--backend", "scripted"]
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from cli.main import main
-from tests.common.test_benchmarks import write_pope
+from tests.helpers.benchmarks import write_pope
 
 
 def test_the_report_puts_accuracy_and_speedup_per_split(tmp_path: Path, capsys, monkeypatch):

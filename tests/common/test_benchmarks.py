@@ -16,6 +16,7 @@ from common.benchmarks import detect
 from common.corpus import read_source
 from common.images import content_hash
 from common.scoring import is_correct, reference_verdict
+from tests.helpers.benchmarks import write_pope
 
 
 def image_bytes(colour: tuple[int, int, int], fmt: str = "JPEG") -> bytes:
@@ -111,26 +112,6 @@ def test_an_hr_tsv_is_streamed_its_images_kept_by_hash(tmp_path):
     assert kept.is_relative_to(store) and kept.read_bytes() == images[0]
     assert kept.name.startswith(content_hash(images[0])) and kept.suffix == ".jpeg"
     assert rows[3].error is not None and "base64" in rows[3].error[1]
-
-
-def write_pope(path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    records = [
-        {
-            "id": i,
-            "question_id": f"q{i}",
-            "question": f"Is there a thing {i}?",
-            "answer": "yes" if i % 2 else "no",
-            "image_source": f"img{i}",
-            "category": "coco",
-            "image": {"bytes": image_bytes((i, i, i), "PNG"), "path": None},
-        }
-        for i in range(5)
-    ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(records), path, row_group_size=2)
 
 
 def test_pope_parquet_files_and_folders(tmp_path):

@@ -7,7 +7,7 @@ from sqlalchemy.exc import OperationalError
 from common import dispatch
 from common.dispatch import Watch, follow_store
 from common.store import reads, submission
-from tests.common.store.test_submission import items, new_batch
+from tests.helpers.store import items, new_batch
 
 
 def test_following_rides_out_a_store_outage_and_says_so(sessions, monkeypatch):

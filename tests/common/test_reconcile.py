@@ -13,7 +13,7 @@ from common.dispatch import StoreOnly
 from common.reconcile import Reconciler
 from common.store import claims, liveness, submission
 from common.store.tables import Job, Worker
-from tests.common.store.test_submission import items, new_batch
+from tests.helpers.store import items, new_batch
 
 
 class Broker(StoreOnly):

@@ -20,7 +20,7 @@ from common.scores import TokenScores
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from common.submit import submit_corpus
-from tests.conftest import write_images
+from tests.helpers.images import write_images
 
 
 def test_the_record_is_exact_float32():
@@ -57,7 +57,6 @@ def run(tmp_path: Path, name: str, models: Models, **settings) -> dict[str, Job]
     return jobs
 
 
-@pytest.mark.slow
 def test_a_replayed_gate_decides_exactly_as_the_live_run(tmp_path, tiny_large, tiny_small):
     write_images(tmp_path / "corpus", 6, size=(96, 80))
     models = Models(tiny_large, tiny_small)

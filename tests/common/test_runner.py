@@ -17,21 +17,8 @@ from common.corpus import read_source
 from common.runner import EmbeddedRunner
 from common.store.tables import BatchItem, Job
 from common.submit import submit_corpus
-from tests.conftest import write_images
-
-# item (file name) -> what the scripted model does for it
-ROUTES = {
-    "img000.png": JobScript(needs_tools=True, agent_answer="T0"),
-    "img001.png": JobScript(needs_tools=True, agent_answer="T1"),
-    "img002.png": JobScript(needs_tools=True, agent_answer="T2"),
-    "img003.png": JobScript(answer="S3", confidence=0.999),
-    "img004.png": JobScript(answer="S4", confidence=0.999),
-    "img005.png": JobScript(answer="S5", confidence=0.995),
-    "img006.png": JobScript(answer="S6", confidence=0.99),
-    "img007.png": JobScript(answer="x", confidence=0.7, agent_answer="U7"),
-    "img008.png": JobScript(answer="x", confidence=0.9, agent_answer="U8"),
-    "img009.png": JobScript(needs_tools=True, agent_steps=("<think>no idea</think>",)),
-}
+from tests.helpers.images import write_images
+from tests.helpers.routes import ROUTES
 
 
 def corpus(tmp_path: Path, settings: Settings, sessions) -> str:

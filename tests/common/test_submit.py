@@ -12,7 +12,7 @@ from common.corpus import read_source
 from common.store.db import open_store
 from common.store.tables import Batch, BatchItem, Job
 from common.submit import submit_corpus
-from tests.conftest import write_images
+from tests.helpers.images import write_images
 
 
 def test_the_same_corpus_submitted_by_six_runs_at_once_makes_one_batch(

@@ -14,7 +14,7 @@ from common.dispatch import StoreOnly
 from common.store import submission
 from common.store.tables import BatchItem, Job, utcnow
 from common.work import AgentWork, FastWork
-from tests.conftest import write_images
+from tests.helpers.images import write_images
 
 
 def submit(sessions, tmp_path, count: int) -> list[str]:

@@ -26,8 +26,8 @@ from common.contracts import JobStatus
 from common.dispatch import follow_store
 from common.store.tables import Job
 from lab.bench.pipeline import chunk_spans, submit_synthetic
-from tests.helpers import wait_until
-from tests.workers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
+from tests.helpers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
+from tests.helpers.waiting import wait_until
 from workers.queues import CeleryDispatcher
 
 FAULTS = ("none", "redis-restart", "postgres-restart", "kill-fast", "kill-slow")

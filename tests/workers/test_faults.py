@@ -7,10 +7,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from common.contracts import JobStatus, Queue, Stage
-from tests.conftest import REDIS_URL
-from tests.helpers import wait_until
-from tests.workers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
+from tests.helpers.api import Api, upload
+from tests.helpers.faults import RECOVERY, OwnPostgres, OwnRedis, Run
+from tests.helpers.images import png
+from tests.helpers.services import REDIS_URL
+from tests.helpers.waiting import wait_until
+
+pytestmark = pytest.mark.faults
 
 
 def test_a_redis_restart_without_persistence_strands_no_job(tmp_path: Path, postgres_url: str):
@@ -109,8 +115,6 @@ def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
 ):
     """Before: the job was committed, the enqueue failed, the answer was a plain-text 500,
     and a retry answered ``created: false`` without ever sending it."""
-    from tests.api.helpers import Api, png, upload
-
     redis = OwnRedis(tmp_path)
     redis.start()
     server = Api(

@@ -21,9 +21,12 @@ from common.dispatch import follow_store, send_waiting
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from common.submit import submit_corpus
-from tests.common.test_runner import ROUTES
-from tests.conftest import write_images
-from tests.helpers import WorkerProcess, wait_until
+from tests.helpers.images import write_images
+from tests.helpers.routes import ROUTES
+from tests.helpers.sandbox import bubblewrap_or_skip
+from tests.helpers.thyme_steps import ANSWER, CROP, LOOPS, RAISES
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import WorkerProcess
 from workers.queues import CeleryDispatcher
 
 
@@ -172,6 +175,7 @@ def _wait_running(setup: Deployment, stage: str) -> list[str]:
 
 
 @pytest.mark.parametrize("pool", ["fast", "slow"])
+@pytest.mark.faults
 def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deployment, pool):
     # Each batch / trajectory takes long enough to be killed in the middle of it.
     setup = deployment(
@@ -206,6 +210,7 @@ def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deplo
     assert all(job.attempts == 1 for job_id, job in jobs.items() if job_id not in in_flight)
 
 
+@pytest.mark.faults
 def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
     # The scripted model exits the process (as a segfault would) on one job's screen.
     setup = deployment(
@@ -241,13 +246,10 @@ def test_a_job_that_kills_its_worker_fails_alone(tmp_path, deployment):
     assert set(attempts) <= {1, 2} and attempts.count(2) >= 1, attempts
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
 def test_a_thyme_slow_worker_runs_code_in_the_sandbox_and_survives_hostile_code(
     tmp_path, deployment
 ):
-    from tests.common.agents.test_thyme import ANSWER, CROP, LOOPS, RAISES
-    from tests.common.sandbox.conftest import bubblewrap_or_skip
-
     bubblewrap_or_skip()
     setup = deployment(
         agent="thyme", baseline="true", fast_max_wait_s="0.2", sandbox_wall_s="2", sandbox_cpu_s="2"
@@ -295,6 +297,7 @@ def test_one_slow_worker_runs_concurrent_trajectories(tmp_path, deployment):
     assert overlapping >= 2, spans  # trajectories ran at the same time, in one worker
 
 
+@pytest.mark.sandbox
 def test_a_thyme_slow_worker_refuses_to_start_without_its_sandbox(tmp_path, deployment):
     setup = deployment(agent="thyme", sandbox_bwrap="no-such-bwrap")
     worker = setup.start("slow", wait=False)
@@ -304,10 +307,9 @@ def test_a_thyme_slow_worker_refuses_to_start_without_its_sandbox(tmp_path, depl
 
 
 @pytest.mark.parametrize("agent", ["deepeyes", "thyme"])
+@pytest.mark.sandbox
 def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny_cache_dir, agent):
     if agent == "thyme":
-        from tests.common.sandbox.conftest import bubblewrap_or_skip
-
         bubblewrap_or_skip()
     setup = deployment(
         agent=agent,
@@ -490,6 +492,7 @@ def test_distributed_audits_raise_the_batchs_drift_alarm_and_pause(tmp_path, dep
     assert {job.final_answer for job in setup.jobs().values()} == {"A"}  # answers stand
 
 
+@pytest.mark.faults
 def test_sigterm_hands_a_fast_workers_buffered_messages_back_and_exits_0(tmp_path, deployment):
     """What `worker --help` promises: a warm shutdown returns what was taken, not run."""
     import signal
@@ -514,6 +517,7 @@ def test_sigterm_hands_a_fast_workers_buffered_messages_back_and_exits_0(tmp_pat
     assert {job.status for job in made.jobs().values()} == {JobStatus.QUEUED}
 
 
+@pytest.mark.faults
 def test_sigterm_lets_a_slow_workers_trajectory_finish_then_exits_0(tmp_path, deployment):
     import signal
 

@@ -13,25 +13,11 @@ from common.config import AgentSettings, SandboxSettings
 from common.contracts import Query
 from common.protocols import THYME
 from common.sandbox.guest.rewrite import clamp_box, rewrite
-from tests.common.sandbox.conftest import bubblewrap_or_skip
+from tests.helpers.sandbox import bubblewrap_or_skip
+from tests.helpers.thyme_steps import ANSWER, COUNT, CROP, LOOPS, RAISES
 
-CROP = """<think>look closer</think><code>
-```python
-from PIL import Image
-image = Image.open(image_path)
-x1, y1, x2, y2 = 10, 10, 20, 20
-processed_path = "/mnt/data/temp_processed_images/crop_1.png"
-image.crop((x1, y1, x2, y2)).save(processed_path)
-print(processed_path)
-```
-</code>"""
-COUNT = (
-    "<code>\n```python\nwidth, height = Image.open(image_path).size\n"
-    "print(width * height)\n```\n</code>"
-)
-RAISES = "<code>\n```python\nraise ValueError('nope')\n```\n</code>"
-LOOPS = "<code>\n```python\nx = 0\nwhile True:\n    x += 1\n```\n</code>"
-ANSWER = "<think>done</think><answer>B</answer>"
+pytestmark = pytest.mark.sandbox
+
 LIMITS = AgentSettings(max_steps=5, max_new_tokens=64, sandbox=SandboxSettings(wall_s=2.0, cpu_s=2))
 
 
@@ -125,7 +111,6 @@ def test_the_rewrite_clamps_boxes_as_the_evaluation_does():
 
 
 def test_images_the_code_writes_meet_the_configured_pixel_limit():
-
     # the crop is 64x64 (4,096 pixels): over a limit of 4,000 it is left out, the step dropped
     sandbox = LIMITS.sandbox.model_copy(update={"image_pixels": 4_000})
     tight = LIMITS.model_copy(update={"sandbox": sandbox})

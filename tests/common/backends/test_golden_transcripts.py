@@ -19,7 +19,8 @@ from common.config import AgentSettings
 from common.contracts import Query
 from common.images import smart_resize
 from common.protocols import REFERENCE
-from tests.helpers import ForceText
+from tests.helpers.models import ForceText
+from tests.helpers.sandbox import bubblewrap_or_skip
 
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
@@ -201,10 +202,10 @@ def test_thyme_phases_i_and_ii_see_the_question_before_its_please(tiny_paths):
     assert THYME.speculate_text(YES_NO.question, None) == yes_no + "\nAnswer:"
 
 
+@pytest.mark.sandbox
 def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
     from common.agents.thyme import run_thyme
     from common.protocols import THYME
-    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     large = TransformersModel(

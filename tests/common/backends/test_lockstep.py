@@ -12,6 +12,7 @@ from common.backends.lockstep import Lockstep
 from common.config import AgentSettings
 from common.contracts import Query
 from common.funnel import run_agent_stage
+from tests.helpers.models import ForceText
 
 
 def queries(count: int) -> list[Query]:
@@ -58,8 +59,6 @@ def test_batched_trajectories_are_the_ones_run_one_by_one(tiny_large, max_new_to
 
 
 def test_trajectories_that_end_at_different_steps_and_fail_keep_their_own_course(tiny_large):
-    from tests.helpers import ForceText
-
     zoom = '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1, 1, 30, 30]}}</tool_call>'  # noqa: E501
     bad = '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1, 2]}}</tool_call>'
     scripts = {

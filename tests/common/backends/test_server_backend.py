@@ -18,8 +18,10 @@ from common.errors import BackendUnavailable, ConfigurationError
 from common.gate import score_answers
 from common.inference_client import Backoff
 from common.protocols import REFERENCE, THYME
-from tests.common.backends.standin_server import StandIn
-from tests.helpers import ForceText
+from tests.helpers.images import write_images
+from tests.helpers.models import ForceText
+from tests.helpers.sandbox import bubblewrap_or_skip
+from tests.helpers.standin_server import StandIn
 
 
 def queries() -> list[Query]:
@@ -104,9 +106,9 @@ def test_unforced_random_trajectories_match_too(models, server):
     assert _steps(served) == _steps(local)
 
 
+@pytest.mark.sandbox
 def test_thyme_trajectories_match_step_for_step(models, server, tiny_paths):
     from common.agents.thyme import run_thyme
-    from tests.common.sandbox.conftest import bubblewrap_or_skip
 
     bubblewrap_or_skip()
     large = TransformersModel(
@@ -170,7 +172,6 @@ def test_render_shows_the_request_it_sends(server):
 
 def test_annotate_runs_on_served_models(server, tmp_path, monkeypatch):
     from cli.main import main
-    from tests.conftest import write_images
 
     monkeypatch.setenv("SPECEYES_LARGE_SERVER_URL", server.url)
     monkeypatch.setenv("SPECEYES_AGENT_MAX_NEW_TOKENS", "8")

@@ -20,7 +20,7 @@ from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ConfigurationError
 from common.protocols import REFERENCE, V0, Protocol
-from tests.helpers import ForceText
+from tests.helpers.models import ForceText
 
 
 def sample_queries() -> list[Query]:

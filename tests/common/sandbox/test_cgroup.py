@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from common.sandbox import cgroup
+from common.sandbox import Sandbox, cgroup, probe_request
 from common.sandbox.cgroup import Hierarchy, SessionGroup, find_hierarchy
+from tests.helpers.sandbox import TEST_LIMITS
+from tests.helpers.waiting import wait_until
 
 V1_MOUNTS = """\
 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
@@ -91,10 +92,13 @@ def test_a_real_group_holds_what_joins_it_and_is_emptied(real):
     try:
         process = subprocess.Popen([*group.join_command(), "sleep", "60"])
         try:
-            deadline = time.monotonic() + 5
-            while group.pids() != [process.pid] and time.monotonic() < deadline:
-                time.sleep(0.01)  # the shell is starting; it joins, then execs sleep
-            assert group.pids() == [process.pid]
+            # the shell is starting; it joins, then execs sleep
+            wait_until(
+                lambda: group.pids() == [process.pid],
+                deadline_s=5,
+                every_s=0.01,
+                what=lambda: f"only the process in the group, not {group.pids()}",
+            )
             assert group.kill() and group.pids() == []
             assert process.wait(5) == -9
         finally:
@@ -124,9 +128,6 @@ def _memory_groups() -> int:
 def test_sessions_that_read_the_hosts_files_leave_no_dying_groups(real, tmp_path):
     """Pages a guest brings into the page cache are charged to its group, which the
     kernel keeps (dying) while they live: removing a group gives them back first."""
-    from common.sandbox import Sandbox, probe_request
-    from tests.common.sandbox.conftest import TEST_LIMITS
-
     files = (
         sorted(Path("/usr/lib/x86_64-linux-gnu").glob("*.so*"))[:200]
         or sorted(Path("/usr/lib").rglob("*.py"))[:200]

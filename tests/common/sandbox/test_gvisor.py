@@ -11,9 +11,16 @@ import pytest
 
 from common.config import SandboxSettings
 from common.sandbox import Sandbox, SandboxUnavailable, probe_request
-from tests.common.sandbox.conftest import TEST_LIMITS, bubblewrap_or_skip
-from tests.common.sandbox.programs import PROGRAMS
-from tests.common.sandbox.test_programs import CROP, contained, trajectory_of
+from tests.helpers.hostile_programs import PROGRAMS
+from tests.helpers.sandbox import (
+    CROP,
+    REPO,
+    SUBREAPER_WORKER,
+    TEST_LIMITS,
+    bubblewrap_or_skip,
+    contained,
+    trajectory_of,
+)
 
 BOMBS = {"memory", "tasks", "disk"}
 CHOSEN = [p for i, p in enumerate(PROGRAMS) if p.kind in BOMBS or PROGRAMS[i - 1].kind != p.kind]
@@ -44,7 +51,6 @@ def test_a_missing_runsc_is_one_clear_error():
 def test_a_worker_that_reaps_orphans_is_left_no_zombies_by_gvisor(gvisor):
     """runsc starts its sandbox in a session of its own: a worker that is PID 1 or a
     subreaper inherits its helpers, and the session reaps them."""
-    from tests.common.sandbox.test_hostile import REPO, SUBREAPER_WORKER
 
     script = SUBREAPER_WORKER.replace(
         "Sandbox(TEST_LIMITS", 'Sandbox(isolation="gvisor", limits=TEST_LIMITS'

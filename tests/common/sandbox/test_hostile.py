@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,16 @@ import pytest
 from common.config import SandboxSettings
 from common.errors import RetryableError
 from common.sandbox import Execution, Sandbox, SandboxSession, SandboxUnavailable, probe_request
-from tests.common.sandbox.conftest import SANDBOX_UID, TEST_LIMITS, _pids_of, bubblewrap_or_skip
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.helpers.sandbox import (
+    KILLED_WORKER,
+    REPO,
+    SANDBOX_UID,
+    SUBREAPER_WORKER,
+    TEST_LIMITS,
+    bubblewrap_or_skip,
+    pids_of,
+)
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -280,17 +286,19 @@ def test_without_isolation_the_limits_and_seccomp_still_hold():
 def test_a_worker_killed_mid_execution_takes_its_sandbox_along(sandbox):
     """SIGKILL of the worker: its janitor kills the guest and removes its folder and group."""
     _, root = _killed_worker_running_code()
-    deadline = time.monotonic() + 10
-    while (_pids_of(SANDBOX_UID) or Path(root).exists()) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the janitor sees the worker end and sweeps
-    assert not _pids_of(SANDBOX_UID) and not Path(root).exists()
+    wait_until(  # the janitor sees the worker end and sweeps
+        lambda: not pids_of(SANDBOX_UID) and not Path(root).exists(),
+        deadline_s=10,
+        every_s=0.05,
+        what=lambda: f"the janitor: left {pids_of(SANDBOX_UID)}, {Path(root).exists()=}",
+    )
 
 
 def test_without_its_janitor_the_next_sandbox_sweeps_what_a_dead_worker_left(sandbox):
     _, root = _killed_worker_running_code(janitor_too=True)
     assert Path(root).exists()  # nobody was left to clean up ...
     Sandbox(TEST_LIMITS)  # ... until the next sandbox starts on the machine
-    assert not _pids_of(SANDBOX_UID) and not Path(root).exists()
+    assert not pids_of(SANDBOX_UID) and not Path(root).exists()
 
 
 def _killed_worker_running_code(*, janitor_too: bool = False) -> tuple[subprocess.Popen, str]:
@@ -301,10 +309,7 @@ def _killed_worker_running_code(*, janitor_too: bool = False) -> tuple[subproces
     assert worker.stdout is not None
     root = worker.stdout.readline().strip()  # the session's folder
     started = Path(root) / "fs" / "data" / "started"
-    deadline = time.monotonic() + 10
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)  # the code is on its way
-    assert started.exists()  # it is running now
+    wait_until(started.exists, deadline_s=10, every_s=0.02, what="the code to start")
     if janitor_too:
         found = subprocess.run(
             ["pgrep", "-f", f"sweep_after\\({worker.pid}, "], capture_output=True, text=True
@@ -314,16 +319,6 @@ def _killed_worker_running_code(*, janitor_too: bool = False) -> tuple[subproces
     worker.kill()
     worker.wait()
     return worker, root
-
-
-KILLED_WORKER = """
-from common.sandbox import Sandbox, probe_request
-from tests.common.sandbox.conftest import TEST_LIMITS
-session = Sandbox(TEST_LIMITS).session()
-print(session.workspace.root, flush=True)
-code = "open('/mnt/data/started', 'w').close()\\nimport time\\ntime.sleep(60)"
-session.run({**probe_request(session), "code": code})
-"""
 
 
 def test_a_worker_that_reaps_orphans_is_left_no_zombies(sandbox):
@@ -340,26 +335,3 @@ def test_a_worker_that_reaps_orphans_is_left_no_zombies(sandbox):
     stops, zombies = done.stdout.split("|")
     assert stops.split() == ["timeout", "output_limit", "cpu_limit"]
     assert zombies.strip() == "0"
-
-
-SUBREAPER_WORKER = """
-import ctypes, pathlib
-from common.sandbox import Sandbox, probe_request
-from tests.common.sandbox.conftest import TEST_LIMITS
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-programs = [
-    "import time\\ntime.sleep(60)",
-    "data = b'x' * (1 << 20)\\nfor _ in range(50):\\n    os.write(1, data)",
-    "x = 0\\nwhile True:\\n    x += 1",
-]
-stops = []
-with Sandbox(TEST_LIMITS.model_copy(update={'wall_s': 2.0, 'cpu_s': 1})).session() as session:
-    for code in programs:
-        stops.append(session.run({**probe_request(session), "code": code}).stop)
-zombies = 0
-for task in pathlib.Path("/proc/self/task").iterdir():
-    for child in (task / "children").read_text().split():
-        if "State:\\tZ" in pathlib.Path(f"/proc/{child}/status").read_text():
-            zombies += 1
-print(" ".join(stops), "|", zombies)
-"""

@@ -10,7 +10,7 @@ from common.config import GateSettings
 from common.contracts import Accepted, AgentOutcome, Deferred, Failed, ScreenResult, Stage, Ticket
 from common.store import analytics, claims, reads, submission
 from common.store.tables import Job
-from tests.common.store.test_submission import items, new_batch
+from tests.helpers.store import items, new_batch
 
 GATE = GateSettings()
 

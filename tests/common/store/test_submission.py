@@ -9,20 +9,7 @@ from common.errors import IdempotencyConflict, NotFound
 from common.store import submission
 from common.store.db import downgrade, make_engine, migrate
 from common.store.tables import Batch, BatchItem, Job
-
-
-def new_batch(session, key: str = "k") -> Batch:
-    batch, _ = submission.get_or_create_batch(session, key=key, name="b", source="src", config={})
-    return batch
-
-
-def items(*names: str, question: str = "Q?") -> list[submission.NewItem]:
-    return [
-        submission.NewItem(
-            i, name, question, ["a", "b"], f"/img/{name}.png", image_hash=f"hash-{name}"
-        )
-        for i, name in enumerate(names)
-    ]
+from tests.helpers.store import items, new_batch
 
 
 def test_the_migrations_build_and_remove_the_schema(database_url):

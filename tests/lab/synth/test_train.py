@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from common.backends.transformers_backend import load_processor
@@ -206,6 +207,7 @@ def test_on_a_hard_item_the_small_model_is_taught_to_be_unsure_and_names_a_large
         assert kind.messages[-1].content == [item.shape]  # the question still asks for it
 
 
+@pytest.mark.slow
 def test_a_small_model_that_has_not_taken_off_starts_over(tiny_paths, tmp_path, monkeypatch):
     from lab.synth import train as training
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from PIL import Image
 from sqlalchemy import func, select
 
 from api.app import create_app
@@ -17,12 +15,6 @@ from common.store.db import open_store
 from common.store.keys import create_key
 from common.store.tables import Job
 from workers.queues import CeleryDispatcher
-
-
-def png(size: tuple[int, int] = (32, 24), colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, colour).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 class Api:

@@ -27,8 +27,9 @@ from common.dispatch import follow_store, send_waiting
 from common.store.db import open_store
 from common.store.tables import Job
 from common.submit import submit_corpus
-from tests.conftest import write_images
-from tests.helpers import WorkerProcess, wait_until
+from tests.helpers.images import write_images
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import WorkerProcess
 from workers.queues import CeleryDispatcher
 
 

@@ -14,7 +14,6 @@ import base64
 import io
 import socket
 import threading
-import time
 from typing import Any
 
 import uvicorn
@@ -24,6 +23,7 @@ from PIL import Image
 
 from common.backends.transformers_backend import TransformersModel, template_messages
 from common.chat import Message
+from tests.helpers.waiting import wait_until
 
 
 class StandIn:
@@ -51,11 +51,9 @@ class StandIn:
 
     def __enter__(self) -> StandIn:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the stand-in server did not start")
-            time.sleep(0.02)
+        wait_until(
+            lambda: self.server.started, deadline_s=30, every_s=0.02, what="the server to start"
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,37 @@
+"""Controlling what a real (tiny) model says: with random weights, assert on shapes,
+routing and stopping, and force the text where the test needs one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class ForceText:
+    """A logits processor that makes generate() write the given texts, one per call.
+
+    Each new generate() call (seen as an input that did not grow by one token) takes the
+    next text; after its tokens come EOS. Only the *processed* scores are forced: the raw
+    logits a backend records stay the model's own.
+    """
+
+    def __init__(self, tokenizer, texts: Sequence[str], eos_id: int) -> None:
+        self.targets = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        self.eos_id = eos_id
+        self.call = -1
+        self.prompt_length = 0
+        self.last_length = -1
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        length = input_ids.shape[1]
+        if length != self.last_length + 1:  # a new generate() call
+            self.call += 1
+            self.prompt_length = length
+        self.last_length = length
+        target = self.targets[min(self.call, len(self.targets) - 1)]
+        position = length - self.prompt_length
+        token = target[position] if position < len(target) else self.eos_id
+        forced = torch.full_like(scores, float("-inf"))
+        forced[:, token] = 0.0
+        return forced

@@ -1,0 +1,199 @@
+"""The code sandbox under test: its test limits, what a test may leave behind (nothing),
+what the worker may spend, and hostile code run the way Thyme runs it.
+
+The leftover checks are machine-wide (processes of the sandbox's uid), so the tests that
+start sandboxes run one at a time, in one pytest-xdist group (``sandbox`` marker).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from common.agents.thyme import run_thyme
+from common.agents.trajectory import Trajectory
+from common.backends.scripted import JobScript, ScriptedModel
+from common.config import AgentSettings, SandboxSettings
+from common.contracts import Query
+from common.protocols import THYME
+from common.sandbox import Sandbox, SandboxUnavailable, cgroup, workspace
+from tests.helpers.hostile_programs import OUT
+
+REPO = Path(__file__).resolve().parents[2]
+# small enough that every bomb meets its limit within a second or two
+TEST_LIMITS = SandboxSettings(
+    wall_s=3.0,
+    cpu_s=2,
+    memory_mb=512,
+    disk_mb=64,
+    files=512,
+    output_bytes=1 << 18,
+    image_pixels=4_000_000,
+)
+# what the worker may spend on one execution, whatever the code did (the README's bound:
+# the report and stderr caps, and the images as RGB held twice, plus the interpreter's
+# own churn); and its own CPU for reading and checking what came back
+HOST_MEMORY_BOUND = 2 * TEST_LIMITS.output_bytes + 2 * 3 * TEST_LIMITS.image_pixels + (48 << 20)
+HOST_CPU_BOUND_S = 1.5
+SANDBOX_UID = 65533
+
+
+def bubblewrap_or_skip(limits: SandboxSettings = TEST_LIMITS, **options: object) -> Sandbox:
+    sandbox = Sandbox(limits, **options)  # type: ignore[arg-type]
+    try:
+        sandbox.check()
+    except SandboxUnavailable as exc:
+        if os.environ.get("CI"):
+            raise  # CI installs bubblewrap (make setup): its absence is a failure there
+        pytest.skip(f"no working sandbox here: {exc}")
+    return sandbox
+
+
+def leftovers() -> list[str]:
+    found = [f"process {pid} runs as the sandbox's uid" for pid in pids_of(SANDBOX_UID)]
+    found += [f"child process {pid}" for pid in _children()]
+    mine = f"{workspace.PREFIX}{os.getpid()}-"
+    found += [f"folder {p}" for p in Path("/tmp").glob(f"{mine}*")]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    found += [f"mount {line.split()[4]}" for line in mounts.splitlines() if mine in line]
+    hierarchy = cgroup.find_hierarchy()
+    for parent in hierarchy.folders.values() if hierarchy else ():
+        found += [f"control group {g}" for g in parent.glob(f"{os.getpid()}-*")]
+    return found
+
+
+def pids_of(uid: int) -> list[int]:
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:
+            continue  # it ended while we looked
+        uids = next((line.split()[1:] for line in lines if line.startswith("Uid:")), [])
+        zombie = any(line.startswith("State:\tZ") for line in lines)  # dead, awaiting init
+        if str(uid) in uids and not zombie:
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def _children() -> list[int]:
+    """This process's children, but its sandbox janitor (which lives as long as it)."""
+    children: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            children += [int(pid) for pid in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return [pid for pid in children if b"sweep_after(" not in _command(pid)]
+
+
+def _command(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@dataclass
+class HostUse:
+    """What this process (the worker) spent: growth of its peak resident memory over
+    what it held before, and CPU seconds."""
+
+    memory_growth: int = 0
+    cpu_s: float = 0.0
+
+
+@contextmanager
+def host_use() -> Iterator[HostUse]:
+    Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
+    before, cpu = _status_bytes("VmRSS"), time.process_time()
+    use = HostUse()
+    yield use
+    use.memory_growth = _status_bytes("VmHWM") - before
+    use.cpu_s = time.process_time() - cpu
+
+
+def _status_bytes(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) << 10
+    raise KeyError(key)
+
+
+# -- hostile code through Thyme's entry point ------------------------------------------
+LIMITS = AgentSettings(max_steps=3, max_new_tokens=64, sandbox=TEST_LIMITS)
+ANSWER = "<think>done</think><answer>B</answer>"
+CROP = (
+    "from PIL import Image\nimage = Image.open(image_path)\n"
+    f"processed_path = '{OUT}/crop.png'\nimage.crop((0, 0, 90, 60)).save(processed_path)\n"
+    "print(processed_path)"
+)
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def trajectory_of(code: str, sandbox: Sandbox) -> Trajectory:
+    step = f"<think>run it</think><code>\n```python\n{code}\n```\n</code>"
+    model = ScriptedModel(protocol=THYME, scripts={"job": JobScript(agent_steps=(step, ANSWER))})
+    image = Image.new("RGB", (300, 200), (10, 200, 30))
+    return run_thyme(Query("job", image, "What colour?", ("red", "green")), model, LIMITS, sandbox)
+
+
+def contained(code: str, sandbox: Sandbox) -> str:
+    """Run ``code`` as a hostile step and check what every program must meet; what the
+    step observed and printed, for the caller's own check."""
+    with host_use() as use:
+        trajectory = trajectory_of(code, sandbox)
+    first = trajectory.steps[0]
+    said = f"{first.observation} | printed: {first.code_output}"
+    assert first.code is not None and first.observation, first  # kept, with its code
+    assert trajectory.answer == "B", trajectory  # the trajectory went on
+    assert not CONTROL.search(said), said
+    assert use.memory_growth <= HOST_MEMORY_BOUND, f"the worker grew {use.memory_growth >> 20} MiB"
+    assert use.cpu_s <= HOST_CPU_BOUND_S, f"the worker spent {use.cpu_s:.2f} CPU s"
+    assert first.sandbox_peak_mb is not None and first.sandbox_peak_mb <= TEST_LIMITS.memory_mb
+    assert first.sandbox_cpu_s is not None and first.sandbox_cpu_s <= TEST_LIMITS.cpu_s + 0.5
+    # the next job on this worker: as if nothing had happened
+    assert trajectory_of(CROP, sandbox).steps[0].images
+    return said
+
+
+# -- workers that die or reap, as programs of their own ---------------------------------
+KILLED_WORKER = """
+from common.sandbox import Sandbox, probe_request
+from tests.helpers.sandbox import TEST_LIMITS
+session = Sandbox(TEST_LIMITS).session()
+print(session.workspace.root, flush=True)
+code = "open('/mnt/data/started', 'w').close()\\nimport time\\ntime.sleep(60)"
+session.run({**probe_request(session), "code": code})
+"""
+
+
+SUBREAPER_WORKER = """
+import ctypes, pathlib
+from common.sandbox import Sandbox, probe_request
+from tests.helpers.sandbox import TEST_LIMITS
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+programs = [
+    "import time\\ntime.sleep(60)",
+    "data = b'x' * (1 << 20)\\nfor _ in range(50):\\n    os.write(1, data)",
+    "x = 0\\nwhile True:\\n    x += 1",
+]
+stops = []
+with Sandbox(TEST_LIMITS.model_copy(update={'wall_s': 2.0, 'cpu_s': 1})).session() as session:
+    for code in programs:
+        stops.append(session.run({**probe_request(session), "code": code}).stop)
+zombies = 0
+for task in pathlib.Path("/proc/self/task").iterdir():
+    for child in (task / "children").read_text().split():
+        if "State:\\tZ" in pathlib.Path(f"/proc/{child}/status").read_text():
+            zombies += 1
+print(" ".join(stops), "|", zombies)
+"""
