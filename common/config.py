@@ -371,6 +371,13 @@ class AgentSettings(Group):
         metavar="N",
         ge=1,
     )
+    step_wait_s: float = setting(
+        0.1,
+        "With agent.workers > 1, in-process: how long one trajectory's step waits for "
+        "the others' to share its batched generate. Longer fills batches; shorter loses "
+        "less when the others are busy in a tool.",
+        ge=0,
+    )
     min_box_side: int | None = setting(
         None,
         "Zoom boxes with a side <= this are refused (an error goes back to the model). "

@@ -70,7 +70,10 @@ def load_models(settings: Settings, scripted: ScriptedSettings | None = None) ->
     large = load(settings.models.large.name, "large")
     small = load(settings.models.small.name, "small")
     if settings.agent.workers > 1:  # their steps share one batched generate
-        return Models(large=Lockstep(large, max_batch=settings.agent.workers), small=small)
+        batched = Lockstep(
+            large, max_batch=settings.agent.workers, max_wait_s=settings.agent.step_wait_s
+        )
+        return Models(large=batched, small=small)
     return Models(large=large, small=small)
 
 

@@ -8,8 +8,9 @@ import threading
 import pytest
 from PIL import Image, ImageDraw
 
+from common.backends import load_models
 from common.backends.lockstep import Lockstep
-from common.config import AgentSettings
+from common.config import AgentSettings, Settings
 from common.contracts import Query
 from common.funnel import run_agent_stage
 from tests.helpers.models import ForceText
@@ -98,3 +99,17 @@ def test_trajectories_that_end_at_different_steps_and_fail_keep_their_own_course
     assert [alone[k].error_code for k in scripts] == [None, None, "step_limit", "tool_call_invalid"]
     for key in scripts:
         assert summary(together[key]) == summary(alone[key]), key
+
+
+def test_agent_workers_share_one_model_batched_as_the_settings_say(tiny_cache_dir):
+    settings = Settings(
+        backend="transformers",
+        small_model="tiny",
+        large_model="tiny",
+        cache_dir=tiny_cache_dir,
+        agent_workers=3,
+        **{"agent.step_wait_s": 0.7},
+    )
+    large = load_models(settings).large
+    assert isinstance(large, Lockstep)
+    assert (large.max_batch, large.max_wait_s) == (3, 0.7)
