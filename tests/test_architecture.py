@@ -151,3 +151,18 @@ def test_imports_are_at_the_top_but_where_a_reason_is_written_down():
         if found and allowed is not None and not found <= allowed:
             late[name] = sorted(found - allowed)
     assert late == {}
+
+
+def test_tests_share_helpers_never_each_other():
+    """What tests share lives in tests/helpers; a test file or a conftest is imported by
+    pytest alone."""
+    borrowed = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "outside" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
+                last = node.module.rsplit(".", 1)[-1]
+                if last.startswith("test_") or last == "conftest":
+                    borrowed[str(path.relative_to(ROOT))] = node.module
+    assert borrowed == {}
