@@ -97,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
         if row.error is not None:
             print(f"speceyes: skipping {row.error[1]}", file=sys.stderr)
     sessions = open_store(settings.database_url)
-    dispatcher = make_dispatcher(settings, sessions)
-    dispatcher.check()  # a broker that does not answer fails now, before the hashing
+    # A model that cannot be had or a broker that does not answer fails now, before any
+    # job is created.
+    dispatcher = make_dispatcher(settings, sessions, say=_say)
+    dispatcher.check()
     source = str(args.source.resolve())
     with _bar(len(rows), "hashing", args.no_progress) as bar:
         submitted = submit_corpus(
@@ -167,6 +169,11 @@ def _wait(
 
         watch = Watch(on_progress=progress, on_stall=stalled, on_outage=outage)
         return dispatcher.wait(sessions, batch_id, watch)
+
+
+def _say(line: str) -> None:
+    """A line on stderr that does not break a progress bar."""
+    tqdm.write(line, file=sys.stderr)
 
 
 def _postfix(now: BatchCounts) -> str:

@@ -8,7 +8,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, cast
 
 from cli.options import add_funnel_flags, add_model_flags, settings_from_args
-from common.backends import load_models
+from common.backends import check_models, load_models
 from common.contracts import Accepted, AnsweredBy, Deferred, Failed, JobStatus
 from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.limits import check_query
@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     check_query(args.question, args.options, settings.requests)
     require_code_sandbox(settings)
+    check_models(settings)
     job_id = uuid.uuid4().hex
     query = prepare_query(job_id, args.image, args.question, args.options, settings.images)
     if isinstance(query, Failed):

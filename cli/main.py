@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from common.errors import ConfigurationError, InvalidInput, SpecEyesError
@@ -43,7 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("cli.serve", "serve the HTTP API"),
     "keys": ("cli.keys", "create, list and revoke API keys"),
     "worker": ("cli.worker", "run a fast or slow worker of the distributed pipeline"),
-    "models": ("cli.models", "build the tiny offline checkpoints"),
+    "models": (
+        "cli.models",
+        "build the tiny checkpoints or a random full-size one, train the synth models",
+    ),
     "synth": ("cli.synth", "generate SpecEyes-Synth corpora"),
     "bench": ("cli.bench", "measure throughput (fast stage, agent, sandbox, runner, pipeline)"),
     "calibrate": (
@@ -100,16 +104,18 @@ def add_commands(
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = "-v" in argv or "--verbose" in argv
+    if not verbose:  # before a command's module imports them: they read it at import
+        _quiet_libraries()
     args = build_parser(argv).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:
-        _quiet_libraries()
     _few_malloc_arenas()
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except ConfigurationError as exc:
         print(f"speceyes: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -121,7 +127,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("speceyes: interrupted", file=sys.stderr)
-        return 130
+        code = 130
+    except BrokenPipeError:  # `speceyes config | head`: the reader has all it wants
+        _silence_stdout()
+        return 141  # as a shell reports a process ended by SIGPIPE
+    if code == 130:
+        _exit_if_threads_linger(code)
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises nothing more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _exit_if_threads_linger(code: int) -> None:
+    """After an interrupt the stage threads have been asked to end and waited for
+    (``EmbeddedRunner``); one that has not (a second Ctrl-C, a step past the wait) may
+    be inside a native library, and the interpreter's shutdown would abort under it. The
+    store holds every result already: leave at once, with the code."""
+    if any(thread.daemon and thread.is_alive() for thread in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _quiet_libraries() -> None:

@@ -12,7 +12,8 @@ decides from the branch alone whether to fail the job or to retry it::
     │   ├── ImageError            the image is missing, corrupt, too big or not an image
     │   └── AgentError            the agent loop ended without an answer (step limit, ...)
     ├── RetryableError            the world is wrong for now: retry the job later
-    │   └── BackendUnavailable    a model server or GPU could not serve the call
+    │   ├── BackendUnavailable    a model server or GPU could not serve the call
+    │   └── Interrupted           the process is stopping (Ctrl-C): the job waits again
     ├── ModelError                a model failed on this job (kept per job, not fatal)
     └── ConfigurationError        the service is set up wrongly: stop at start-up
 
@@ -72,6 +73,13 @@ class RetryableError(SpecEyesError):
 
 class BackendUnavailable(RetryableError):
     code = "backend_unavailable"
+
+
+class Interrupted(RetryableError):
+    """A model call cut short because the process is stopping; its job is put back to
+    wait, with no attempt counted."""
+
+    code = "interrupted"
 
 
 class ModelError(SpecEyesError):

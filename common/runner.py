@@ -35,6 +35,10 @@ from common.work import AgentWork, FastWork
 
 log = logging.getLogger(__name__)
 
+# How long an interrupted run waits for its stage threads to end their current step (a
+# generation ends at its next token; a sandboxed execution within its own time limit).
+DRAIN_S = 30.0
+
 
 class EmbeddedRunner(Dispatcher):
     """Runs the funnel with a fast thread and agent threads: one batch (``run``) or every
@@ -209,13 +213,27 @@ class EmbeddedRunner(Dispatcher):
         return thread
 
     def _interrupt(self, batch_id: str, threads: list[threading.Thread]) -> RunResult:
-        """Stop claiming, put in-flight jobs back, leave finished ones as they are. An
-        interrupt is not the jobs' doing: their attempts are given back."""
+        """Stop claiming, end the generations in progress, wait for the stage threads to
+        put their jobs back, then put back what is still claimed; finished jobs stay as
+        they are. An interrupt is not the jobs' doing: their attempts are given back.
+
+        The threads must end before the process does: one left inside torch when Python
+        exits aborts it (``terminate called without an active exception``). A second
+        Ctrl-C stops the waiting."""
         self.stop()
+        if "models" in vars(self):  # loaded (a cached_property)
+            self.models.stop.set()
+        deadline = time.monotonic() + DRAIN_S
+        try:
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:
+            log.warning("a second interrupt: not waiting for the stage threads")
+        lingering = [thread.name for thread in threads if thread.is_alive()]
+        if lingering:
+            log.warning("still running after the interrupt: %s", ", ".join(lingering))
         with self._claiming, self.sessions.begin() as session:
             released = claims.release_running(session, batch_id, count_attempt=False)
-        for thread in threads:
-            thread.join(timeout=0.1)
         return RunResult(self.counts(batch_id), interrupted=True, released=released)
 
     def _hold(self, stage: Stage, delay_s: float | None) -> None:

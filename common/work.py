@@ -52,7 +52,7 @@ from common.contracts import (
     Ticket,
 )
 from common.dispatch import Dispatcher
-from common.errors import RetryableError
+from common.errors import Interrupted, RetryableError
 from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.images import image_pixels
 from common.store import audits, claims
@@ -114,6 +114,12 @@ def pixel_groups(tickets: list[Ticket], budget: int) -> list[list[Ticket]]:
         groups[-1].append(ticket)
         held += pixels
     return groups
+
+
+def _log_retry(exc: RetryableError, message: str, *args: object) -> None:
+    """A warning, unless the process is stopping (Ctrl-C): then putting work back is the
+    plan, not news."""
+    log.log(logging.INFO if isinstance(exc, Interrupted) else logging.WARNING, message, *args)
 
 
 def halves(group: list[T]) -> list[list[T]]:
@@ -288,7 +294,7 @@ class FastWork(_Work):
                 tx.to_audit(self._sample_audits(tx.session, rest))
             deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
         except RetryableError as exc:
-            log.warning("fast batch of %d will be retried: %s", len(group), exc)
+            _log_retry(exc, "fast batch of %d will be retried: %s", len(group), exc)
             self._release(group, report, count_attempt=False)
             return
         except Exception as exc:
@@ -356,7 +362,7 @@ class AgentWork(_Work):
             with self.sessions.begin() as session:
                 claims.record_agent(session, outcome)
         except RetryableError as exc:
-            log.warning("trajectory of job %s will be retried: %s", ticket.job_id, exc)
+            _log_retry(exc, "trajectory of job %s will be retried: %s", ticket.job_id, exc)
             self._release([ticket], report, count_attempt=False)
             return report
         except Exception as exc:
@@ -396,7 +402,7 @@ class AgentWork(_Work):
         try:
             outcome = self._trajectory(ticket)
         except RetryableError as exc:
-            log.warning("audit of job %s will be retried: %s", ticket.job_id, exc)
+            _log_retry(exc, "audit of job %s will be retried: %s", ticket.job_id, exc)
             with self.dispatcher.transaction(
                 self.sessions, delay_s=self.settings.recovery.retry_delay_s
             ) as tx:

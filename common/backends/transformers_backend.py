@@ -16,6 +16,7 @@ Batched rows give the same tokens as the same rows run alone (a test holds this)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from transformers import (
     AutoTokenizer,
     GenerationConfig,
     LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
 )
 from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 from transformers.utils import is_torchvision_available
@@ -39,7 +42,7 @@ from transformers.utils import is_torchvision_available
 from common.backends.base import FinishReason, Generation, Speculation, final_answer
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
-from common.errors import ConfigurationError
+from common.errors import ConfigurationError, Interrupted
 from common.images import ResizeRule
 from common.models.full_size import random_init_seed
 from common.protocols import REFERENCE, Protocol, screen_says_tool_free
@@ -106,8 +109,12 @@ class TransformersModel:
         dtype: str = "auto",
         logits_processors: Sequence[Any] = (),
         protocol: Protocol = REFERENCE,
+        stop: threading.Event | None = None,
     ) -> None:
+        """``stop``: once set, a generation in progress ends at its next token and raises
+        ``Interrupted`` (the process is stopping: Ctrl-C)."""
         self.name = name or path
+        self.stop = stop or threading.Event()
         self.protocol = protocol
         self.device = resolve_device(device)
         try:
@@ -231,12 +238,15 @@ class TransformersModel:
             return_dict_in_generate=True,
             stop_strings=list(stop) or None,
         )
+        self._check_stop()
         output = self.model.generate(
             **inputs,
             generation_config=config,
             logits_processor=LogitsProcessorList(self.logits_processors),
+            stopping_criteria=StoppingCriteriaList([_WhenSet(self.stop)]),
             tokenizer=self.tokenizer if stop else None,
         )
+        self._check_stop()  # cut short: its rows are not what the model would have said
         new_tokens = output.sequences[:, inputs["input_ids"].shape[1] :].tolist()
         top_values = log_norm = None
         if top_k is not None:
@@ -245,6 +255,10 @@ class TransformersModel:
             self._row(tokens, stop, top_values, log_norm, index, max_new_tokens, set(ends))
             for index, tokens in enumerate(new_tokens)
         ]
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Interrupted("the model stopped generating: the process is stopping")
 
     def _stop_length(self, tokens: list[int], stop: Sequence[str]) -> int:
         def decode(part: list[int]) -> str:
@@ -281,6 +295,17 @@ class TransformersModel:
                 [step[index] for step in log_norm[:length]],
             )
         return _Row(answer, text, finish, scores)
+
+
+class _WhenSet(StoppingCriteria):
+    """Ends every row at the next token once ``event`` is set."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        rows = input_ids.shape[0]
+        return torch.full((rows,), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 def _shortest_with_stop(decode: Any, tokens: list[int], stop: Sequence[str]) -> int:

@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import Literal
 
+from huggingface_hub import HfApi, constants, try_to_load_from_cache
+from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
 from common.errors import ConfigurationError
 from common.models.tiny import ensure_tiny
 
@@ -39,6 +42,42 @@ def resolve_model(spec: str, role: Role, cache_dir: Path) -> str:
     if spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
         raise ConfigurationError(f"model {spec!r}: no checkpoint folder at {local}")
     return spec
+
+
+# How long the check waits for the hub before saying it cannot be reached.
+HUB_PROBE_S = 5.0
+
+OFFLINE_HINT = (
+    "Without a hub: --small synth --large synth (the trained tiny models shipped here), "
+    "tiny (random weights), or a checkpoint folder (--large /models/DeepEyes-7B)"
+)
+
+
+def check_available(spec: str, role: Role, cache_dir: Path) -> str:
+    """``resolve_model``, and for a hub id, that it can be had: it is in the local hub
+    cache, or the hub answers for it. Seconds, not the minutes a load would take to
+    fail, so a command can refuse before it creates any work."""
+    path = resolve_model(spec, role, cache_dir)
+    if path != spec or Path(spec).expanduser().exists():
+        return path  # a local folder (tiny and synth resolve to theirs)
+    if isinstance(try_to_load_from_cache(spec, "config.json"), str):
+        return path
+    where = f"model {spec!r} ({role}) is neither a local folder nor in the Hugging Face cache"
+    if constants.HF_HUB_OFFLINE:
+        raise ConfigurationError(f"{where}, and HF_HUB_OFFLINE is set. {OFFLINE_HINT}")
+    try:
+        HfApi().model_info(spec, timeout=HUB_PROBE_S)
+    except (RepositoryNotFoundError, GatedRepoError) as exc:
+        raise ConfigurationError(
+            f"{where}, and the hub has no model {spec!r} this machine may download "
+            f"({type(exc).__name__}). {OFFLINE_HINT}"
+        ) from None
+    except Exception as exc:  # any failure to reach the hub says the same
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigurationError(
+            f"{where}, and the hub cannot be reached ({reason}). {OFFLINE_HINT}"
+        ) from None
+    return path
 
 
 def declared_protocol(spec: str, role: Role) -> str | None:

@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,7 +236,7 @@ def test_a_model_that_cannot_be_found_is_one_line(tmp_path: Path, capsys, monkey
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no hub here
     write_images(tmp_path / "c", 1)
-    db = f"sqlite:///{tmp_path / 's.db'}"
+    db = tmp_path / "s.db"
     code = annotate(
         str(tmp_path / "c"),
         "-q",
@@ -245,14 +246,42 @@ def test_a_model_that_cannot_be_found_is_one_line(tmp_path: Path, capsys, monkey
         "--large",
         "tiny",
         "--db",
-        db,
+        f"sqlite:///{db}",
     )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert (
-        "speceyes: configuration error: cannot load model 'no-such-org/model'"
-        in err.splitlines()[-1]
+    assert err.splitlines()[-1].startswith(
+        "speceyes: configuration error: model 'no-such-org/model' (small) is neither a local "
+        "folder nor in the Hugging Face cache, and HF_HUB_OFFLINE is set. Without a hub: "
+        "--small synth --large synth"
     )
+    assert db_rows(db, "select count(*) from jobs") == [(0,)]
+
+
+def test_the_default_models_offline_fail_fast_before_any_job(tmp_path: Path):
+    """As a new user meets it: the default (hub) models, no hub reachable. The refusal
+    comes before the batch exists, in seconds, and says how to run without a hub."""
+    write_images(tmp_path / "c", 3)
+    db = tmp_path / "s.db"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
+    command = ["annotate", str(tmp_path / "c"), "-q", "Dog?", "--db", f"sqlite:///{db}"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", *command, "--no-progress"],
+        cwd=ROOT,
+        env={**env, "HF_HOME": str(tmp_path / "hf")},  # an empty hub cache
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    seconds = time.monotonic() - started
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "model 'ChenShawn/DeepEyes-7B' (large) is neither a local folder" in result.stderr
+    assert "--small synth --large synth" in result.stderr
+    assert seconds < 10, f"refused after {seconds:.1f} s"
+    assert db_rows(db, "select count(*) from jobs") == [(0,)]
+    assert db_rows(db, "select count(*) from batches") == [(0,)]
 
 
 def test_new_weights_in_the_same_checkpoint_folder_make_new_jobs(tmp_path: Path, capsys):

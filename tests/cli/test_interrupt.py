@@ -1,0 +1,108 @@
+"""Ctrl-C during ``speceyes annotate`` on the in-process models: a real SIGINT in each
+stage ends the run with exit code 130, no abort (a thread left inside torch when Python
+exits would end it with SIGABRT), and every unfinished job waiting for the next run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.images import write_images
+from tests.helpers.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.faults
+
+
+def _rows(db: Path, query: str) -> list[tuple]:
+    try:
+        with sqlite3.connect(db) as connection:
+            return connection.execute(query).fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return []
+
+
+def _running_in(db: Path, stage: str) -> bool:
+    return bool(_rows(db, f"select 1 from jobs where status = 'running' and stage = '{stage}'"))
+
+
+class Annotate:
+    """``speceyes annotate`` on the tiny random checkpoints, in a subprocess whose
+    stderr is read into a file (so a test can wait for a line in it)."""
+
+    def __init__(self, tmp_path: Path, cache_dir: Path, images: int, *flags: str) -> None:
+        write_images(tmp_path / "c", images)
+        self.db = tmp_path / "s.db"
+        self.stderr_path = tmp_path / "stderr.txt"
+        env = {**os.environ, "SPECEYES_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+        command = [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "annotate",
+            str(tmp_path / "c"),
+            "-q",
+            "Is there a dog?",
+            "--small",
+            "tiny",
+            "--large",
+            "tiny",
+            "--db",
+            f"sqlite:///{self.db}",
+            "--no-progress",
+            *flags,
+        ]
+        with self.stderr_path.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr
+            )
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def interrupt(self) -> tuple[int, str, str]:
+        """SIGINT; the exit code, stdout and stderr once it has ended."""
+        self.process.send_signal(signal.SIGINT)
+        stdout, _ = self.process.communicate(timeout=60)
+        return self.process.returncode, stdout.decode(errors="replace"), self.stderr()
+
+
+@pytest.mark.parametrize(
+    ("stage", "images", "flags"),
+    [
+        ("loading", 4, []),
+        ("fast", 48, ["--batch-size", "16"]),
+        ("agent", 6, ["--agent-workers", "2"]),  # two trajectories in one batched generate
+    ],
+)
+def test_ctrl_c_exits_130_in_each_stage(tmp_path: Path, tiny_cache_dir, stage, images, flags):
+    run = Annotate(tmp_path, tiny_cache_dir, images, *flags)
+    if stage == "loading":
+        reached = lambda: "loading the large model" in run.stderr()  # noqa: E731
+    else:
+        reached = lambda: _running_in(run.db, stage)  # noqa: E731
+    wait_until(
+        lambda: reached() or run.process.poll() is not None,
+        deadline_s=120,
+        every_s=0.02,
+        what=lambda: f"the {stage} stage; stderr: {run.stderr()[-2000:]}",
+    )
+    assert run.process.poll() is None, run.stderr()[-2000:]
+    code, stdout, stderr = run.interrupt()
+    assert code == 130, stderr[-3000:]
+    assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    statuses = dict(_rows(run.db, "select status, count(*) from jobs group by status"))
+    assert "running" not in statuses  # every job claimed at the time was put back
+    if stage != "loading":
+        assert "run the same command to resume" in stdout
+        assert statuses.get("queued", 0) + statuses.get("deferred", 0) > 0
+        # an interrupt is not the jobs' doing: no attempt counted against those put back
+        attempts = "select max(attempts) from jobs where status in ('queued', 'deferred')"
+        assert _rows(run.db, attempts) in ([(0,)], [(None,)])
