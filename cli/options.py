@@ -8,6 +8,7 @@ leaves the setting to the environment (``SPECEYES_*``) or its default.
 from __future__ import annotations
 
 import argparse
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -56,15 +57,17 @@ def add_settings(
 def _argument(leaf: Leaf) -> dict[str, Any]:
     """argparse's keywords for a setting: type, choices, metavar, help."""
     annotation = leaf.field.annotation
-    options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-    kind = options[0] if typing.get_origin(annotation) is not None and options else annotation
+    kind = annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # X | None: X
+        kind = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
     default = default_of(leaf.path)
     meaning = (leaf.field.description or "").rstrip(".")
     shown = "unset" if default is None else str(default)
     help_text = f"{meaning} (default {shown}; {leaf.env})".replace("%", "%%")
     if kind is bool:
         return {"action": "store_true", "default": None, "help": help_text}
-    keywords: dict[str, Any] = {"help": help_text, "metavar": leaf.extra.get("metavar")}
+    metavar = leaf.extra.get("metavar") or leaf.path.rsplit(".", 1)[-1].upper()
+    keywords: dict[str, Any] = {"help": help_text, "metavar": metavar}
     if typing.get_origin(kind) is typing.Literal:
         keywords["choices"] = list(typing.get_args(kind))
         keywords.pop("metavar")

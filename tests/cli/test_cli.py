@@ -168,3 +168,45 @@ def test_every_command_has_its_own_help(command, capsys):
         main([*command.split(), "--help"])
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: speceyes {command}")
+
+
+def test_config_into_a_pipe_closed_early_ends_quietly():
+    """`speceyes config | head`: the reader leaves first; no BrokenPipeError traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "config"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # before a byte is read: the first write meets a closed pipe
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 141
+    assert stderr == b""
+
+
+def test_flags_offer_their_settings_choices_and_refuse_others(capsys):
+    with pytest.raises(SystemExit):
+        main(["annotate", "--help"])
+    usage = capsys.readouterr().out
+    assert "--backend {transformers,scripted,openai}" in usage
+    assert "--agent {deepeyes,thyme}" in usage and "SETTING__" not in usage
+    with pytest.raises(SystemExit) as refused:
+        main(["annotate", "x", "--backend", "nope"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["annotate", "x", "--max-steps", "many"])
+    assert "invalid int value: 'many'" in capsys.readouterr().err
+
+
+def test_config_and_help_name_every_kind_of_model_and_backend(capsys):
+    assert main(["config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    small = next(line for line in lines if line.startswith("SPECEYES_SMALL_MODEL "))
+    backend = next(line for line in lines if line.startswith("SPECEYES_BACKEND "))
+    assert "'synth'" in small and "'tiny'" in small
+    assert all(f"'{name}'" in backend for name in ("transformers", "openai", "scripted"))
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listing = " ".join(capsys.readouterr().out.split())
+    assert "models build the tiny checkpoints or a random full-size one, train the synth" in listing
