@@ -1,12 +1,17 @@
 """Turning what a request carries into a job the workers can run, within the limits.
 
 A job arrives as multipart (an ``image`` file and form fields) or JSON (``JobSpec``); a
-batch as JSON (``BatchRequest``) or a JSONL body of jobs. An image arrives as bytes (a
+batch as JSON ``{name, jobs}`` or a JSONL body of jobs. An image arrives as bytes (a
 multipart upload or base64) or as a server-side path. Bytes are checked (size, then
 decoded: format, pixels) and kept in ``upload_dir`` under their content hash, so workers
 on other machines read them from a shared folder. A path is accepted only inside one of
-``image_roots`` after resolving symlinks, and checked the same way. A bad image is
-refused here (422) and no job is created.
+``image_roots`` after resolving symlinks, and checked the same way.
+
+A single job that is wrong in any way is refused (413/422/403) and no job is created. In
+a batch, what is wrong with one job stays with that job, as in ``annotate``: it becomes
+a failed job carrying the code and reason its refusal would have had, and the rest of
+the batch runs (``item_of_batch``). Only what is wrong with the request as a whole (not
+JSON, no ``jobs`` list, too many jobs, the name) refuses the batch.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import binascii
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,9 +33,10 @@ from sqlalchemy.orm import Session
 from api.deps import Caller, too_many
 from api.errors import ApiError, summary
 from api.metrics import UNSENT
-from api.schemas import BatchRequest, JobSpec
+from api.schemas import JobSpec
 from common.config import Settings
-from common.errors import ImageError, RetryableError
+from common.contracts import SourceRow
+from common.errors import ImageError, InvalidInput, RetryableError
 from common.images import (
     PixelBudget,
     check_image,
@@ -39,9 +45,9 @@ from common.images import (
     keep_bytes,
     read_image_bytes,
 )
-from common.limits import check_id, check_name, check_query
+from common.limits import OverLimit, check_id, check_name, check_query
 from common.store import reads
-from common.store.submission import NewItem
+from common.store.submission import NewItem, storable_item
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +175,16 @@ async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, Store
     return spec, await run_in_threadpool(store_image, spec, settings)
 
 
-async def read_batch(request: Request, settings: Settings) -> BatchRequest:
-    """A batch request: JSON ``{name, jobs}`` or JSONL jobs (``?name=``), within limits."""
+class _BatchEnvelope(BaseModel):
+    """A batch request before its jobs are looked at (each is checked on its own)."""
+
+    name: str | None = None
+    jobs: list[Any]
+
+
+async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
+    """A batch request: JSON ``{name, jobs}`` or JSONL jobs (``?name=``), within limits;
+    its jobs as sent (``item_of_batch`` checks each)."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     if content_type in JSONL_TYPES:
         body = (await request.body()).decode("utf-8", errors="replace")
@@ -182,9 +196,9 @@ async def read_batch(request: Request, settings: Settings) -> BatchRequest:
                 except (json.JSONDecodeError, RecursionError) as exc:
                     why = getattr(exc, "msg", "nested too deep")
                     raise ApiError(422, "invalid_jsonl", f"line {number}: {why}") from None
-        batch = validated(BatchRequest, {"name": request.query_params.get("name"), "jobs": jobs})
+        batch = validated(_BatchEnvelope, {"name": request.query_params.get("name"), "jobs": jobs})
     else:
-        batch = validated(BatchRequest, await _json(request))
+        batch = validated(_BatchEnvelope, await _json(request))
     if batch.name is not None:
         check_name(batch.name, settings.requests)
     if len(batch.jobs) > settings.api.max_batch_jobs:
@@ -224,6 +238,37 @@ def store_image(spec: JobSpec, settings: Settings) -> StoredImage:
     if spec.image_base64 is not None:
         return image_from_base64(spec.image_base64, settings)
     return image_from_path(spec.image_path or "", settings)
+
+
+def item_of_batch(raw: Any, position: int, settings: Settings) -> NewItem:
+    """One job of a batch as the store's item: checked, its image kept; or, whatever is
+    wrong with it, a failed item with the code and reason a request of that job alone
+    would have been refused with."""
+    try:
+        spec = validated(JobSpec, raw)
+        return new_item(spec, store_image(spec, settings), position, spec.id or str(position))
+    except ApiError as exc:
+        error = (exc.error, exc.detail)
+    except OverLimit as exc:
+        error = (exc.setting, exc.message)
+    except InvalidInput as exc:
+        error = (exc.code, exc.message)
+    fields = raw if isinstance(raw, dict) else {}
+
+    def text(name: str) -> str | None:
+        value = fields.get(name)
+        return value if isinstance(value, str) else None
+
+    options = fields.get("options")
+    row = SourceRow(
+        position,
+        text("id") or str(position),
+        text("question") or "",
+        [str(option) for option in options] if isinstance(options, list) else None,
+        image_path=text("image_path"),
+        expected=text("answer"),
+    )
+    return replace(storable_item(row, settings.requests), error=error)
 
 
 def new_item(spec: JobSpec, image: StoredImage, position: int, item_id: str) -> NewItem:

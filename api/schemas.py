@@ -28,21 +28,31 @@ class JobSpec(BaseModel):
     answer: str | None = Field(None, description="the known right answer, for accuracy")
 
 
-class BatchRequest(BaseModel):
-    name: str | None = None
-    jobs: list[JobSpec]
-
-
 class JobSubmitted(BaseModel):
     id: str
     status: str
     created: bool = Field(description="false: the idempotency key named an existing job")
 
 
+class ItemRefused(BaseModel):
+    """A job of a batch that was wrong (its image, texts, fields): it is a failed job of
+    the batch, with the code and detail a request of it alone would have been refused
+    with."""
+
+    index: int = Field(description="its place in the request's jobs, from 0")
+    id: str = Field(description="its id (the request's, or the index)")
+    job_id: str
+    error: str
+    detail: str
+
+
 class BatchSubmitted(BaseModel):
     id: str
-    job_ids: list[str]
+    job_ids: list[str] = Field(description="one per job of the request, in order")
     created: bool = Field(description="false: the Idempotency-Key named an existing batch")
+    refused: list[ItemRefused] = Field(
+        default_factory=list, description="the jobs that failed at once, and why"
+    )
 
 
 class JobError(BaseModel):

@@ -15,18 +15,19 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from common.config import RequestLimits, Settings
+from common.config import Settings
 from common.contracts import SourceRow
 from common.dispatch import Dispatcher, StoreOnly, send_waiting
 from common.errors import ImageError, InvalidInput
 from common.images import content_hash, read_image_bytes
-from common.limits import check_id, check_query, printable
+from common.limits import check_id, check_query
 from common.models.registry import protocol_name, weights_fingerprint
 from common.store.submission import (
     NewItem,
     get_or_create_batch,
     idempotency_key,
     resolving_races,
+    storable_item,
     submit_items,
 )
 
@@ -81,7 +82,7 @@ def to_item(row: SourceRow, settings: Settings) -> NewItem:
     """A source row with its image hashed. A row over the limits or with text the store
     cannot keep (``common.limits``), or with an unreadable image, makes a failed item."""
     limits = settings.requests
-    item = _storable_item(row, limits)
+    item = storable_item(row, limits)
     if row.error is not None or row.image_path is None:
         return replace(item, error=row.error or ("image_missing", "no image"))
     try:
@@ -99,26 +100,6 @@ def to_item(row: SourceRow, settings: Settings) -> NewItem:
     except ImageError as exc:
         return replace(item, error=(exc.code, f"{row.item_id}: {exc}"))
     return replace(item, image_hash=digest)
-
-
-def _storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
-    """The row as a ``NewItem`` whose texts the store can keep (for a row that may be
-    refused: its failed job still shows what it held)."""
-
-    def keep(value: str | None, limit: int) -> str | None:
-        return None if value is None else printable(value, limit)
-
-    options = row.options[: limits.max_options] if row.options else None
-    return NewItem(
-        row.position,
-        printable(row.item_id, limits.max_id_chars),
-        printable(row.question, limits.max_question_chars),
-        [printable(option, limits.max_option_chars) for option in options] if options else None,
-        keep(row.image_path, limits.max_id_chars),
-        expected=keep(row.expected, limits.max_id_chars),
-        split=keep(row.split, 100),  # (the columns' width)
-        category=keep(row.category, 100),
-    )
 
 
 def submit_corpus(

@@ -13,15 +13,15 @@ from sqlalchemy.orm import Session
 
 from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import (
+    JSONL_TYPES,
     check_in_flight,
-    new_item,
+    item_of_batch,
     public_path,
     read_batch,
-    store_image,
     unsent,
 )
 from api.metrics import SUBMITTED
-from api.schemas import BatchSubmitted, BatchView
+from api.schemas import BatchSubmitted, BatchView, ItemRefused, JobSpec
 from common.audit import figures
 from common.dispatch import send_waiting
 from common.errors import NotFound
@@ -32,11 +32,30 @@ from common.store.tables import Batch
 router = APIRouter(prefix="/batches", tags=["batches"])
 
 
+_BATCH_BODY = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "jobs": {"type": "array", "items": JobSpec.model_json_schema()},
+    },
+    "required": ["jobs"],
+}
+
+
 @router.post(
     "",
     status_code=202,
     response_model=BatchSubmitted,
-    summary="Submit many jobs: JSON {name, jobs: [...]} or a JSONL body of jobs",
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {"schema": _BATCH_BODY},
+                JSONL_TYPES[0]: {"schema": JobSpec.model_json_schema()},
+            }
+        }
+    },
+    summary="Submit many jobs: JSON {name, jobs: [...]} or a JSONL body of jobs. A job that "
+    "is wrong fails alone (listed in 'refused'); the batch is accepted",
 )
 async def submit_batch(
     request: Request,
@@ -46,11 +65,9 @@ async def submit_batch(
     dispatcher: DispatcherDep,
 ) -> BatchSubmitted:
     batch = await read_batch(request, settings)
-    stored = await run_in_threadpool(lambda: [store_image(job, settings) for job in batch.jobs])
-    items = [
-        new_item(spec, image, position, spec.id or str(position))
-        for position, (spec, image) in enumerate(zip(batch.jobs, stored, strict=True))
-    ]
+    items = await run_in_threadpool(
+        lambda: [item_of_batch(job, position, settings) for position, job in enumerate(batch.jobs)]
+    )
     client_key = request.headers.get("idempotency-key")
 
     def create() -> submission.SubmittedBatch:
@@ -71,7 +88,20 @@ async def submit_batch(
 
     submitted = await run_in_threadpool(submission.resolving_races, create)
     SUBMITTED.labels("batches").inc(len(submitted.queued))
-    return BatchSubmitted(id=submitted.id, job_ids=submitted.job_ids, created=submitted.created)
+    refused = [
+        ItemRefused(
+            index=item.position,
+            id=item.item_id,
+            job_id=job_id,
+            error=item.error[0],
+            detail=item.error[1],
+        )
+        for item, job_id in zip(items, submitted.job_ids, strict=False)
+        if item.error is not None
+    ]
+    return BatchSubmitted(
+        id=submitted.id, job_ids=submitted.job_ids, created=submitted.created, refused=refused
+    )
 
 
 @router.get("/{batch_id}", response_model=BatchView, summary="Counts, beta, alpha")

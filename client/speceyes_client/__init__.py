@@ -135,7 +135,10 @@ class SpecEyesClient:
     ) -> dict[str, Any]:
         """A batch. Each job: {"image": path or bytes} or {"image_path": server path},
         plus "question" and optionally "options", "id", "answer". Returns
-        {"id": batch id, "job_ids": [...], "created": bool}."""
+        {"id": batch id, "job_ids": [...], "created": bool, "refused": [...]}: a job
+        that is wrong (a broken image, a question over the limit) does not refuse the
+        batch; it is a failed job, listed in "refused" with its index, id, job_id, error
+        code and detail."""
         specs = [self._spec(job) for job in jobs]
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         response = self.http.post(

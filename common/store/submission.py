@@ -21,8 +21,10 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from common.contracts import JobStatus, Stage
+from common.config import RequestLimits
+from common.contracts import JobStatus, SourceRow, Stage
 from common.errors import IdempotencyConflict, NotFound
+from common.limits import printable
 from common.store.tables import Batch, BatchItem, Job, utcnow
 
 Result = TypeVar("Result")
@@ -95,6 +97,26 @@ def get_or_create_batch(
     session.add(batch)
     session.flush()
     return batch, True
+
+
+def storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
+    """The row as a ``NewItem`` whose texts the store can keep (for a row that may be
+    refused: its failed job still shows what it held)."""
+
+    def keep(value: str | None, limit: int) -> str | None:
+        return None if value is None else printable(value, limit)
+
+    options = row.options[: limits.max_options] if row.options else None
+    return NewItem(
+        row.position,
+        printable(row.item_id, limits.max_id_chars),
+        printable(row.question, limits.max_question_chars),
+        [printable(option, limits.max_option_chars) for option in options] if options else None,
+        keep(row.image_path, limits.max_id_chars),
+        expected=keep(row.expected, limits.max_id_chars),
+        split=keep(row.split, 100),  # (the columns' width)
+        category=keep(row.category, 100),
+    )
 
 
 def submit_items(
@@ -242,7 +264,9 @@ def _item_key(batch: Batch, item: NewItem, config_key: str) -> str:
 
 
 def add_job(session: Session, item: NewItem, key: str, tenant: str | None = None) -> str:
+    now = utcnow()  # one clock reading: a job failed at once finishes as it is created
     job = Job(
+        created_at=now,
         tenant=tenant,
         id=new_id(),
         idempotency_key=key,
@@ -256,6 +280,6 @@ def add_job(session: Session, item: NewItem, key: str, tenant: str | None = None
     )
     if item.error is not None:
         job.status, (job.error_code, job.error_message) = JobStatus.FAILED, item.error
-        job.finished_at = utcnow()
+        job.finished_at = now
     session.add(job)
     return job.id

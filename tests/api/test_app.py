@@ -339,3 +339,61 @@ def test_the_api_imports_neither_torch_nor_the_workers():
     )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "[]"
+
+
+def test_a_batch_with_bad_jobs_runs_the_good_ones_and_names_each_bad_one(api, tmp_path):
+    """As annotate does: a job that is wrong fails alone, with the code and reason it
+    would have been refused with; the response names it (index, id, job); the rest runs."""
+    server = api(max_question_chars=50)
+    good = {"question": "Q?", "image_base64": base64.b64encode(png()).decode()}
+    (server.root / "notes.png").write_text("I am text")
+    jobs = [
+        {**good, "id": "fine"},
+        {"question": "Q?", "image_base64": base64.b64encode(b"not an image").decode()},
+        {**good, "id": "long", "question": "x" * 51},
+        {**good, "id": "b64", "image_base64": "%%%"},
+        {"id": "text", "question": "Q?", "image_path": str(server.root / "notes.png")},
+        {"id": "typed", "question": 7},
+        {**good, "id": "also fine", "question": "Other?"},
+    ]
+    response = server.http.post("/v1/batches", json={"name": "mixed", "jobs": jobs})
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert len(body["job_ids"]) == 7
+    refused = {item["index"]: item for item in body["refused"]}
+    assert {index: item["error"] for index, item in refused.items()} == {
+        1: "image_invalid",
+        2: "max_question_chars",
+        3: "image_base64_invalid",
+        4: "image_invalid",
+        5: "invalid_request",
+    }
+    assert [refused[i]["id"] for i in (1, 2, 5)] == ["1", "long", "typed"]
+    assert all(refused[i]["job_id"] == body["job_ids"][i] for i in refused)
+    assert "max_question_chars" in refused[2]["detail"]
+    for index in (0, 6):  # the good ones were sent on to run
+        assert body["job_ids"][index] in server.enqueued
+    for index, item in refused.items():
+        job = server.client.get(item["job_id"])
+        assert job["status"] == "failed" and job["error"]["code"] == item["error"], index
+        timings = job["timings"]  # failed as it was created: never finished before it
+        assert timings["finished_at"] == timings["created_at"], timings
+    batch = server.client.batch(body["id"])
+    assert batch["jobs"] == 7 and batch["failures"] == {
+        "image_invalid": 2,
+        "max_question_chars": 1,
+        "image_base64_invalid": 1,
+        "invalid_request": 1,
+    }
+
+
+def test_the_client_submits_a_folder_with_a_broken_file(api, tmp_path):
+    server = api()
+    (tmp_path / "a.png").write_bytes(png())
+    (tmp_path / "empty.png").write_bytes(b"")
+    jobs = [
+        {"image": tmp_path / name, "question": "Q?", "id": name} for name in ("a.png", "empty.png")
+    ]
+    submitted = server.client.submit_many(jobs, name="folder")
+    assert [item["id"] for item in submitted["refused"]] == ["empty.png"]
+    assert submitted["refused"][0]["error"] == "image_invalid"
