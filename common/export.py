@@ -1,10 +1,17 @@
-"""A batch's results as rows, written as JSONL or Parquet."""
+"""A batch's results as rows, written as JSONL or Parquet.
+
+Every export has the same columns with the same types (``SCHEMA``), whatever the batch
+holds: a Parquet file of a batch where nothing was accepted reads beside one where
+everything was (``pyarrow.dataset`` over both), and a column that is empty is typed,
+not null.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +27,39 @@ from common.store.tables import BatchItem, Job
 
 FORMATS = (".jsonl", ".parquet")
 
+# The one declaration of an exported row: its columns, in order, and their types.
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),  # the row's id: the manifest's, or the image's relative path
+        ("position", pa.int64()),
+        ("job_id", pa.string()),
+        ("image", pa.string()),
+        ("question", pa.string()),
+        ("options", pa.list_(pa.string())),
+        ("status", pa.string()),
+        ("answer", pa.string()),
+        ("answered_by", pa.string()),  # small | large
+        ("confidence", pa.float64()),  # the gate's, on the small model's answer
+        ("small_answer", pa.string()),
+        ("screen_needs_tools", pa.bool_()),
+        ("defer_reason", pa.string()),
+        ("agent_steps", pa.int64()),
+        ("error_code", pa.string()),
+        ("error", pa.string()),
+        ("expected", pa.string()),
+        ("split", pa.string()),
+        ("category", pa.string()),
+        ("correct", pa.bool_()),
+        ("audit_answer", pa.string()),  # the online audit (common.audit), if audited
+        ("audit_agrees", pa.bool_()),
+    ]
+)
+PARQUET_ROWS_PER_GROUP = 10_000  # rows held in memory at once while writing Parquet
+
 
 def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
-    """One exported row: what was asked, what was answered, by whom and how sure."""
+    """One exported row (``SCHEMA``'s columns): what was asked, what was answered, by
+    whom and how sure."""
     return {
         "id": item.item_id,
         "position": item.position,
@@ -46,7 +83,7 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "correct": None
         if item.expected is None
         else is_correct(job.final_answer, item.expected, job.options),
-        "audit_answer": job.audit_answer,  # the online audit (common.audit), if audited
+        "audit_answer": job.audit_answer,
         "audit_agrees": job.audit_agrees,
     }
 
@@ -85,9 +122,12 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> int:
 
 def _write(rows: Iterable[dict[str, Any]], suffix: str, partial: Path) -> int:
     if suffix == ".parquet":
-        table = pa.Table.from_pylist(list(rows))
-        pq.write_table(table, partial)
-        count = table.num_rows
+        count = 0
+        with pq.ParquetWriter(partial, SCHEMA) as writer:
+            iterator = iter(rows)
+            while group := list(islice(iterator, PARQUET_ROWS_PER_GROUP)):
+                writer.write_table(pa.Table.from_pylist(group, schema=SCHEMA))
+                count += len(group)
     else:
         count = 0
         with partial.open("w", encoding="utf-8") as out:
