@@ -8,10 +8,9 @@ from sqlalchemy import select
 
 from cli.options import add_store_flags, settings_from_args
 from common.audit import describe, figures
-from common.errors import InvalidInput
 from common.store import audits
 from common.store.db import open_store
-from common.store.reads import find_batch
+from common.store.reads import require_batch
 from common.store.tables import Batch
 
 
@@ -41,9 +40,7 @@ def run_status(args: argparse.Namespace) -> int:
     sessions = open_store(settings.database_url, create=False)
     with sessions() as session:
         if args.batches:
-            batches = [find_batch(session, name) for name in args.batches]
-            if None in batches:
-                raise InvalidInput("no such batch in this job store")
+            batches = [require_batch(session, name) for name in args.batches]
         else:
             batches = list(session.scalars(select(Batch).order_by(Batch.created_at)))
         for batch in batches:

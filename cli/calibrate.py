@@ -16,7 +16,7 @@ from common.calibration import default_grid, pick_tau, sweep
 from common.errors import InvalidInput
 from common.store.analytics import calibration_items, stage_costs
 from common.store.db import open_store
-from common.store.reads import find_batch
+from common.store.reads import require_batch
 
 DESCRIPTION = """\
 Without --max-error: sweep a calibration run (annotate --calibrate): replay every gate,
@@ -67,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
     items, ids, fast, agent = [], [], 0.0, 0.0
     with sessions() as session:
         for name in args.batches:
-            batch = find_batch(session, name)
-            if batch is None:
-                raise InvalidInput(f"no batch {name!r} in this job store")
+            batch = require_batch(session, name)
             found = calibration_items(session, batch.id)
             batch_fast, batch_agent = stage_costs(session, batch.id)
             fast, agent = fast + batch_fast * len(found), agent + batch_agent * len(found)

@@ -6,10 +6,9 @@ import argparse
 from pathlib import Path
 
 from cli.options import add_store_flags, settings_from_args
-from common.errors import InvalidInput
 from common.export import batch_rows, check_format, write_rows
 from common.store.db import open_store
-from common.store.reads import find_batch
+from common.store.reads import require_batch
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,9 +31,7 @@ def run(args: argparse.Namespace) -> int:
     check_format(args.out)
     sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions() as session:
-        batch = find_batch(session, args.batch)
-        if batch is None:
-            raise InvalidInput(f"no batch {args.batch!r} in this job store")
+        batch = require_batch(session, args.batch)
         rows = batch_rows(session, batch.id, audit_disagreements=args.audit_disagreements)
         count = write_rows(rows, args.out)
     print(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {args.out}")

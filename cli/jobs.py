@@ -1,4 +1,4 @@
-"""``speceyes jobs``: look at one job, trajectory included."""
+"""``speceyes jobs``: a batch's jobs (``list``), or one job, trajectory included (``show``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import re
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
+from common.contracts import JobStatus
 from common.errors import InvalidInput
 from common.store.db import open_store
-from common.store.reads import get_job
+from common.store.reads import batch_results, get_job, require_batch
 
 FIELDS = (
     "id",
@@ -52,6 +53,50 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--json", action="store_true", help="machine-readable output")
     add_store_flags(show)
     show.set_defaults(run=run_show)
+    listing = actions.add_parser(
+        "list",
+        help="a batch's jobs: row id (the file), job id, status, and why it failed",
+        description="List a batch's jobs in row order: the row's id (a folder's file path, "
+        "or the manifest's id), the job id (for `jobs show`), its status, who answered and "
+        "the answer, or the error code and reason. `--status failed` lists what failed.",
+    )
+    listing.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
+    listing.add_argument("--status", choices=list(JobStatus), help="only jobs in this status")
+    listing.add_argument("--limit", type=int, help="at most this many rows")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_store_flags(listing)
+    listing.set_defaults(run=run_list)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    sessions = open_store(settings_from_args(args).database_url, create=False)
+    shown = 0
+    with sessions() as session:
+        batch = require_batch(session, args.batch)
+        for item, job in batch_results(session, batch.id, status=args.status):
+            if args.limit is not None and shown >= args.limit:
+                break
+            record = {
+                "id": item.item_id,
+                "job_id": job.id,
+                "status": job.status,
+                "answered_by": job.answered_by,
+                "answer": job.final_answer,
+                "error_code": job.error_code,
+                "error": job.error_message,
+            }
+            if args.json:
+                print(json.dumps(record, ensure_ascii=False))
+            elif job.status == JobStatus.FAILED:
+                say(f"{item.item_id}  {job.id}  failed  {job.error_code}: {job.error_message}")
+            else:
+                answer = f"  {job.answered_by}: {job.final_answer}" if job.final_answer else ""
+                say(f"{item.item_id}  {job.id}  {job.status}{answer}")
+            shown += 1
+    if not shown and not args.json:
+        which = f" {args.status}" if args.status else ""
+        print(f"no{which} jobs in batch {batch.id} ({batch.name})")
+    return 0
 
 
 def run_show(args: argparse.Namespace) -> int:

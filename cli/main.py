@@ -39,7 +39,8 @@ Settings come from flags, then SPECEYES_* environment variables (see `speceyes c
 COMMANDS: dict[str, tuple[str, str]] = {
     "annotate": ("cli.annotate", "annotate a folder or manifest of images (the main job)"),
     "ask": ("cli.ask", "answer one question about one image through the funnel"),
-    "jobs": ("cli.jobs", "look at jobs"),
+    "batches": ("cli.batches", "list the batches: name, id, created, jobs by status"),
+    "jobs": ("cli.jobs", "a batch's jobs (list, --status failed) or one job (show)"),
     "export": ("cli.export", "write a batch's results (.jsonl or .parquet)"),
     "serve": ("cli.serve", "serve the HTTP API"),
     "keys": ("cli.keys", "create, list and revoke API keys"),

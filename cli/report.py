@@ -10,7 +10,7 @@ from common.audit import describe
 from common.errors import InvalidInput
 from common.store.analytics import SplitRun, split_runs
 from common.store.db import open_store
-from common.store.reads import find_batch
+from common.store.reads import find_batch, require_batch
 
 DESCRIPTION = """\
 Print accuracy and speedup per benchmark split, in the layout of the paper's main table:
@@ -75,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
         found: dict[str, SplitRun] = {}
         with sessions() as session:
             for name in names:
-                batch = find_batch(session, name)
-                if batch is None:
-                    raise InvalidInput(f"no batch {name!r} in this job store")
+                batch = require_batch(session, name)
                 found.update(split_runs(session, batch.id))
         return found
 

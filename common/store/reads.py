@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from common.contracts import AnsweredBy, JobStatus
+from common.errors import NotFound
 from common.store.tables import Batch, BatchItem, Job
 
 
@@ -122,21 +125,84 @@ def unfinished_jobs(session: Session, tenant: str | None) -> int:
 
 
 def find_batch(session: Session, id_or_name: str) -> Batch | None:
-    """A batch by id, else the newest batch of that name."""
+    """A batch by id, else the newest batch of that name, else the newest whose name is
+    that with a suffix (``manifest`` finds ``manifest.jsonl``) or without one."""
     batch = session.get(Batch, id_or_name)
     if batch is not None:
         return batch
-    query = select(Batch).where(Batch.name == id_or_name).order_by(Batch.created_at.desc())
-    return session.scalars(query.limit(1)).first()
+    newest = select(Batch).order_by(Batch.created_at.desc()).limit(1)
+    for name in (id_or_name, PurePath(id_or_name).stem):
+        batch = session.scalars(newest.where(Batch.name == name)).first()
+        if batch is not None:
+            return batch
+    escaped = id_or_name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    suffixed = Batch.name.like(escaped + ".%", escape="\\")
+    return session.scalars(newest.where(suffixed)).first()
 
 
-def batch_results(session: Session, batch_id: str) -> Iterator[tuple[BatchItem, Job]]:
-    """A batch's rows in order, each with its job."""
+def require_batch(session: Session, id_or_name: str) -> Batch:
+    """``find_batch``, or ``NotFound`` naming the closest names the store holds."""
+    batch = find_batch(session, id_or_name)
+    if batch is not None:
+        return batch
+    names = list(session.scalars(select(Batch.name).distinct()))
+    close = difflib.get_close_matches(id_or_name, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else ""
+    raise NotFound(
+        f"no batch {id_or_name!r} in this job store{hint} (speceyes batches lists them)",
+        code="batch_not_found",
+    )
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One batch in a listing."""
+
+    batch: Batch
+    jobs: int
+    by_status: Counter[str]
+
+    @property
+    def unfinished(self) -> int:
+        return self.jobs - self.by_status[JobStatus.DONE] - self.by_status[JobStatus.FAILED]
+
+
+def list_batches(
+    session: Session, *, tenant: str | None = None, limit: int = 50
+) -> list[BatchLine]:
+    """The newest batches (of ``tenant``, if given) with their jobs counted by status."""
+    query = select(Batch).order_by(Batch.created_at.desc()).limit(limit)
+    if tenant is not None:
+        query = query.where(Batch.tenant == tenant)
+    batches = list(session.scalars(query))
+    jobs = (
+        select(BatchItem.batch_id, BatchItem.job_id)
+        .where(BatchItem.batch_id.in_([batch.id for batch in batches]))
+        .distinct()
+        .subquery()
+    )
+    counts: dict[str, Counter[str]] = {batch.id: Counter() for batch in batches}
+    rows = session.execute(
+        select(jobs.c.batch_id, Job.status, func.count())
+        .join(Job, Job.id == jobs.c.job_id)
+        .group_by(jobs.c.batch_id, Job.status)
+    )
+    for batch_id, status, n in rows:
+        counts[batch_id][status] += n
+    return [BatchLine(batch, sum(counts[batch.id].values()), counts[batch.id]) for batch in batches]
+
+
+def batch_results(
+    session: Session, batch_id: str, *, status: str | None = None
+) -> Iterator[tuple[BatchItem, Job]]:
+    """A batch's rows in order, each with its job (only jobs in ``status``, if given)."""
     query = (
         select(BatchItem, Job)
         .join(Job, Job.id == BatchItem.job_id)
         .where(BatchItem.batch_id == batch_id)
         .order_by(BatchItem.position)
     )
+    if status is not None:
+        query = query.where(Job.status == status)
     for item, job in session.execute(query.execution_options(yield_per=500)):  # noqa: UP028
         yield item, job

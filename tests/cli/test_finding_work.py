@@ -1,0 +1,73 @@
+"""Finding one's work again: the batches, a batch's failed jobs, a name given loosely."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli.main import main
+from tests.helpers.images import write_images
+
+
+def _manifest(tmp_path: Path) -> Path:
+    write_images(tmp_path / "imgs", 2)
+    (tmp_path / "imgs" / "broken.png").write_bytes(b"not an image")
+    rows = [{"id": f"row-{i}", "image": f"imgs/img00{i}.png", "question": "Q?"} for i in (0, 1)]
+    rows.append({"id": "row-bad", "image": "imgs/broken.png", "question": "Q?"})
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return manifest
+
+
+def test_batches_lists_each_batch_with_its_counts(tmp_path: Path, capsys):
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    assert main(["batches", *db]) == 2
+    assert "no job store at" in capsys.readouterr().err
+    manifest = _manifest(tmp_path)
+    assert main(["annotate", str(manifest), "--backend", "scripted", "--no-progress", *db]) == 1
+    capsys.readouterr()
+    assert main(["batches", *db]) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    assert header.split()[:3] == ["NAME", "ID", "CREATED"]
+    assert line.split()[0] == "manifest.jsonl" and line.split()[-4:] == ["3", "2", "1", "0"]
+    assert main(["batches", "--json", *db]) == 0
+    (record,) = map(json.loads, capsys.readouterr().out.splitlines())
+    assert record["name"] == "manifest.jsonl" and record["jobs"] == 3
+    assert record["by_status"] == {"done": 2, "failed": 1}
+
+
+def test_jobs_list_names_the_failed_files_and_why(tmp_path: Path, capsys):
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    manifest = _manifest(tmp_path)
+    main(["annotate", str(manifest), "--backend", "scripted", "--no-progress", *db])
+    capsys.readouterr()
+    assert main(["jobs", "list", "manifest.jsonl", "--status", "failed", *db]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("row-bad ") and "failed  image_error:" in line
+    assert main(["jobs", "list", "manifest", "--json", *db]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["id"] for row in rows] == ["row-0", "row-1", "row-bad"]
+    assert rows[2]["error_code"] == "image_error" and rows[0]["status"] == "done"
+    assert main(["jobs", "list", "manifest", "--status", "deferred", *db]) == 0
+    assert capsys.readouterr().out.startswith("no deferred jobs in batch")
+
+
+def test_a_batch_is_found_with_or_without_its_suffix_and_a_typo_gets_suggestions(
+    tmp_path: Path, capsys
+):
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    manifest = _manifest(tmp_path)
+    main(["annotate", str(manifest), "--backend", "scripted", "--no-progress", *db])
+    write_images(tmp_path / "photos", 1)
+    main(["annotate", str(tmp_path / "photos"), "-q", "Q?", "--backend", "scripted", *db])
+    capsys.readouterr()
+    for name in ("manifest", "manifest.jsonl"):
+        assert main(["export", name, "--out", str(tmp_path / "out.jsonl"), *db]) == 0
+        assert "(manifest.jsonl)" in capsys.readouterr().out
+    assert main(["export", "photos.jsonl", "--out", str(tmp_path / "p.jsonl"), *db]) == 0
+    assert main(["export", "manifst", "--out", str(tmp_path / "x.jsonl"), *db]) == 2
+    error = capsys.readouterr().err
+    assert "no batch 'manifst' in this job store; did you mean 'manifest.jsonl'?" in error
+    assert "speceyes batches lists them" in error
+    assert main(["report", "nothing-like-it", *db]) == 2
+    assert "did you mean" not in capsys.readouterr().err
