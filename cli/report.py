@@ -21,7 +21,10 @@ one batch per split, or batches that hold several. Accuracy is the reference's (
 rules, its LLM judge where asked, failed rows left out); speedup is the baseline's seconds
 per row over the funnel's, on the same split (--baseline: batches run with --baseline),
 each split timed from its first claim to its last result. Also beta and alpha per split.
---markdown prints the tables as Markdown.
+A batch that is not a benchmark but has known answers (a manifest's "answer" column) is
+one column of its own, named after it, scored by our rules (the reference has none for
+it). The last lines say which columns were scored how. --markdown prints the tables as
+Markdown.
 """
 
 PAPER_ORDER = (
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         with sessions() as session:
             for name in names:
                 batch = require_batch(session, name)
-                found.update(split_runs(session, batch.id))
+                found.update(split_runs(session, batch.id, batch.name))
         return found
 
     _print_audits(sessions, args)
@@ -85,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
     methods.append((args.label, runs_of(args.batches)))
     splits = sorted({s for _, runs in methods for s in runs}, key=_paper_position)
     if not splits:
-        raise InvalidInput("these batches have no benchmark rows with known answers")
+        raise InvalidInput(
+            "these batches have no finished rows with a known answer (a benchmark's, or a "
+            "manifest's 'answer' column) to score"
+        )
     header = ["", *splits, "avg"]
     table, funnel = [], []
     for name, runs in methods:
@@ -112,7 +118,23 @@ def run(args: argparse.Namespace) -> int:
     _print(header, table, args.markdown)
     print("\nbeta / alpha (screened tool-free / speculated answers accepted)")
     _print(header, funnel, args.markdown)
+    print("\nscored:")
+    for name, runs in methods:
+        for split in splits:
+            if split in runs:
+                print(f"  {name:<12} {split}: {_how_scored(runs[split], args.scoring)}")
     return 0
+
+
+def _how_scored(run: SplitRun, scoring: str) -> str:
+    score = run.score
+    rows = f"{score.rows} rows with a known answer ({score.failed} failed)"
+    if not score.benchmark:
+        return f"{rows}, by our rules (no benchmark: the reference has no rules for these)"
+    if scoring == "strict":
+        return f"{rows}, by our rules, failed rows counted wrong"
+    undecided = f", {score.undecided} left undecided (counted wrong)" if score.undecided else ""
+    return f"{rows}, by the reference's rules and judge, failed rows left out{undecided}"
 
 
 def _paper_position(split: str) -> tuple[int, str]:

@@ -22,9 +22,12 @@ def batch_accuracy(session: Session, batch_id: str) -> tuple[int, int]:
 
 @dataclass
 class SplitScore:
-    """A benchmark split's accuracy, both ways."""
+    """A benchmark split's accuracy, both ways; or, for a batch's rows with a known answer
+    but no benchmark split (``benchmark`` False), ours alone: the reference has no rules
+    for them, so its figure is ours."""
 
     split: str
+    benchmark: bool = True
     rows: int = 0
     failed: int = 0
     strict_correct: int = 0  # our rules; a failed row is wrong
@@ -47,9 +50,12 @@ def split_scores(session: Session, batch_id: str) -> list[SplitScore]:
     return batch_scores(session, batch_id)[1]
 
 
-def batch_scores(session: Session, batch_id: str) -> tuple[tuple[int, int], list[SplitScore]]:
+def batch_scores(
+    session: Session, batch_id: str, *, unsplit: str | None = None
+) -> tuple[tuple[int, int], list[SplitScore]]:
     """One pass over the batch: (finished rows with a known answer, of those right by our
-    rules), and each benchmark split's scores both ways."""
+    rules), and each benchmark split's scores both ways. With ``unsplit``, the rows with a
+    known answer and no split are scored too, by our rules, as a split of that name."""
 
     scored = correct = 0
     scores: dict[str, SplitScore] = {}
@@ -58,21 +64,27 @@ def batch_scores(session: Session, batch_id: str) -> tuple[tuple[int, int], list
             continue
         right = is_correct(job.final_answer, item.expected, job.options)
         scored, correct = scored + 1, correct + right
-        if item.split is None:
+        if item.split is None and unsplit is None:
             continue
-        score = scores.setdefault(item.split, SplitScore(item.split))
+        if item.split is None:
+            score = scores.setdefault("", SplitScore(unsplit or "", benchmark=False))
+        else:
+            score = scores.setdefault(item.split, SplitScore(item.split))
         score.rows += 1
         if job.status == JobStatus.FAILED or job.final_answer is None:
             score.failed += 1
             continue
         score.strict_correct += right
+        if item.split is None:  # no benchmark: ours stands for the reference's
+            score.reference_correct += right
+            continue
         benchmark = item.split.split("/")[0]
         verdict = reference_verdict(benchmark, job.final_answer, item.expected, job.options)
         if verdict is None:
             verdict = item.judge_verdict  # the LLM judge's, when one was asked
         score.undecided += verdict is None
         score.reference_correct += bool(verdict)
-    return (scored, correct), [scores[split] for split in sorted(scores)]
+    return (scored, correct), [scores[key] for key in sorted(scores)]
 
 
 @dataclass(frozen=True)
@@ -174,16 +186,16 @@ class SplitRun:
         return self.seconds / self.score.rows if self.score.rows else 0.0
 
 
-def split_runs(session: Session, batch_id: str) -> dict[str, SplitRun]:
-    """Per benchmark split of the batch: its scores, its wall time and its funnel counts."""
-    scores = {score.split: score for score in split_scores(session, batch_id)}
+def split_runs(session: Session, batch_id: str, name: str) -> dict[str, SplitRun]:
+    """Per benchmark split of the batch: its scores, its wall time and its funnel counts;
+    its rows with a known answer and no split are one more, named ``name``."""
     runs: dict[str, SplitRun] = {}
-    for split, score in scores.items():
-        jobs = (
-            select(BatchItem.job_id)
-            .where(BatchItem.batch_id == batch_id, BatchItem.split == split)
-            .subquery()
-        )
+    for score in batch_scores(session, batch_id, unsplit=name)[1]:
+        split = BatchItem.split == score.split if score.benchmark else BatchItem.split.is_(None)
+        rows = select(BatchItem.job_id).where(BatchItem.batch_id == batch_id, split)
+        if not score.benchmark:
+            rows = rows.where(BatchItem.expected.is_not(None))
+        jobs = rows.subquery()
         first, last = session.execute(
             select(func.min(Job.fast_started_at), func.max(Job.finished_at)).where(
                 Job.id.in_(select(jobs.c.job_id))
@@ -191,5 +203,5 @@ def split_runs(session: Session, batch_id: str) -> dict[str, SplitRun]:
         ).one()
         seconds = (last - first).total_seconds() if first and last else 0.0
         counts = counts_of(session, select(jobs.c.job_id))
-        runs[split] = SplitRun(score, seconds, counts)
+        runs[score.split] = SplitRun(score, seconds, counts)
     return runs

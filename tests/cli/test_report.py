@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from cli.main import main
 from tests.helpers.benchmarks import write_pope
+from tests.helpers.images import write_images
 
 
 def test_the_report_puts_accuracy_and_speedup_per_split(tmp_path: Path, capsys, monkeypatch):
@@ -29,3 +31,27 @@ def test_the_report_puts_accuracy_and_speedup_per_split(tmp_path: Path, capsys, 
     funnel = next(line for line in printed.splitlines() if line.startswith("| funnel |"))
     assert re.fullmatch(r"\| funnel \| 0\.00/\d+\.\d\d \| 0\.00/\d+\.\d\d \|", funnel)
     assert "| funnel | 1.00/1.00 |" in printed  # beta / alpha: all tool-free, all accepted
+
+
+def test_a_batch_with_known_answers_that_is_no_benchmark_is_reported(tmp_path: Path, capsys):
+    """As `make demo`'s batch: a manifest with an "answer" column. Its rows are one column
+    named after it, scored by our rules, and the report says so."""
+    write_images(tmp_path / "imgs", 4)
+    rows = [
+        {"image": f"imgs/img00{i}.png", "question": "Q?", "options": ["a", "b"], "answer": answer}
+        for i, answer in enumerate(["a", "a", "b", "A"])
+    ]
+    manifest = tmp_path / "answers.jsonl"
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    main(["annotate", str(manifest), "--backend", "scripted", "--db", db, "--no-progress"])
+    capsys.readouterr()
+    assert main(["report", "answers", "--db", db]) == 0
+    printed = capsys.readouterr().out
+    header, funnel = printed.splitlines()[1:3]
+    assert header.split() == ["answers.jsonl", "avg"]
+    assert funnel.split() == ["funnel", "75.00", "75.00"]  # scripted answers A: 3 of 4
+    assert (
+        "funnel       answers.jsonl: 4 rows with a known answer (0 failed), by our rules "
+        "(no benchmark: the reference has no rules for these)"
+    ) in printed
