@@ -1,0 +1,124 @@
+"""The documentation's examples, run as written: every shell and Python block of the
+README (but the two `make` commands, which CI and a clean clone check) and of the HTTP
+API's page, against the files they name, with the synth models (no hub here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.faults import free_port
+from tests.helpers.images import write_images
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+# Blocks not run here, with why: they are what CI and the clean-clone check run.
+NOT_RUN = {"make demo", "make test"}
+
+pytestmark = pytest.mark.integration
+
+
+def code_blocks(page: Path) -> list[tuple[str, str]]:
+    """Each fenced block of a Markdown page: (its language, its text)."""
+    found = re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), flags=re.M | re.S)
+    return [(language, text) for language, text in found]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
+    return {
+        **env,
+        "PATH": f"{BIN}{os.pathsep}{env['PATH']}",  # the venv, as `source .venv/bin/activate`
+        "SPECEYES_LARGE_MODEL": "synth",  # the README's advice without a hub
+        "SPECEYES_SMALL_MODEL": "synth",
+        "SPECEYES_DATABASE_URL": f"sqlite:///{tmp_path / 'speceyes.db'}",
+        "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads"),
+    }
+
+
+def _corpus(folder: Path) -> None:
+    """What the README's commands name: photos/, corpus.jsonl, the benchmarks in data/."""
+    write_images(folder / "photos", 2)
+    synth = folder / "synth"
+    subprocess.run(
+        [BIN / "speceyes", "synth", "generate", str(synth), "--items", "4"],
+        check=True,
+        capture_output=True,
+    )
+    (folder / "data" / "HR-Bench").mkdir(parents=True)
+    shutil.move(synth / "vstar", folder / "data" / "vstar")
+    shutil.move(synth / "POPE", folder / "data" / "POPE")
+    shutil.move(synth / "hr_bench_synth.tsv", folder / "data" / "HR-Bench" / "hr_bench_8k.tsv")
+    shutil.move(synth / "images", folder / "images")
+    rows = [json.loads(line) for line in (synth / "manifest.jsonl").read_text().splitlines()]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_the_readmes_examples_run_as_written(tmp_path: Path):
+    blocks = [text for _, text in code_blocks(ROOT / "README.md") if text.strip() not in NOT_RUN]
+    assert len(blocks) == 1, "a new README block: run it here, or say in NOT_RUN why not"
+    _corpus(tmp_path)
+    commands = [line for line in blocks[0].splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 5
+    for command in commands:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        # 0: every job done; 1: some failed (a synth model on photos of nothing it knows)
+        assert done.returncode in (0, 1), (command, done.stderr[-3000:])
+        assert "Traceback" not in done.stderr, (command, done.stderr[-3000:])
+        assert "batch " in done.stdout and "jobs " in done.stdout, (command, done.stdout)
+    assert (tmp_path / "answers.jsonl").is_file() and (tmp_path / "answers.parquet").is_file()
+
+
+def test_the_apis_examples_run_as_written(tmp_path: Path):
+    """The curl session (a key, the server, one job), then the Python client's batch,
+    in one shell as a user would run them; only the port is this test's own."""
+    (shell, python) = [
+        text
+        for language, text in code_blocks(ROOT / "docs" / "api.md")
+        if language in ("sh", "python")
+    ]
+    port = free_port()
+    script = "\n".join(
+        [
+            "set -e",
+            shell.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(
+                "speceyes serve ", f"speceyes serve --port {port} "
+            ),
+            "export KEY",
+            "python3 - <<'PYTHON'",
+            python.replace("127.0.0.1:8000", f"127.0.0.1:{port}"),
+            "PYTHON",
+            "kill %1",  # the server the example started
+        ]
+    )
+    (tmp_path / "samples").symlink_to(ROOT / "samples")
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert job["created"] is True
+    lines = done.stdout.splitlines()
+    assert any(f'"id":"{job["id"]}"' in line for line in lines), lines
+    answered = [line.split() for line in lines if line.startswith(("a ", "b "))]
+    assert [words[0] for words in answered] == ["a", "b"], lines
+    assert all(words[2] in ("small", "large") for words in answered), lines
