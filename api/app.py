@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.access_log import AccessLog
 from api.deps import Limiters, require_key
 from api.errors import install_handlers
 from api.middleware import BodyLimit
@@ -66,6 +67,7 @@ def create_app(
     app.state.limiters = Limiters.of(settings)
     install_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.api.max_request_bytes)
+    app.add_middleware(AccessLog)  # added last: outermost, so it sees every answer
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
     v1.include_router(jobs.router)
     v1.include_router(batches.router)

@@ -74,7 +74,13 @@ def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Ca
     limiters: Limiters = request.app.state.limiters
     address = request.client.host if request.client else "unknown"
     if wait := limiters.auth_failures.wait_s(address):
-        raise too_many("auth_failures", "too many failed authentications from here", wait)
+        raise too_many(
+            "auth_failures",
+            f"over {config.api.auth_failures_per_min} failed authentications a minute from this "
+            "address (api_auth_failures_per_min): every key is refused from here until the "
+            "wait is over, a valid one too",
+            wait,
+        )
     header = request.headers.get("authorization", "")
     key = header.removeprefix("Bearer ").strip() or request.headers.get("x-api-key", "")
     with store() as session:
@@ -84,6 +90,7 @@ def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Ca
         if not key:
             raise ApiError(401, "unauthorized", "missing API key: Authorization: Bearer KEY")
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
+    request.state.key_name = row.name  # for the access log (api.access_log)
     if wait := limiters.requests.take(row.id):
         raise too_many(
             "rate_limited",

@@ -9,6 +9,7 @@ import uvicorn
 from api.app import create_app
 from cli.compose import make_dispatcher
 from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from common.logs import log_service
 from common.store.db import open_store
 
 DESCRIPTION = """\
@@ -20,19 +21,23 @@ also runs the embedded runner, so the API works on one machine with SQLite.
 Every /v1 route needs an API key: create one with `speceyes keys create NAME` (same
 --db). Limits (upload bytes, image pixels, question length, options, batch size) and
 the folders jobs may name by server path are settings: see `speceyes config`.
+
+It logs one line per request (method, route, status, ms, the key's name, the client)
+and one per job that fails, on stderr, as text or JSON lines (--log-format json).
 """
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    add_settings(parser, "api.host", "api.port")
+    add_settings(parser, "api.host", "api.port", "api.log_format")
     add_pipeline_flags(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    log_service(settings.api.log_format)
     mode = f"broker {settings.broker.url}" if settings.broker.url else "embedded runner"
     print(f"serving on http://{settings.api.host}:{settings.api.port} ({mode}); docs at /docs")
     sessions = open_store(settings.database_url)

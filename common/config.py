@@ -496,6 +496,12 @@ class ApiSettings(Group):
 
     host: str = setting("127.0.0.1", "Address `speceyes serve` listens on.", flag="--host")
     port: int = setting(8000, "Port of `speceyes serve`.", flag="--port", ge=1, le=65535)
+    log_format: Literal["text", "json"] = setting(
+        "text",
+        "How `speceyes serve` writes its line per request and per failed job on stderr: "
+        "'text' or 'json' (one object a line, for log shippers).",
+        flag="--log-format",
+    )
     require_keys: bool = setting(True, "Every /v1 route needs a key (`speceyes keys create NAME`).")
     upload_dir: Path = setting(
         Path("~/.cache/speceyes/uploads"),

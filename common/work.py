@@ -55,6 +55,7 @@ from common.dispatch import Dispatcher
 from common.errors import Interrupted, RetryableError
 from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.images import image_pixels
+from common.logs import job_failed
 from common.store import audits, claims
 from common.store.tables import Job
 
@@ -162,6 +163,7 @@ class _Work:
                 claims.fail_running(
                     session, ticket.job_id, self.stage, FailureCode.ATTEMPTS_EXHAUSTED, message
                 )
+                job_failed(ticket.job_id, self.stage, FailureCode.ATTEMPTS_EXHAUSTED, message)
                 report.failed += 1
         return [ticket for ticket in tickets if ticket.attempts <= limit]
 
@@ -207,6 +209,7 @@ class _Work:
             claims.fail_running(
                 session, ticket.job_id, self.stage, FailureCode.INTERNAL_ERROR, reason[:2000]
             )
+        job_failed(ticket.job_id, self.stage, FailureCode.INTERNAL_ERROR, reason[:2000])
         report.failed += 1
 
 
@@ -305,6 +308,9 @@ class FastWork(_Work):
                 return
             self._lone_failure(group[0], exc, report)
             return
+        for outcome in outcomes:
+            if isinstance(outcome, Failed):
+                job_failed(outcome.job_id, self.stage, outcome.code, outcome.message)
         report.merge(StageReport(to_slow=deferred, outcomes=outcomes, seconds=seconds))
 
     def _compute(
@@ -369,7 +375,11 @@ class AgentWork(_Work):
             self._lone_failure(ticket, exc, report)
             return report
         report.seconds["agent"] = time.perf_counter() - started
-        if isinstance(outcome, Failed) or outcome.answer is None:
+        if isinstance(outcome, Failed):
+            job_failed(outcome.job_id, self.stage, outcome.code, outcome.message)
+            report.failed = 1
+        elif outcome.answer is None:
+            job_failed(outcome.job_id, self.stage, outcome.error_code, outcome.error)
             report.failed = 1
         return report
 

@@ -26,6 +26,7 @@ from common.audit import figures
 from common.dispatch import send_waiting
 from common.errors import NotFound
 from common.export import result_row
+from common.logs import job_failed
 from common.store import reads, submission
 from common.store.tables import Batch
 
@@ -99,6 +100,8 @@ async def submit_batch(
         for item, job_id in zip(items, submitted.job_ids, strict=False)
         if item.error is not None
     ]
+    for item in refused:
+        job_failed(item.job_id, "intake", item.error, item.detail)
     return BatchSubmitted(
         id=submitted.id, job_ids=submitted.job_ids, created=submitted.created, refused=refused
     )

@@ -168,3 +168,9 @@ def test_rates_and_quotas_answer_429_with_retry_after(api):
     ]
     assert [r.status_code for r in wrong] == [401] * 5 + [429] * 3
     assert int(wrong[-1].headers["retry-after"]) >= 1
+    # then a valid key is turned away from that address too, and the answer says why
+    valid = anonymous.get("/v1/jobs/" + "0" * 32, headers={"X-API-Key": server.key})
+    refused(valid, 429, "auth_failures")
+    detail = valid.json()["detail"]
+    assert "over 5 failed authentications a minute from this address" in detail
+    assert "every key is refused from here until the wait is over, a valid one too" in detail
