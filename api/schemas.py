@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from common.contracts import JobStatus
+from common.contracts import AnsweredBy, JobStatus
 from common.store.reads import BatchCounts
 from common.store.tables import Batch, Job
 
@@ -68,6 +68,15 @@ class Timings(BaseModel):
     finished_at: datetime | None
 
 
+class GateView(BaseModel):
+    """Phase III on the small model's answer: how sure, against which tau, and whether it
+    was accepted (else the job went to the agent)."""
+
+    confidence: float
+    threshold: float | None
+    accepted: bool
+
+
 class JobView(BaseModel):
     id: str
     status: str = Field(description="queued, deferred, running, done or failed")
@@ -76,7 +85,11 @@ class JobView(BaseModel):
     options: list[str] | None
     answered_by: str | None = Field(description="small (accepted by the gate) or large")
     answer: str | None
-    confidence: float | None = Field(description="the gate's confidence in the small answer")
+    confidence: float | None = Field(
+        description="how sure the gate was of the answer: set only where the small model's "
+        "answer was accepted (an agent's answer has no such figure; see gate)"
+    )
+    gate: GateView | None = Field(description="the gate's decision, where the small model spoke")
     small_answer: str | None
     screen_needs_tools: bool | None
     defer_reason: str | None
@@ -95,7 +108,14 @@ class JobView(BaseModel):
             options=job.options,
             answered_by=job.answered_by,
             answer=job.final_answer,
-            confidence=job.confidence,
+            confidence=job.confidence if job.answered_by == AnsweredBy.SMALL else None,
+            gate=None
+            if job.confidence is None
+            else GateView(
+                confidence=job.confidence,
+                threshold=(job.gate or {}).get("threshold"),
+                accepted=job.answered_by == AnsweredBy.SMALL,
+            ),
             small_answer=job.small_answer,
             screen_needs_tools=job.screen_needs_tools,
             defer_reason=job.defer_reason,

@@ -95,7 +95,8 @@ def run_deepeyes(
         step.tool_seconds = time.perf_counter() - started
         conversation.messages += follow_up
         if answer is not None:
-            trajectory.answer = answer
+            closed = "</answer>" in step.text.split("<answer>", 1)[-1]
+            trajectory.conclude(answer, cut=not closed and step.finish_reason == "length")
             return trajectory
     trajectory.error_code = "step_limit"
     trajectory.error = f"no answer after {limits.max_steps} generations"

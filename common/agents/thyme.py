@@ -197,7 +197,7 @@ class _Loop:
         # otherwise set the answer (the same whenever that output holds no answer tag).
         match = _ANSWER.search("".join(self.written))
         if match is not None:
-            self.trajectory.answer = match.group(1).strip()
+            self.trajectory.conclude(match.group(1).strip())
         else:
             self.trajectory.error_code = "no_answer"
             self.trajectory.error = (

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# The tags of the agents' protocols: an answer holding one is the model's loop leaking
+# into its answer (an unclosed tool call, a second turn), not an answer.
+_PROTOCOL_TAG = re.compile(r"</?(?:tool_call|tool_response|answer|think|code|sandbox_output)>")
+UNREADABLE = "answer_unreadable"
 
 
 @dataclass
@@ -37,6 +43,25 @@ class Trajectory:
     answer: str | None = None
     error_code: str | None = None
     error: str | None = None
+
+    def conclude(self, answer: str, *, cut: bool = False) -> None:
+        """End with ``answer``; or, where it is not one a reader can take (empty, holding
+        the protocol's tags, or ``cut`` off at the token limit before its closing tag),
+        end as a failure saying why. The text stays in the steps either way."""
+        tag = _PROTOCOL_TAG.search(answer)
+        if not answer:
+            problem = "the model's <answer> is empty"
+        elif tag is not None:
+            problem = (
+                f"the model's answer ({len(answer)} characters) holds the protocol's "
+                f"{tag.group()!r} tag: its loop leaked into it, so it is no answer"
+            )
+        elif cut:
+            problem = "the model's <answer> was cut at the token limit before it closed"
+        else:
+            self.answer = answer
+            return
+        self.error_code, self.error = UNREADABLE, problem
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

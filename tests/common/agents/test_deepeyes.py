@@ -195,6 +195,33 @@ def test_reference_an_open_answer_ends_the_trajectory():
     assert trajectory.answer == "A. red" and len(trajectory.steps) == 1
 
 
+def test_an_answer_the_protocol_cannot_read_is_a_failure_with_its_reason():
+    """The loop leaking into the answer (an out-of-domain model's tool-call fragments after
+    an unclosed <answer>), an empty answer: failures, not answers; the text stays in the
+    step."""
+    leaked = '<answer> {"name": "image_zoom_in_tool", <tool_call> {"bbox_2d": [1, 2' + " x" * 200
+    for text in (leaked, "<answer>  </answer>", "<answer><think>A</think></answer>"):
+        trajectory, _ = run_reference([text])
+        assert trajectory.answer is None, text
+        assert trajectory.error_code == "answer_unreadable", text
+        assert trajectory.steps[-1].text == text
+    trajectory, _ = run_reference([leaked])
+    assert "holds the protocol's '<tool_call>' tag" in trajectory.error
+
+
+def test_an_open_answer_cut_at_the_token_limit_is_a_failure():
+    class CutShort(RecordingModel):
+        def generate(self, conversation: Conversation, **kwargs) -> Generation:
+            made = super().generate(conversation, **kwargs)
+            return Generation(made.text, "length", made.new_tokens)
+
+    model = CutShort(["<think>x</think> <answer> A. red and then the"], REFERENCE)
+    query = Query("job", odd_original(), "What colour?", ("red", "blue"))
+    trajectory = run_deepeyes(query, model)
+    assert trajectory.answer is None and trajectory.error_code == "answer_unreadable"
+    assert "cut at the token limit" in trajectory.error
+
+
 def test_reference_unparsable_json_gets_the_instruction_as_an_assistant_turn():
     trajectory, model = run_reference(
         [call("image_zoom_in_tool", "{"), "<think>x</think> no format", "<answer>B</answer>"]

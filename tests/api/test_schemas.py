@@ -1,0 +1,34 @@
+"""What a job's view says about the gate."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from api.schemas import JobView
+from common.store.tables import Job
+
+
+def _job(**fields) -> Job:
+    now = datetime.now(UTC)
+    return Job(
+        id="j", question="Q?", status="done", stage="agent", attempts=1, created_at=now, **fields
+    )
+
+
+def test_an_agents_answer_carries_no_confidence_but_shows_the_gates_decision():
+    deferred = {"confidence": 0.41, "gate": {"threshold": 0.98}, "small_answer": "B"}
+    view = JobView.of(_job(answered_by="large", final_answer="A", **deferred))
+    assert view.confidence is None
+    assert view.gate is not None
+    assert (view.gate.confidence, view.gate.threshold, view.gate.accepted) == (0.41, 0.98, False)
+
+
+def test_an_accepted_answer_has_the_gates_confidence():
+    accepted = {"confidence": 0.99, "gate": {"threshold": 0.98}, "small_answer": "A"}
+    view = JobView.of(_job(answered_by="small", final_answer="A", **accepted))
+    assert view.confidence == 0.99 and view.gate is not None and view.gate.accepted
+
+
+def test_a_job_the_small_model_never_saw_has_no_gate():
+    view = JobView.of(_job(answered_by="large", final_answer="A", screen_needs_tools=True))
+    assert view.confidence is None and view.gate is None
