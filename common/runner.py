@@ -67,6 +67,7 @@ class EmbeddedRunner(Dispatcher):
         # Held while claiming and while an interrupt puts running jobs back, so no claim
         # can slip in after the release (it would leave a job ``running`` on exit).
         self._claiming = threading.Lock()
+        self._threads: list[threading.Thread] = []  # every stage thread started
 
     @cached_property
     def models(self) -> Models:
@@ -133,7 +134,8 @@ class EmbeddedRunner(Dispatcher):
             raise BackendUnavailable(f"a stage stopped on an error: {self._errors[0]!r}")
 
     def close(self) -> None:
-        self.stop()
+        """Stop, and wait for the stage threads to end (a server shutting down)."""
+        self._end_threads()
 
     # -- running ----------------------------------------------------------------------
     def run(
@@ -147,15 +149,14 @@ class EmbeddedRunner(Dispatcher):
             finished_before = reads.batch_counts(session, batch_id).finished
         if released:
             log.info("released %d jobs left running by an earlier run", released)
-        threads = self._start_threads(batch_id)
-        try:
-            for thread in threads:  # joined: the run ends the moment its last thread does
-                while thread.is_alive():
+        try:  # (an interrupt may come while the threads start: they are put away too)
+            for thread in self._start_threads(batch_id):
+                while thread.is_alive():  # the run ends the moment its last thread does
                     if on_progress is not None:
                         on_progress(self.counts(batch_id))
                     thread.join(poll_s)
         except KeyboardInterrupt:
-            result = self._interrupt(batch_id, threads)
+            result = self._interrupt(batch_id)
         else:
             if self._errors:
                 raise self._errors[0]
@@ -190,12 +191,10 @@ class EmbeddedRunner(Dispatcher):
     # -- internals ------------------------------------------------------------------
     def _start_threads(self, batch_id: str | None) -> list[threading.Thread]:
         self.models  # noqa: B018 -- load before the threads start, not in each of them
-        threads = [self._thread("fast-stage", self._fast_loop, batch_id)]
-        threads += [
+        self._thread("fast-stage", self._fast_loop, batch_id)
+        for i in range(self.settings.agent.workers):
             self._thread(f"agent-{i}", self._agent_loop, batch_id)
-            for i in range(self.settings.agent.workers)
-        ]
-        return threads
+        return list(self._threads)
 
     def _thread(
         self, name: str, loop: Callable[[str | None], None], batch_id: str | None
@@ -209,32 +208,38 @@ class EmbeddedRunner(Dispatcher):
                 self.stop()
 
         thread = threading.Thread(target=guarded, name=name, daemon=True)
+        self._threads.append(thread)
         thread.start()
         return thread
 
-    def _interrupt(self, batch_id: str, threads: list[threading.Thread]) -> RunResult:
-        """Stop claiming, end the generations in progress, wait for the stage threads to
-        put their jobs back, then put back what is still claimed; finished jobs stay as
-        they are. An interrupt is not the jobs' doing: their attempts are given back.
+    def _interrupt(self, batch_id: str) -> RunResult:
+        """Stop claiming, end the stage threads (``_end_threads``), then put back what is
+        still claimed; finished jobs stay as they are. An interrupt is not the jobs'
+        doing: their attempts are given back."""
+        try:
+            self._end_threads()
+        except KeyboardInterrupt:
+            log.warning("a second interrupt: not waiting for the stage threads")
+        with self._claiming, self.sessions.begin() as session:
+            released = claims.release_running(session, batch_id, count_attempt=False)
+        return RunResult(self.counts(batch_id), interrupted=True, released=released)
+
+    def _end_threads(self) -> None:
+        """Stop claiming, end the generations in progress at their next token, and wait
+        (up to ``DRAIN_S``) for the stage threads to put their jobs back and return.
 
         The threads must end before the process does: one left inside torch when Python
-        exits aborts it (``terminate called without an active exception``). A second
-        Ctrl-C stops the waiting."""
+        exits aborts it (``terminate called without an active exception``)."""
         self.stop()
         if "models" in vars(self):  # loaded (a cached_property)
             self.models.stop.set()
         deadline = time.monotonic() + DRAIN_S
-        try:
-            for thread in threads:
+        for thread in self._threads:
+            if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
-        except KeyboardInterrupt:
-            log.warning("a second interrupt: not waiting for the stage threads")
-        lingering = [thread.name for thread in threads if thread.is_alive()]
+        lingering = [thread.name for thread in self._threads if thread.is_alive()]
         if lingering:
-            log.warning("still running after the interrupt: %s", ", ".join(lingering))
-        with self._claiming, self.sessions.begin() as session:
-            released = claims.release_running(session, batch_id, count_attempt=False)
-        return RunResult(self.counts(batch_id), interrupted=True, released=released)
+            log.warning("still running after %.0f s: %s", DRAIN_S, ", ".join(lingering))
 
     def _hold(self, stage: Stage, delay_s: float | None) -> None:
         if delay_s:

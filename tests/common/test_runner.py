@@ -110,7 +110,7 @@ def test_an_interrupt_during_a_claim_leaves_nothing_claimed(tmp_path: Path, sess
     )  # records nothing
     fast = runner._thread("fast-stage", runner._fast_loop, batch_id)
     assert claiming.wait(timeout=30)
-    interrupt = threading.Thread(target=runner._interrupt, args=(batch_id, [fast]))
+    interrupt = threading.Thread(target=runner._interrupt, args=(batch_id,))
     interrupt.start()
     interrupt.join(timeout=0.5)  # a window in which an unguarded release would finish
     go.set()
