@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +21,7 @@ from common.errors import ConfigurationError
 from common.export import batch_rows, check_format, write_rows
 from common.judge import Judge, judge_batch
 from common.limits import check_name, check_query
+from common.logs import JOBS
 from common.store.analytics import batch_scores
 from common.store.db import open_store
 from common.store.reads import batch_counts
@@ -81,6 +84,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    # Each failed job is counted in the summary and named by `speceyes jobs list BATCH
+    # --status failed`; a line each as it happens only with -v.
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        JOBS.setLevel(logging.ERROR)
     if args.distributed and not settings.broker.url:
         raise ConfigurationError(
             "--distributed needs a broker: --broker redis://HOST:6379/0 or SPECEYES_BROKER_URL"
@@ -123,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         result = _wait(dispatcher, sessions, submitted.batch_id, args.no_progress)
     finally:
         dispatcher.close()
-    _print_summary(result)
+    _print_summary(result, args.name or args.source.name)
     _print_audit(sessions, submitted.batch_id, settings)
     if settings.judge.url and not result.interrupted:
         _judge(sessions, submitted.batch_id, settings)
@@ -196,7 +203,7 @@ def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
     )
 
 
-def _print_summary(result: RunResult) -> None:
+def _print_summary(result: RunResult, name: str) -> None:
     counts = result.counts
     done, failed = counts.by_status[JobStatus.DONE], counts.by_status[JobStatus.FAILED]
     small, large = counts.by_answerer[AnsweredBy.SMALL], counts.by_answerer[AnsweredBy.LARGE]
@@ -208,6 +215,9 @@ def _print_summary(result: RunResult) -> None:
         print(f"unfinished   {unfinished}")
     failures = ", ".join(f"{code} {n}" for code, n in counts.failures.most_common())
     print(f"failed       {failed}" + (f": {failures}" if failures else ""))
+    if failed:
+        listing = f"speceyes jobs list {shlex.quote(name)} --status failed"
+        print(f"             ({listing}: each one's file and reason)")
     beta = f"{counts.beta:.2f}" if counts.beta is not None else "-"
     alpha = f"{counts.alpha:.2f}" if counts.alpha is not None else "-"
     print(f"beta         {beta} (share screened tool-free)")

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Sequence
 
 from common.errors import ConfigurationError, InvalidInput, SpecEyesError
+from common.logs import TextFormatter
 
 EPILOG = """\
 examples:
@@ -108,13 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = "-v" in argv or "--verbose" in argv
     if not verbose:  # before a command's module imports them: they read it at import
         _quiet_libraries()
-    args = build_parser(argv).parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    _few_malloc_arenas()
     try:
+        args = build_parser(argv).parse_args(argv)  # (imports the command: torch, seconds)
+        handler = logging.StreamHandler()
+        handler.setFormatter(TextFormatter())  # a record's fields too (common.logs)
+        logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
+        _few_malloc_arenas()
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except ConfigurationError as exc:

@@ -52,6 +52,7 @@ def test_a_mixed_folder_fails_its_bad_files_alone(tmp_path: Path, capsys):
         assert rows[bad]["status"] == "failed" and rows[bad]["error_code"] == "image_error"
     assert "empty (0 bytes)" in rows["empty.png"]["error"]
     assert "failed       3: image_error 3" in printed
+    assert "(speceyes jobs list corpus --status failed: each one's file and reason)" in printed
 
 
 def test_a_manifest_with_broken_rows_annotates_the_rest(tmp_path: Path, capsys):

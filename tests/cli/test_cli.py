@@ -210,3 +210,15 @@ def test_config_and_help_name_every_kind_of_model_and_backend(capsys):
         main(["--help"])
     listing = " ".join(capsys.readouterr().out.split())
     assert "models build the tiny checkpoints or a random full-size one, train the synth" in listing
+
+
+def test_ctrl_c_while_a_command_loads_is_one_line_and_130(capsys, monkeypatch):
+    """The seconds a heavy command spends importing (torch) are inside the handling too."""
+    import cli.main as cli_main
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "build_parser", interrupted)
+    assert cli_main.main(["annotate", "x"]) == 130
+    assert capsys.readouterr().err == "speceyes: interrupted\n"
