@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import socket
 
 import uvicorn
 
 from api.app import create_app
 from cli.compose import make_dispatcher
 from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from common.config import without_password
+from common.errors import ConfigurationError
 from common.logs import log_service
 from common.store.db import open_store
 
@@ -38,10 +41,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     log_service(settings.api.log_format)
-    mode = f"broker {settings.broker.url}" if settings.broker.url else "embedded runner"
-    print(f"serving on http://{settings.api.host}:{settings.api.port} ({mode}); docs at /docs")
+    _check_port(settings.api.host, settings.api.port)
     sessions = open_store(settings.database_url)
-    app = create_app(settings, sessions=sessions, dispatcher=make_dispatcher(settings, sessions))
+    dispatcher = make_dispatcher(settings, sessions)  # a model that cannot be had: refused
+    app = create_app(settings, sessions=sessions, dispatcher=dispatcher)
+    broker = settings.broker.url
+    mode = f"broker {without_password(broker)}" if broker else "embedded runner"
+    print(f"serving on http://{settings.api.host}:{settings.api.port} ({mode}); docs at /docs")
     uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
     sessions.close()
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """A port another process holds is one clear line, before anything loads."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot listen on {host}:{port} ({exc.strerror}): another process holds it, "
+                "or the address is not this machine's; choose --port / --host"
+            ) from None

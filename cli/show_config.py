@@ -6,14 +6,14 @@ import argparse
 import json
 from typing import Any
 
-from common.config import Settings, configuration_markdown, leaves
+from common.config import Settings, configuration_markdown, leaves, without_password
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Print every setting with its current value (flags aside): defaults, "
-        "overridden by SPECEYES_<NAME> environment variables or a .env file. Secrets "
-        "are shown as stars."
+        "overridden by SPECEYES_<NAME> environment variables or a .env file. Secrets, "
+        "and the passwords in URLs, are shown as stars."
     )
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="machine-readable output")
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         print(configuration_markdown(), end="")
         return 0
     settings = Settings()
-    values = settings.model_dump(mode="json")
+    values = _hide_passwords(settings.model_dump(mode="json"))
     if args.json:
         print(json.dumps(values, indent=2))
         return 0
@@ -40,3 +40,13 @@ def run(args: argparse.Namespace) -> int:
             value = value[part]
         print(f"{leaf.env:<34} {value!s:<30} {leaf.field.description or ''}")
     return 0
+
+
+def _hide_passwords(value: Any) -> Any:
+    """Every string of the dump with a URL's password starred (the database's, the
+    broker's)."""
+    if isinstance(value, dict):
+        return {key: _hide_passwords(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_hide_passwords(item) for item in value]
+    return without_password(value) if isinstance(value, str) else value

@@ -43,6 +43,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
+from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -822,6 +823,16 @@ def default_of(path: str) -> Any:
     for part in rest:
         value = getattr(value, part)
     return value
+
+
+def without_password(value: str) -> str:
+    """A URL with its password shown as stars (``postgresql://u:***@host/db``); any other
+    text as it is. Settings and messages print URLs through this."""
+    parsed = urlsplit(value)
+    if "://" not in value or parsed.password is None:
+        return value
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)
+    return urlunsplit(parsed._replace(netloc=netloc))
 
 
 def configuration_markdown() -> str:

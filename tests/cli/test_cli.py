@@ -222,3 +222,28 @@ def test_ctrl_c_while_a_command_loads_is_one_line_and_130(capsys, monkeypatch):
     monkeypatch.setattr(cli_main, "build_parser", interrupted)
     assert cli_main.main(["annotate", "x"]) == 130
     assert capsys.readouterr().err == "speceyes: interrupted\n"
+
+
+def test_passwords_in_urls_are_starred_wherever_a_setting_is_shown(capsys, monkeypatch):
+    monkeypatch.setenv("SPECEYES_DATABASE_URL", "postgresql://u:dbpassw0rd@db.example/speceyes")
+    monkeypatch.setenv("SPECEYES_BROKER_URL", "redis://:brokerpw@127.0.0.1:6379/0")
+    for flags in ([], ["--json"]):
+        assert main(["config", *flags]) == 0
+        shown = capsys.readouterr().out
+        assert "dbpassw0rd" not in shown and "brokerpw" not in shown
+        assert "postgresql://u:***@db.example/speceyes" in shown
+        assert "redis://:***@127.0.0.1:6379/0" in shown
+
+
+def test_serve_on_a_port_another_process_holds_is_one_line(capsys, tmp_path: Path):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        flags = ["--backend", "scripted", "--db", f"sqlite:///{tmp_path / 's.db'}"]
+        assert main(["serve", "--port", str(port), *flags]) == 2
+    error = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port} (Address already in use)" in error
+    assert not (tmp_path / "s.db").exists()  # refused before anything was made
