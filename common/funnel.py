@@ -92,7 +92,8 @@ def per_job(call: Callable[[list[T]], list[R]], items: list[T]) -> list[R | Mode
         raise
     except Exception as exc:
         if len(items) == 1:
-            log.warning("model call failed for one job: %s", exc, exc_info=True)
+            log.warning("model call failed for one job: %s", exc)
+            log.info("the model call's traceback", exc_info=True)  # (with -v)
             return [ModelError(f"{type(exc).__name__}: {exc}")]
         middle = len(items) // 2
         return per_job(call, items[:middle]) + per_job(call, items[middle:])
@@ -269,7 +270,8 @@ def run_agent_stage(
     except RetryableError:
         raise
     except Exception as exc:
-        log.warning("agent failed on job %s: %s", query.job_id, exc, exc_info=True)
+        log.warning("agent failed on job %s: %s", query.job_id, exc)
+        log.info("the agent's traceback", exc_info=True)  # (with -v)
         return AgentOutcome(
             query.job_id,
             None,

@@ -200,6 +200,14 @@ def _decode(
                 f"of {limits.max_pixels}",
                 code="image_too_many_pixels",
             )
+        aspect = max(width, height) / max(1, min(width, height))
+        if aspect > limits.max_aspect_ratio:
+            raise ImageError(
+                f"image is {width}x{height}: its aspect ratio {aspect:.0f}:1 is above the "
+                f"limit of {limits.max_aspect_ratio:g}:1 (the models' image processor "
+                "refuses more)",
+                code="image_aspect_ratio",
+            )
         if draft and opened.format == "JPEG":
             opened.draft(opened.mode, (max(1, width // 8), max(1, height // 8)))
         decoded = opened.size[0] * opened.size[1]  # (a draft's smaller size)

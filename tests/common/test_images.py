@@ -70,6 +70,17 @@ def test_too_many_pixels_is_refused_before_decoding():
     assert error.value.code == "image_too_many_pixels"
 
 
+def test_an_image_longer_than_the_models_take_is_refused_with_its_shape():
+    """max_image_aspect: a 3000x10 strip fails as an image, in one line, not later as a
+    model's traceback (Qwen's processor refuses an aspect ratio over 200)."""
+    data = encode(Image.new("RGB", (3000, 10)))
+    with pytest.raises(ImageError) as error:
+        check_image(data, ImageSettings())
+    assert error.value.code == "image_aspect_ratio"
+    assert str(error.value).startswith("image is 3000x10: its aspect ratio 300:1 is above")
+    decode_image(encode(Image.new("RGB", (2000, 10))), ImageSettings())  # 200:1 is fine
+
+
 def test_the_pixel_limit_is_ours_not_pillows():
     # 95 M pixels: Pillow alone refuses anything over 89,478,485 (its bomb warning)
     data = encode(Image.new("1", (10_000, 9_500)))
