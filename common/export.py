@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy.orm import Session
 
-from common.contracts import JobStatus
+from common.contracts import AnsweredBy, JobStatus
 from common.errors import InvalidInput
 from common.scoring import is_correct
 from common.store.reads import batch_results
@@ -39,8 +39,9 @@ SCHEMA = pa.schema(
         ("status", pa.string()),
         ("answer", pa.string()),
         ("answered_by", pa.string()),  # small | large
-        ("confidence", pa.float64()),  # the gate's, on the small model's answer
+        ("confidence", pa.float64()),  # the gate's, on an answer it accepted (else null)
         ("small_answer", pa.string()),
+        ("gate_confidence", pa.float64()),  # the gate's, on the small answer, accepted or not
         ("screen_needs_tools", pa.bool_()),
         ("defer_reason", pa.string()),
         ("agent_steps", pa.int64()),
@@ -70,8 +71,9 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "status": job.status,
         "answer": job.final_answer,
         "answered_by": job.answered_by,
-        "confidence": job.confidence,
+        "confidence": job.confidence if job.answered_by == AnsweredBy.SMALL else None,
         "small_answer": job.small_answer,
+        "gate_confidence": job.confidence,
         "screen_needs_tools": job.screen_needs_tools,
         "defer_reason": job.defer_reason,
         "agent_steps": len(job.trajectory["steps"]) if job.trajectory else None,

@@ -39,3 +39,17 @@ def test_batches_of_any_content_export_one_schema_that_reads_as_one_dataset(tmp_
 def test_an_empty_export_still_has_the_schema(tmp_path: Path):
     assert write_rows([], tmp_path / "none.parquet") == 0
     assert pq.read_schema(tmp_path / "none.parquet") == SCHEMA
+
+
+def test_confidence_is_the_accepted_answers_and_gate_confidence_the_small_models():
+    item = BatchItem(item_id="a", position=0)
+    deferred = Job(id="j", question="Q?", status="done", answered_by="large", confidence=0.41)
+    accepted = Job(id="k", question="Q?", status="done", answered_by="small", confidence=0.99)
+    assert (
+        result_row(item, deferred)["confidence"],
+        result_row(item, deferred)["gate_confidence"],
+    ) == (None, 0.41)
+    assert (
+        result_row(item, accepted)["confidence"],
+        result_row(item, accepted)["gate_confidence"],
+    ) == (0.99, 0.99)
