@@ -167,7 +167,8 @@ async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, Store
         except (json.JSONDecodeError, RecursionError):
             raise ApiError(422, "invalid_request", "options must be a JSON list") from None
         fields = ("question", "idempotency_key", "batch_id", "id")
-        spec = validated(JobSpec, {"options": option_list, **{f: form.get(f) for f in fields}})
+        given = {field: form.get(field) for field in fields if field in form}
+        spec = validated(JobSpec, {"options": option_list, **given})
         check_spec(spec, settings)
         stored = await run_in_threadpool(image_from_bytes, data, settings)
         return spec, stored

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from common.export import batch_rows, check_format, write_rows
 from common.judge import Judge, judge_batch
 from common.limits import check_name, check_query
 from common.logs import JOBS
+from common.runner import EmbeddedRunner
 from common.store.analytics import batch_scores
 from common.store.db import open_store
 from common.store.reads import batch_counts
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for row in rows:
         if row.error is not None:
-            print(f"speceyes: skipping {row.error[1]}", file=sys.stderr)
+            print(f"speceyes: {row.error[1]} (recorded as a failed job)", file=sys.stderr)
     sessions = open_store(settings.database_url)
     # A model that cannot be had or a broker that does not answer fails now, before any
     # job is created.
@@ -142,8 +144,20 @@ def run(args: argparse.Namespace) -> int:
             print("stopped following: the workers go on; run the same command to follow again")
         else:
             print("interrupted: unfinished jobs stay queued; run the same command to resume")
+            _exit_if_threads_linger(dispatcher)
         return 130
     return 1 if result.counts.failures else 0
+
+
+def _exit_if_threads_linger(dispatcher: Dispatcher) -> None:
+    """After an interrupt the stage threads were asked to end and waited for
+    (``EmbeddedRunner``). One that has not (a second Ctrl-C, a step past the wait) may be
+    inside torch, and the interpreter's shutdown would abort under it. The store holds
+    every result already: leave at once, with the interrupt's code."""
+    if isinstance(dispatcher, EmbeddedRunner) and dispatcher.lingering():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def _wait(

@@ -61,7 +61,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "the answer, or the error code and reason. `--status failed` lists what failed.",
     )
     listing.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
-    listing.add_argument("--status", choices=list(JobStatus), help="only jobs in this status")
+    listing.add_argument(
+        "--status", choices=[status.value for status in JobStatus], help="only jobs in this status"
+    )
     listing.add_argument("--limit", type=int, help="at most this many rows")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     add_store_flags(listing)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
@@ -42,11 +43,21 @@ def _sessions(args: argparse.Namespace, *, create: bool = False) -> Any:
 
 
 def run_create(args: argparse.Namespace) -> int:
+    if not args.name.strip():
+        raise InvalidInput("a key needs a name: who or what it is for")
     with _sessions(args, create=True).begin() as session:
+        namesakes = [row for row in list_keys(session) if row.name == args.name]
         row, secret = create_key(session, args.name, tenant=args.tenant, admin=args.admin)
         print(secret)
         role = "admin, reads every tenant" if row.admin else f"tenant {row.tenant!r}"
         print(f"key {row.id} for {row.name!r} ({role}): shown once, keep it safe", flush=True)
+    live = [namesake.id for namesake in namesakes if namesake.revoked_at is None]
+    if live:
+        print(
+            f"note: {len(live)} other active key(s) named {args.name!r} ({', '.join(live)}): "
+            f"`keys revoke {args.name}` revokes them all, `keys revoke ID` one",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -14,7 +14,6 @@ import importlib
 import logging
 import os
 import sys
-import threading
 from collections.abc import Sequence
 
 from common.errors import ConfigurationError, InvalidInput, SpecEyesError
@@ -128,12 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("speceyes: interrupted", file=sys.stderr)
-        code = 130
+        return 130
     except BrokenPipeError:  # `speceyes config | head`: the reader has all it wants
         _silence_stdout()
         return 141  # as a shell reports a process ended by SIGPIPE
-    if code == 130:
-        _exit_if_threads_linger(code)
     return code
 
 
@@ -141,17 +138,6 @@ def _silence_stdout() -> None:
     """Point stdout at /dev/null, so that flushing it at exit raises nothing more."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-
-
-def _exit_if_threads_linger(code: int) -> None:
-    """After an interrupt the stage threads have been asked to end and waited for
-    (``EmbeddedRunner``); one that has not (a second Ctrl-C, a step past the wait) may
-    be inside a native library, and the interpreter's shutdown would abort under it. The
-    store holds every result already: leave at once, with the code."""
-    if any(thread.daemon and thread.is_alive() for thread in threading.enumerate()):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 def _quiet_libraries() -> None:

@@ -61,7 +61,9 @@ def _argument(leaf: Leaf) -> dict[str, Any]:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # X | None: X
         kind = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
     default = default_of(leaf.path)
-    meaning = (leaf.field.description or "").rstrip(".")
+    meaning = leaf.field.description or ""
+    if not meaning.endswith("..."):  # (an ellipsis is part of what it says)
+        meaning = meaning.removesuffix(".")
     shown = "unset" if default is None else str(default)
     help_text = f"{meaning} (default {shown}; {leaf.env})".replace("%", "%%")
     if kind is bool:

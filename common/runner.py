@@ -224,6 +224,10 @@ class EmbeddedRunner(Dispatcher):
             released = claims.release_running(session, batch_id, count_attempt=False)
         return RunResult(self.counts(batch_id), interrupted=True, released=released)
 
+    def lingering(self) -> list[str]:
+        """The stage threads still alive (after an interrupt: those that outran the wait)."""
+        return [thread.name for thread in self._threads if thread.is_alive()]
+
     def _end_threads(self) -> None:
         """Stop claiming, end the generations in progress at their next token, and wait
         (up to ``DRAIN_S``) for the stage threads to put their jobs back and return.
@@ -237,8 +241,7 @@ class EmbeddedRunner(Dispatcher):
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
-        lingering = [thread.name for thread in self._threads if thread.is_alive()]
-        if lingering:
+        if lingering := self.lingering():
             log.warning("still running after %.0f s: %s", DRAIN_S, ", ".join(lingering))
 
     def _hold(self, stage: Stage, delay_s: float | None) -> None:

@@ -126,12 +126,14 @@ def unfinished_jobs(session: Session, tenant: str | None) -> int:
 
 def find_batch(session: Session, id_or_name: str) -> Batch | None:
     """A batch by id, else the newest batch of that name, else the newest whose name is
-    that with a suffix (``manifest`` finds ``manifest.jsonl``) or without one."""
+    that with a suffix (``manifest`` finds ``manifest.jsonl``) or without one; a path's
+    last part is a name too (``samples/manifest.jsonl``, as ``annotate`` was given it)."""
     batch = session.get(Batch, id_or_name)
     if batch is not None:
         return batch
     newest = select(Batch).order_by(Batch.created_at.desc()).limit(1)
-    for name in (id_or_name, PurePath(id_or_name).stem):
+    path = PurePath(id_or_name)
+    for name in dict.fromkeys((id_or_name, path.name, path.stem)):
         batch = session.scalars(newest.where(Batch.name == name)).first()
         if batch is not None:
             return batch

@@ -142,6 +142,10 @@ def test_bad_input_is_refused_with_one_error_shape_and_creates_nothing(api):
     assert corrupt.status_code == 422 and corrupt.json()["error"] == "image_invalid"
     not_image = upload(server, b"hello, I am text")
     assert not_image.status_code == 422 and not_image.json()["error"] == "image_invalid"
+    no_question = server.http.post("/v1/jobs", files={"image": ("a.png", png())})
+    assert no_question.status_code == 422 and no_question.json()["detail"] == (
+        "question: Field required"
+    )
     assert server.jobs() == 0
     unknown = server.http.get("/v1/jobs/" + "ab" * 16)
     assert unknown.status_code == 404 and set(unknown.json()) == {"error", "detail"}

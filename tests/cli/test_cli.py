@@ -247,3 +247,9 @@ def test_serve_on_a_port_another_process_holds_is_one_line(capsys, tmp_path: Pat
     error = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port} (Address already in use)" in error
     assert not (tmp_path / "s.db").exists()  # refused before anything was made
+
+
+def test_a_settings_help_keeps_its_ellipsis(capsys):
+    with pytest.raises(SystemExit):
+        main(["annotate", "--help"])
+    assert "'cuda:0', ..." in " ".join(capsys.readouterr().out.split())

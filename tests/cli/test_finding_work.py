@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cli.main import main
 from tests.helpers.images import write_images
 
@@ -61,7 +63,7 @@ def test_a_batch_is_found_with_or_without_its_suffix_and_a_typo_gets_suggestions
     write_images(tmp_path / "photos", 1)
     main(["annotate", str(tmp_path / "photos"), "-q", "Q?", "--backend", "scripted", *db])
     capsys.readouterr()
-    for name in ("manifest", "manifest.jsonl"):
+    for name in ("manifest", "manifest.jsonl", str(manifest)):  # as annotate was given it
         assert main(["export", name, "--out", str(tmp_path / "out.jsonl"), *db]) == 0
         assert "(manifest.jsonl)" in capsys.readouterr().out
     assert main(["export", "photos.jsonl", "--out", str(tmp_path / "p.jsonl"), *db]) == 0
@@ -71,3 +73,20 @@ def test_a_batch_is_found_with_or_without_its_suffix_and_a_typo_gets_suggestions
     assert "speceyes batches lists them" in error
     assert main(["report", "nothing-like-it", *db]) == 2
     assert "did you mean" not in capsys.readouterr().err
+
+
+def test_jobs_list_names_its_statuses_plainly(tmp_path: Path, capsys):
+    with pytest.raises(SystemExit):
+        main(["jobs", "list", "b", "--status", "bogus"])
+    error = capsys.readouterr().err
+    assert "(choose from 'queued', 'deferred', 'running', 'done', 'failed')" in error
+
+
+def test_keys_need_a_name_and_a_second_key_of_a_name_is_pointed_out(tmp_path: Path, capsys):
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    assert main(["keys", "create", " ", *db]) == 2
+    assert "a key needs a name" in capsys.readouterr().err
+    assert main(["keys", "create", "svc", *db]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["keys", "create", "svc", *db]) == 0
+    assert "note: 1 other active key(s) named 'svc'" in capsys.readouterr().err
