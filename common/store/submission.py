@@ -124,22 +124,40 @@ def submit_items(
 ) -> tuple[int, int]:
     """Add ``items`` to ``batch``; each gets the job its key names, created if new.
 
-    Items whose ``item_id`` the batch already holds are skipped, so submitting the same
-    corpus again adds nothing and a grown corpus adds only its new rows (at the end).
-    A broken item (``error``) becomes a failed job. Returns (jobs created, items added).
+    An item whose ``item_id`` the batch already holds keeps its row: submitting the same
+    corpus again adds nothing, and a grown corpus adds only its new rows (at the end).
+    But a held item whose key changed (its image's bytes were replaced, a broken file was
+    mended) is pointed at the job of its new key, so its answer is never one about other
+    pixels. A broken item (``error``) becomes a failed job. Returns (jobs created, items
+    added).
     """
-    known = set(session.scalars(select(BatchItem.item_id).where(BatchItem.batch_id == batch.id)))
-    first_position = next_position(session, batch.id)
-    fresh = [item for item in items if item.item_id not in known]
-    keys = [_item_key(batch, item, config_key) for item in fresh]
-    existing = _jobs_by_key(session, set(keys))
+    held = {
+        item_id: (row, key)
+        for row, item_id, key in session.execute(
+            select(BatchItem, BatchItem.item_id, Job.idempotency_key)
+            .join(Job, Job.id == BatchItem.job_id)
+            .where(BatchItem.batch_id == batch.id)
+        )
+    }
+    keys = {item.item_id: _item_key(batch, item, config_key) for item in items}
+    fresh = [item for item in items if item.item_id not in held]
+    changed = [
+        item
+        for item in items
+        if item.item_id in held and held[item.item_id][1] != keys[item.item_id]
+    ]
+    existing = _jobs_by_key(session, {keys[item.item_id] for item in fresh + changed})
     created = 0
-    for item, key in zip(fresh, keys, strict=True):
+    for item in fresh + changed:
+        key = keys[item.item_id]
         if key not in existing:
             existing[key] = add_job(session, item, key, batch.tenant)
             created += 1
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
-    for position, (item, key) in enumerate(zip(fresh, keys, strict=True), first_position):
+    for item in changed:
+        held[item.item_id][0].job_id = existing[keys[item.item_id]]
+    first_position = next_position(session, batch.id)
+    for position, item in enumerate(fresh, first_position):
         item_row = BatchItem(
             batch_id=batch.id,
             position=position,
@@ -148,7 +166,7 @@ def submit_items(
             split=item.split,
             category=item.category,
         )
-        item_row.job_id = existing[key]
+        item_row.job_id = existing[keys[item.item_id]]
         session.add(item_row)
     session.flush()
     return created, len(fresh)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from tests.helpers.images import write_images
+from tests.helpers.images import png, write_images
 from tests.helpers.sandbox import bubblewrap_or_skip
 from tests.helpers.waiting import wait_until
 
@@ -431,3 +431,27 @@ def test_the_audit_shows_in_the_summary_status_export_and_resume(tmp_path: Path,
     capsys.readouterr()
     assert main(["audit", "resume", "--db", db]) == 0
     assert "nothing to resume" in capsys.readouterr().out
+
+
+def test_a_resumed_folder_answers_anew_for_an_image_replaced_or_mended(tmp_path: Path, capsys):
+    """Resume keeps a row's answer while its bytes stay the same; replaced bytes (or a
+    broken file mended) make a new job for that row, never the old answer."""
+    folder = tmp_path / "c"
+    write_images(folder, 2)
+    (folder / "broken.png").write_bytes(b"not an image")
+    db = tmp_path / "s.db"
+    args = [str(folder), "-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}"]
+    assert annotate(*args) == 1
+    before = dict(db_rows(db, "select item_id, job_id from batch_items"))
+    assert annotate(*args) == 1  # nothing changed: nothing new
+    assert "0 new jobs" in capsys.readouterr().out
+    (folder / "img000.png").write_bytes(png((40, 30), (0, 200, 0)))  # other pixels
+    (folder / "broken.png").write_bytes(png((20, 20)))  # mended
+    assert annotate(*args) == 0
+    assert "3 rows, 2 new jobs" in capsys.readouterr().out
+    after = dict(db_rows(db, "select item_id, job_id from batch_items"))
+    assert after["img001.png"] == before["img001.png"]
+    assert after["img000.png"] != before["img000.png"]
+    assert after["broken.png"] != before["broken.png"]
+    statuses = db_rows(db, "select j.status from batch_items b join jobs j on j.id = b.job_id")
+    assert sorted(statuses) == [("done",)] * 3
