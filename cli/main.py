@@ -22,10 +22,11 @@ from common.logs import TextFormatter
 EPILOG = """\
 examples:
   speceyes models build-tiny                      build the tiny offline checkpoints
-  speceyes annotate samples/manifest.jsonl --small synth --large synth
-                                                  annotate the sample corpus (offline)
+  speceyes annotate samples/manifest.jsonl --small synth --large synth --threshold 0.9
+                                                  annotate the sample corpus (offline; the
+                                                  synth models' tau is 0.9, not 0.98)
   speceyes ask IMAGE -q "What is the color of the circle?" --small synth --large synth
-                                                  one query through the funnel, explained
+        --threshold 0.9 --explain                 one query through the funnel, explained
   speceyes bench fast --batch-sizes 1,4,16,32     fast-stage throughput on tiny models
   speceyes config                                 the effective settings
 

@@ -114,15 +114,22 @@ def run(args: argparse.Namespace) -> int:
             average += f"/{sum(speedups) / len(speedups):.2f}"
         table.append([*cells, average])
         funnel.append([name, *(_beta_alpha(runs.get(split)) for split in splits), ""])
-    print(f"accuracy % ({args.scoring} scoring)" + (" / speedup x" if baselines else ""))
+    benchmark = [run.score.benchmark for _, runs in methods for run in runs.values()]
+    scoring = f"{args.scoring} scoring"
+    if not any(benchmark):
+        scoring = "our rules: no benchmark rows"
+    elif not all(benchmark):
+        scoring += " for the benchmark splits, our rules for the rest"
+    print(f"accuracy % ({scoring})" + (" / speedup x" if baselines else ""))
     _print(header, table, args.markdown)
     print("\nbeta / alpha (screened tool-free / speculated answers accepted)")
     _print(header, funnel, args.markdown)
     print("\nscored:")
+    bullet = "- " if args.markdown else "  "
     for name, runs in methods:
         for split in splits:
             if split in runs:
-                print(f"  {name:<12} {split}: {_how_scored(runs[split], args.scoring)}")
+                print(f"{bullet}{name:<12} {split}: {_how_scored(runs[split], args.scoring)}")
     return 0
 
 

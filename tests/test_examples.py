@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.faults import free_port
 from tests.helpers.images import write_images
+from tests.helpers.ports import reserved_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -93,46 +93,46 @@ def test_the_apis_examples_run_as_written(tmp_path: Path):
         for language, text in code_blocks(ROOT / "docs" / "api.md")
         if language in ("sh", "python")
     ]
-    port = free_port()
-    script = "\n".join(
-        [
-            "set -e",
-            shell.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(
-                "speceyes serve ", f"speceyes serve --port {port} "
-            ),
-            "export KEY",
-            "python3 - <<'PYTHON'",
-            python.replace("127.0.0.1:8000", f"127.0.0.1:{port}"),
-            "PYTHON",
-            "kill %1",  # the server the example started
-        ]
-    )
-    (tmp_path / "samples").symlink_to(ROOT / "samples")
-    output, errors = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with output.open("w") as out, errors.open("w") as err:
-        # its own session: the server the example starts in the background is stopped
-        # with it, whatever happens
-        shell_run = subprocess.Popen(
-            ["bash", "-c", script],
-            cwd=tmp_path,
-            env=_env(tmp_path),
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
+    with reserved_port() as port:  # held until the server is gone
+        script = "\n".join(
+            [
+                "set -e",
+                shell.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(
+                    "speceyes serve ", f"speceyes serve --port {port} "
+                ),
+                "export KEY",
+                "python3 - <<'PYTHON'",
+                python.replace("127.0.0.1:8000", f"127.0.0.1:{port}"),
+                "PYTHON",
+                "kill %1",  # the server the example started
+            ]
         )
-        try:
-            code: int | None = shell_run.wait(timeout=240)
-        except subprocess.TimeoutExpired:
-            code = None  # still running: its output says where it stands
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(shell_run.pid, signal.SIGKILL)
-    said = f"stdout:\n{output.read_text()[-3000:]}\nstderr:\n{errors.read_text()[-3000:]}"
-    assert code == 0, said
-    job = json.loads((tmp_path / "job.json").read_text())
-    assert job["created"] is True
-    lines = output.read_text().splitlines()
-    assert any(f'"id":"{job["id"]}"' in line for line in lines), lines
-    answered = [line.split() for line in lines if line.startswith(("a ", "b "))]
-    assert [words[0] for words in answered] == ["a", "b"], lines
-    assert all(words[2] in ("small", "large") for words in answered), lines
+        (tmp_path / "samples").symlink_to(ROOT / "samples")
+        output, errors = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        with output.open("w") as out, errors.open("w") as err:
+            # its own session: the server the example starts in the background is stopped
+            # with it, whatever happens
+            shell_run = subprocess.Popen(
+                ["bash", "-c", script],
+                cwd=tmp_path,
+                env=_env(tmp_path),
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+            try:
+                code: int | None = shell_run.wait(timeout=240)
+            except subprocess.TimeoutExpired:
+                code = None  # still running: its output says where it stands
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(shell_run.pid, signal.SIGKILL)
+        said = f"stdout:\n{output.read_text()[-3000:]}\nstderr:\n{errors.read_text()[-3000:]}"
+        assert code == 0, said
+        job = json.loads((tmp_path / "job.json").read_text())
+        assert job["created"] is True
+        lines = output.read_text().splitlines()
+        assert any(f'"id":"{job["id"]}"' in line for line in lines), lines
+        answered = [line.split() for line in lines if line.startswith(("a ", "b "))]
+        assert [words[0] for words in answered] == ["a", "b"], lines
+        assert all(words[2] in ("small", "large") for words in answered), lines

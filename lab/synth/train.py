@@ -522,7 +522,6 @@ def train_small(
     def log(line: str) -> None:
         on_log(f"small | {line}")
 
-    deadline = time.monotonic() + minutes * 60
     rules = rule_of(out / "small"), rule_of(out / "large")
     rng = random.Random(seed + 100)
     lone = [make_item(rng.getrandbits(48), difficulty="easy", others=0) for _ in range(600)]
@@ -537,6 +536,7 @@ def train_small(
     initial = out / "small-initial"
     copy_checkpoint(out / "small", initial)
     takeoff_minutes, takeoff_share = TAKEOFF
+    deadline = time.monotonic() + minutes * 60  # training time: the rendering is not in it
 
     def give_up(shares: dict[str, float], seconds: float) -> bool:
         time_for_another = (

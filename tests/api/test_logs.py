@@ -15,8 +15,8 @@ import httpx
 
 from common.logs import JsonFormatter, TextFormatter
 from tests.helpers.api import upload
-from tests.helpers.faults import free_port
 from tests.helpers.images import png
+from tests.helpers.ports import reserved_port
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,48 +66,48 @@ def test_serve_logs_requests_and_failed_jobs_as_json_lines(tmp_path: Path):
         [*speceyes, "keys", "create", "ops-test", "--db", db], env=env, capture_output=True
     )
     key = made.stdout.decode().splitlines()[0]
-    port = free_port()
-    stderr = tmp_path / "stderr.txt"
-    with stderr.open("wb") as err:
-        flags = ["--backend", "scripted", "--db", db, "--port", str(port)]
-        serve = subprocess.Popen(
-            [*speceyes, "serve", *flags, "--log-format", "json"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _answers(base), deadline_s=60, what="the server to answer")
-        good = {"question": "Q?", "image_base64": base64.b64encode(png()).decode()}
-        bad = {**good, "image_base64": base64.b64encode(b"broken").decode()}
-        headers = {"Authorization": f"Bearer {key}"}
-        answer = httpx.post(f"{base}/v1/batches", json={"jobs": [good, bad]}, headers=headers)
-        assert answer.status_code == 202
-        httpx.get(f"{base}/v1/batches/{answer.json()['id']}", headers={"X-API-Key": "nope"})
+    with reserved_port() as port:  # held until the server is gone
+        stderr = tmp_path / "stderr.txt"
+        with stderr.open("wb") as err:
+            flags = ["--backend", "scripted", "--db", db, "--port", str(port)]
+            serve = subprocess.Popen(
+                [*speceyes, "serve", *flags, "--log-format", "json"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_until(lambda: _answers(base), deadline_s=60, what="the server to answer")
+            good = {"question": "Q?", "image_base64": base64.b64encode(png()).decode()}
+            bad = {**good, "image_base64": base64.b64encode(b"broken").decode()}
+            headers = {"Authorization": f"Bearer {key}"}
+            answer = httpx.post(f"{base}/v1/batches", json={"jobs": [good, bad]}, headers=headers)
+            assert answer.status_code == 202
+            httpx.get(f"{base}/v1/batches/{answer.json()['id']}", headers={"X-API-Key": "nope"})
 
-        def lines() -> list[dict]:
-            return [json.loads(line) for line in stderr.read_text().splitlines() if line]
+            def lines() -> list[dict]:
+                return [json.loads(line) for line in stderr.read_text().splitlines() if line]
 
-        wait_until(
-            lambda: sum(line["logger"] == "speceyes.access" for line in lines()) >= 3,
-            deadline_s=30,
-            what=lambda: stderr.read_text(),
-        )
-    finally:
-        serve.send_signal(signal.SIGINT)
-        serve.wait(timeout=30)
-    logged = lines()
-    access = [line for line in logged if line["logger"] == "speceyes.access"]
-    assert [(a["route"], a["status"], a["key"]) for a in access][-2:] == [
-        ("/v1/batches", 202, "ops-test"),
-        ("/v1/batches/{batch_id}", 401, "-"),
-    ]
-    (failed,) = [line for line in logged if line["logger"] == "speceyes.jobs"]
-    assert failed["job"] == answer.json()["refused"][0]["job_id"]
-    assert failed["error"] == "image_invalid" and failed["stage"] == "intake"
-    assert key not in stderr.read_text()
+            wait_until(
+                lambda: sum(line["logger"] == "speceyes.access" for line in lines()) >= 3,
+                deadline_s=30,
+                what=lambda: stderr.read_text(),
+            )
+        finally:
+            serve.send_signal(signal.SIGINT)
+            serve.wait(timeout=30)
+        logged = lines()
+        access = [line for line in logged if line["logger"] == "speceyes.access"]
+        assert [(a["route"], a["status"], a["key"]) for a in access][-2:] == [
+            ("/v1/batches", 202, "ops-test"),
+            ("/v1/batches/{batch_id}", 401, "-"),
+        ]
+        (failed,) = [line for line in logged if line["logger"] == "speceyes.jobs"]
+        assert failed["job"] == answer.json()["refused"][0]["job_id"]
+        assert failed["error"] == "image_invalid" and failed["stage"] == "intake"
+        assert key not in stderr.read_text()
 
 
 def _answers(base: str) -> bool:

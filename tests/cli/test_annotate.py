@@ -261,26 +261,30 @@ def test_a_model_that_cannot_be_found_is_one_line(tmp_path: Path, capsys, monkey
 
 def test_the_default_models_offline_fail_fast_before_any_job(tmp_path: Path):
     """As a new user meets it: the default (hub) models, no hub reachable. The refusal
-    comes before the batch exists, in seconds, and says how to run without a hub."""
+    comes before the batch exists, in seconds, and says how to run without a hub. Its
+    time is compared with the command's own start (`annotate --help` imports the same
+    modules) in the same moment, so a loaded machine does not make it fail."""
     write_images(tmp_path / "c", 3)
     db = tmp_path / "s.db"
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
-    command = ["annotate", str(tmp_path / "c"), "-q", "Dog?", "--db", f"sqlite:///{db}"]
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "cli.main", *command, "--no-progress"],
-        cwd=ROOT,
-        env={**env, "HF_HOME": str(tmp_path / "hf")},  # an empty hub cache
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    seconds = time.monotonic() - started
+    env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache
+    speceyes = [sys.executable, "-m", "cli.main", "annotate"]
+
+    def timed(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+        started = time.monotonic()
+        done = subprocess.run(
+            [*speceyes, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+        return done, time.monotonic() - started
+
+    _, start_s = timed("--help")
+    result, seconds = timed(str(tmp_path / "c"), "-q", "Dog?", "--db", f"sqlite:///{db}")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert "model 'ChenShawn/DeepEyes-7B' (large) is neither a local folder" in result.stderr
     assert "--small synth --large synth" in result.stderr
-    assert seconds < 10, f"refused after {seconds:.1f} s"
+    # (27 s of transformers' retries before): the check is a cache look and one 5 s probe
+    assert seconds - start_s < 10, f"refused after {seconds:.1f} s (starting: {start_s:.1f} s)"
     assert db_rows(db, "select count(*) from jobs") == [(0,)]
     assert db_rows(db, "select count(*) from batches") == [(0,)]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.faults import free_port
 from tests.helpers.images import png, write_images
+from tests.helpers.ports import reserved_port
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,35 +126,37 @@ def test_ctrl_c_on_serve_while_a_trajectory_runs_shuts_down_in_order(
     speceyes = [sys.executable, "-m", "cli.main"]
     made = subprocess.run([*speceyes, "keys", "create", "t"], env=env, capture_output=True)
     key = made.stdout.decode().splitlines()[0]
-    port = free_port()
-    stderr_path = tmp_path / "stderr.txt"
-    with stderr_path.open("wb") as stderr:
-        serve = subprocess.Popen(
-            [*speceyes, "serve", "--small", "tiny", "--large", "tiny", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _answers(base), deadline_s=60, what="the server to answer")
-        jobs = [{"question": "Q?", "image_base64": base64.b64encode(png()).decode()}] * 3
-        jobs = [{**job, "question": f"Q{i}?"} for i, job in enumerate(jobs)]
-        answer = httpx.post(f"{base}/v1/batches", json={"jobs": jobs}, headers={"X-API-Key": key})
-        assert answer.status_code == 202
-        wait_until(
-            lambda: _running_in(db, "agent"), deadline_s=120, every_s=0.02, what="a trajectory"
-        )
-        serve.send_signal(signal.SIGINT)
-        serve.wait(timeout=60)
-    finally:
-        if serve.poll() is None:
-            serve.kill()
-    stderr = stderr_path.read_text(errors="replace")
-    assert serve.returncode == 0, stderr[-3000:]
-    assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
-    assert not _rows(db, "select 1 from jobs where status = 'running'")
+    with reserved_port() as port:  # held until the server is gone
+        stderr_path = tmp_path / "stderr.txt"
+        with stderr_path.open("wb") as stderr:
+            serve = subprocess.Popen(
+                [*speceyes, "serve", "--small", "tiny", "--large", "tiny", "--port", str(port)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_until(lambda: _answers(base), deadline_s=60, what="the server to answer")
+            jobs = [{"question": "Q?", "image_base64": base64.b64encode(png()).decode()}] * 3
+            jobs = [{**job, "question": f"Q{i}?"} for i, job in enumerate(jobs)]
+            answer = httpx.post(
+                f"{base}/v1/batches", json={"jobs": jobs}, headers={"X-API-Key": key}
+            )
+            assert answer.status_code == 202
+            wait_until(
+                lambda: _running_in(db, "agent"), deadline_s=120, every_s=0.02, what="a trajectory"
+            )
+            serve.send_signal(signal.SIGINT)
+            serve.wait(timeout=60)
+        finally:
+            if serve.poll() is None:
+                serve.kill()
+        stderr = stderr_path.read_text(errors="replace")
+        assert serve.returncode == 0, stderr[-3000:]
+        assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+        assert not _rows(db, "select 1 from jobs where status = 'running'")
 
 
 def _answers(base: str) -> bool:

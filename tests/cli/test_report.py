@@ -48,6 +48,7 @@ def test_a_batch_with_known_answers_that_is_no_benchmark_is_reported(tmp_path: P
     capsys.readouterr()
     assert main(["report", "answers", "--db", db]) == 0
     printed = capsys.readouterr().out
+    assert printed.startswith("accuracy % (our rules: no benchmark rows)\n")
     header, funnel = printed.splitlines()[1:3]
     assert header.split() == ["answers.jsonl", "avg"]
     assert funnel.split() == ["funnel", "75.00", "75.00"]  # scripted answers A: 3 of 4
