@@ -45,12 +45,15 @@ def _sessions(args: argparse.Namespace, *, create: bool = False) -> Any:
 def run_create(args: argparse.Namespace) -> int:
     if not args.name.strip():
         raise InvalidInput("a key needs a name: who or what it is for")
+    # committed before the secret is printed: a reader that takes the first line and
+    # leaves (`keys create NAME | head -1`) must not leave us holding an unsaved key
     with _sessions(args, create=True).begin() as session:
         namesakes = [row for row in list_keys(session) if row.name == args.name]
         row, secret = create_key(session, args.name, tenant=args.tenant, admin=args.admin)
-        print(secret)
         role = "admin, reads every tenant" if row.admin else f"tenant {row.tenant!r}"
-        print(f"key {row.id} for {row.name!r} ({role}): shown once, keep it safe", flush=True)
+        described = f"key {row.id} for {row.name!r} ({role}): shown once, keep it safe"
+    print(secret, flush=True)  # alone on stdout: KEY=$(speceyes keys create NAME)
+    print(described, file=sys.stderr)
     live = [namesake.id for namesake in namesakes if namesake.revoked_at is None]
     if live:
         print(

@@ -96,7 +96,7 @@ def test_the_apis_examples_run_as_written(tmp_path: Path):
     with reserved_port() as port:  # held until the server is gone
         script = "\n".join(
             [
-                "set -e",
+                "set -ex",  # (a failure shows each command; the key is a throwaway)
                 shell.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(
                     "speceyes serve ", f"speceyes serve --port {port} "
                 ),

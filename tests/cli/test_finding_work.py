@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from cli.main import main
+from common.store.db import open_store
+from common.store.keys import check_key
 from tests.helpers.images import write_images
 
 
@@ -87,6 +92,34 @@ def test_keys_need_a_name_and_a_second_key_of_a_name_is_pointed_out(tmp_path: Pa
     assert main(["keys", "create", " ", *db]) == 2
     assert "a key needs a name" in capsys.readouterr().err
     assert main(["keys", "create", "svc", *db]) == 0
-    assert capsys.readouterr().err == ""
+    first = capsys.readouterr()
+    assert first.out.startswith("sk-speceyes-") and len(first.out.splitlines()) == 1
+    assert "shown once" in first.err and "note:" not in first.err
     assert main(["keys", "create", "svc", *db]) == 0
     assert "note: 1 other active key(s) named 'svc'" in capsys.readouterr().err
+
+
+class _LeavesAfterOneLine(io.StringIO):
+    """A stdout whose reader leaves after the first line (`| head -1`, unbuffered)."""
+
+    def write(self, text: str) -> int:
+        if "\n" in self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+    def fileno(self) -> int:
+        return os.open(os.devnull, os.O_WRONLY)
+
+
+def test_a_key_read_by_a_reader_that_leaves_after_one_line_is_saved(tmp_path: Path, monkeypatch):
+    """`KEY=$(speceyes keys create NAME | head -1)`: the reader may leave after the secret;
+    the key must be in the store all the same (it was printed inside the transaction, and
+    the next line's broken pipe rolled it back)."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    stdout = _LeavesAfterOneLine()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    main(["keys", "create", "svc", "--db", db])
+    secret = stdout.getvalue().strip()
+    assert secret.startswith("sk-speceyes-")
+    with open_store(db, create=False)() as session:
+        assert check_key(session, secret) is not None
