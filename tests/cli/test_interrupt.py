@@ -99,7 +99,7 @@ def test_ctrl_c_exits_130_in_each_stage(tmp_path: Path, tiny_cache_dir, stage, i
     )
     assert run.process.poll() is None, run.stderr()[-2000:]
     code, stdout, stderr = run.interrupt()
-    assert code == 130, stderr[-3000:]
+    assert code == 130, f"stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}"
     assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
     statuses = dict(_rows(run.db, "select status, count(*) from jobs group by status"))
     assert "running" not in statuses  # every job claimed at the time was put back
