@@ -51,7 +51,9 @@ class BatchSubmitted(BaseModel):
     job_ids: list[str] = Field(description="one per job of the request, in order")
     created: bool = Field(description="false: the Idempotency-Key named an existing batch")
     refused: list[ItemRefused] = Field(
-        default_factory=list, description="the jobs that failed at once, and why"
+        default_factory=list,
+        description="the jobs that failed at once, and why (a retry that found the batch "
+        "made before lists none: the first answer did)",
     )
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -826,13 +827,22 @@ def default_of(path: str) -> Any:
 
 
 def without_password(value: str) -> str:
-    """A URL with its password shown as stars (``postgresql://u:***@host/db``); any other
-    text as it is. Settings and messages print URLs through this."""
-    parsed = urlsplit(value)
-    if "://" not in value or parsed.password is None:
+    """A URL with its password shown as stars (``postgresql://u:***@host/db``, and a
+    ``password=`` in its query); any other text as it is. Settings and messages print
+    URLs through this."""
+    if "://" not in value:
         return value
-    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)
-    return urlunsplit(parsed._replace(netloc=netloc))
+    try:
+        parsed = urlsplit(value)
+        password = parsed.password
+    except ValueError:  # not a URL after all; it may still hold one's secret
+        return "***" if "@" in value or "password" in value else value
+    query = re.sub(r"(?i)(password=)[^&]*", r"\1***", parsed.query)
+    if password is None and query == parsed.query:
+        return value  # (rebuilt, sqlite:///x.db would lose a slash)
+    if password is not None:
+        parsed = parsed._replace(netloc=parsed.netloc.replace(f":{password}@", ":***@", 1))
+    return urlunsplit(parsed._replace(query=query))
 
 
 def configuration_markdown() -> str:

@@ -35,7 +35,10 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         pairs = " ".join(f"{name}={_text(value)}" for name, value in fields_of(record).items())
         line = f"{self.formatTime(record)} {record.levelname} {record.name}: {record.getMessage()}"
-        return f"{line} {pairs}" if pairs else line
+        line = f"{line} {pairs}" if pairs else line
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 class JsonFormatter(logging.Formatter):

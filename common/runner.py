@@ -68,6 +68,8 @@ class EmbeddedRunner(Dispatcher):
         # can slip in after the release (it would leave a job ``running`` on exit).
         self._claiming = threading.Lock()
         self._threads: list[threading.Thread] = []  # every stage thread started
+        self._running: set[str] = set()  # the stage threads whose loop has not returned
+        self._drained = False  # the threads were ended (and waited for) once already
 
     @cached_property
     def models(self) -> Models:
@@ -206,8 +208,11 @@ class EmbeddedRunner(Dispatcher):
                 log.exception("%s stopped on an error", name)
                 self._errors.append(exc)
                 self.stop()
+            finally:
+                self._running.discard(name)
 
         thread = threading.Thread(target=guarded, name=name, daemon=True)
+        self._running.add(name)  # (before it starts: an interrupt may come in between)
         self._threads.append(thread)
         thread.start()
         return thread
@@ -225,8 +230,10 @@ class EmbeddedRunner(Dispatcher):
         return RunResult(self.counts(batch_id), interrupted=True, released=released)
 
     def lingering(self) -> list[str]:
-        """The stage threads still alive (after an interrupt: those that outran the wait)."""
-        return [thread.name for thread in self._threads if thread.is_alive()]
+        """The stage threads still running (after an interrupt: those that outran the
+        wait). Counted by their loops, not ``is_alive()``: a join cut short by Ctrl-C
+        marks a thread that still runs as stopped."""
+        return sorted(self._running)
 
     def _end_threads(self) -> None:
         """Stop claiming, end the generations in progress at their next token, and wait
@@ -237,10 +244,15 @@ class EmbeddedRunner(Dispatcher):
         self.stop()
         if "models" in vars(self):  # loaded (a cached_property)
             self.models.stop.set()
+        if self._drained:  # (close() after an interrupt: waited already, or told not to)
+            return
         deadline = time.monotonic() + DRAIN_S
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
+        try:
+            for thread in self._threads:
+                if thread.ident is not None and thread is not threading.current_thread():
+                    thread.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            self._drained = True
         if lingering := self.lingering():
             log.warning("still running after %.0f s: %s", DRAIN_S, ", ".join(lingering))
 

@@ -89,6 +89,8 @@ async def submit_batch(
 
     submitted = await run_in_threadpool(submission.resolving_races, create)
     SUBMITTED.labels("batches").inc(len(submitted.queued))
+    # A retry (the Idempotency-Key named a batch made before) made nothing: its jobs were
+    # listed and logged the first time, and this request may not be the same.
     refused = [
         ItemRefused(
             index=item.position,
@@ -97,7 +99,9 @@ async def submit_batch(
             error=item.error[0],
             detail=item.error[1],
         )
-        for item, job_id in zip(items, submitted.job_ids, strict=False)
+        for item, job_id in (
+            zip(items, submitted.job_ids, strict=True) if submitted.created else ()
+        )
         if item.error is not None
     ]
     for item in refused:

@@ -40,7 +40,10 @@ class SplitScore:
 
     @property
     def reference(self) -> float:
-        """As the reference reports it: failed rows are left out."""
+        """As the reference reports it: failed rows are left out. Rows of no benchmark
+        have no reference: ours (a failed row is wrong)."""
+        if not self.benchmark:
+            return self.strict
         scored = self.rows - self.failed
         return self.reference_correct / scored if scored else 0.0
 

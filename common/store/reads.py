@@ -6,7 +6,7 @@ import difflib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -125,15 +125,18 @@ def unfinished_jobs(session: Session, tenant: str | None) -> int:
 
 
 def find_batch(session: Session, id_or_name: str) -> Batch | None:
-    """A batch by id, else the newest batch of that name, else the newest whose name is
-    that with a suffix (``manifest`` finds ``manifest.jsonl``) or without one; a path's
-    last part is a name too (``samples/manifest.jsonl``, as ``annotate`` was given it)."""
+    """A batch by id; by the path ``annotate`` was given, where that path exists here (the
+    newest batch of that source, never another corpus's of the same file name); else the
+    newest batch of that name, else the newest whose name is that with a suffix
+    (``manifest`` finds ``manifest.jsonl``) or without one."""
     batch = session.get(Batch, id_or_name)
     if batch is not None:
         return batch
     newest = select(Batch).order_by(Batch.created_at.desc()).limit(1)
-    path = PurePath(id_or_name)
-    for name in dict.fromkeys((id_or_name, path.name, path.stem)):
+    path = Path(id_or_name).expanduser()
+    if "/" in id_or_name and path.exists():
+        return session.scalars(newest.where(Batch.source == str(path.resolve()))).first()
+    for name in dict.fromkeys((id_or_name, path.stem)):
         batch = session.scalars(newest.where(Batch.name == name)).first()
         if batch is not None:
             return batch

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -126,38 +127,46 @@ def submit_items(
 
     An item whose ``item_id`` the batch already holds keeps its row: submitting the same
     corpus again adds nothing, and a grown corpus adds only its new rows (at the end).
-    But a held item whose key changed (its image's bytes were replaced, a broken file was
-    mended) is pointed at the job of its new key, so its answer is never one about other
-    pixels. A broken item (``error``) becomes a failed job. Returns (jobs created, items
-    added).
+    But a held row whose item now reads differently (its image's bytes were replaced, a
+    broken file was mended) is pointed at the job of its new key, so its answer is never
+    one about other pixels; a row whose file is broken now (gone for a while) keeps the
+    answer it has. Only an id held once and submitted once is followed so: rows that
+    share an id (several questions about one image) keep theirs. A broken item
+    (``error``) becomes a failed job. Returns (jobs created, items added).
     """
-    held = {
-        item_id: (row, key)
-        for row, item_id, key in session.execute(
-            select(BatchItem, BatchItem.item_id, Job.idempotency_key)
-            .join(Job, Job.id == BatchItem.job_id)
-            .where(BatchItem.batch_id == batch.id)
-        )
-    }
-    keys = {item.item_id: _item_key(batch, item, config_key) for item in items}
-    fresh = [item for item in items if item.item_id not in held]
-    changed = [
-        item
-        for item in items
-        if item.item_id in held and held[item.item_id][1] != keys[item.item_id]
+    held_rows = session.execute(
+        select(BatchItem, Job.idempotency_key)
+        .join(Job, Job.id == BatchItem.job_id)
+        .where(BatchItem.batch_id == batch.id)
+    ).all()
+    held_ids = Counter(row.item_id for row, _ in held_rows)
+    submitted_ids = Counter(item.item_id for item in items)
+    held = {row.item_id: (row, key) for row, key in held_rows if held_ids[row.item_id] == 1}
+    keys = [_item_key(batch, item, config_key) for item in items]
+    fresh = [
+        (item, key) for item, key in zip(items, keys, strict=True) if item.item_id not in held_ids
     ]
-    existing = _jobs_by_key(session, {keys[item.item_id] for item in fresh + changed})
+    changed = [
+        (item, key)
+        for item, key in zip(items, keys, strict=True)
+        if item.item_id in held
+        and submitted_ids[item.item_id] == 1
+        and item.error is None
+        and held[item.item_id][1] != key
+    ]
+    existing = _jobs_by_key(session, {key for _, key in fresh + changed})
     created = 0
-    for item in fresh + changed:
-        key = keys[item.item_id]
+    for item, key in fresh + changed:
         if key not in existing:
             existing[key] = add_job(session, item, key, batch.tenant)
             created += 1
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
-    for item in changed:
-        held[item.item_id][0].job_id = existing[keys[item.item_id]]
+    for item, key in changed:
+        row = held[item.item_id][0]
+        row.job_id = existing[key]
+        row.expected, row.split, row.category = item.expected, item.split, item.category
     first_position = next_position(session, batch.id)
-    for position, item in enumerate(fresh, first_position):
+    for position, (item, key) in enumerate(fresh, first_position):
         item_row = BatchItem(
             batch_id=batch.id,
             position=position,
@@ -166,7 +175,7 @@ def submit_items(
             split=item.split,
             category=item.category,
         )
-        item_row.job_id = existing[keys[item.item_id]]
+        item_row.job_id = existing[key]
         session.add(item_row)
     session.flush()
     return created, len(fresh)

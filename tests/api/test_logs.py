@@ -56,6 +56,12 @@ def test_a_json_line_holds_the_message_and_every_field():
     assert line["time"].endswith("+00:00")
     # text: a value with a space or a control character is quoted and escaped
     assert TextFormatter().format(record).endswith('error=image_error reason="a b\\n"')
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record.exc_info = sys.exc_info()
+    text = TextFormatter().format(record)  # a logged exception keeps its traceback
+    assert "Traceback (most recent call last)" in text and "ValueError: boom" in text
 
 
 def test_serve_logs_requests_and_failed_jobs_as_json_lines(tmp_path: Path):

@@ -268,6 +268,7 @@ def test_the_default_models_offline_fail_fast_before_any_job(tmp_path: Path):
     db = tmp_path / "s.db"
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # no hub, here or on a machine with a network
     speceyes = [sys.executable, "-m", "cli.main", "annotate"]
 
     def timed(*args: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -459,3 +460,30 @@ def test_a_resumed_folder_answers_anew_for_an_image_replaced_or_mended(tmp_path:
     assert after["broken.png"] != before["broken.png"]
     statuses = db_rows(db, "select j.status from batch_items b join jobs j on j.id = b.job_id")
     assert sorted(statuses) == [("done",)] * 3
+
+
+def test_rows_that_share_an_id_keep_a_job_each_and_a_file_gone_for_a_while_keeps_its_answer(
+    tmp_path: Path, capsys
+):
+    """Two questions about one image (the rows' ids are its path) are two jobs, on every
+    run; a row whose file is missing on a resume keeps the answer it had."""
+    write_images(tmp_path / "imgs", 2)
+    rows = [
+        {"image": "imgs/img000.png", "question": "What colour is it?"},
+        {"image": "imgs/img000.png", "question": "Is there a circle?"},
+        {"image": "imgs/img001.png", "question": "Q?"},
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    db = tmp_path / "s.db"
+    args = [str(manifest), *SCRIPTED, "--db", f"sqlite:///{db}"]
+    assert annotate(*args) == 0
+    asked = (
+        "select b.position, j.question, j.status from batch_items b join jobs j on j.id = b.job_id"
+    )
+    first = sorted(db_rows(db, asked))
+    assert [question for _, question, _ in first] == [r["question"] for r in rows]
+    assert annotate(*args) == 0 and sorted(db_rows(db, asked)) == first
+    (tmp_path / "imgs" / "img001.png").rename(tmp_path / "away.png")
+    annotate(*args)
+    assert sorted(db_rows(db, asked)) == first  # still done, with its answer

@@ -12,6 +12,7 @@ from PIL import Image
 
 from cli.bench import COMMANDS as BENCH_KINDS
 from cli.main import COMMANDS, main
+from common.config import without_password
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "images"
 SAMPLE, OTHER_SAMPLE = sorted(SAMPLES.glob("*.png"))[:2]
@@ -233,6 +234,11 @@ def test_passwords_in_urls_are_starred_wherever_a_setting_is_shown(capsys, monke
         assert "dbpassw0rd" not in shown and "brokerpw" not in shown
         assert "postgresql://u:***@db.example/speceyes" in shown
         assert "redis://:***@127.0.0.1:6379/0" in shown
+    assert without_password("postgresql://u@h/db?password=pw&sslmode=require") == (
+        "postgresql://u@h/db?password=***&sslmode=require"
+    )
+    assert without_password("sqlite:///speceyes.db") == "sqlite:///speceyes.db"
+    assert without_password("redis://x:pw@[::1") == "***"  # no URL, but it holds a secret
 
 
 def test_serve_on_a_port_another_process_holds_is_one_line(capsys, tmp_path: Path):

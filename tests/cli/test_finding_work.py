@@ -72,6 +72,15 @@ def test_a_batch_is_found_with_or_without_its_suffix_and_a_typo_gets_suggestions
         assert main(["export", name, "--out", str(tmp_path / "out.jsonl"), *db]) == 0
         assert "(manifest.jsonl)" in capsys.readouterr().out
     assert main(["export", "photos.jsonl", "--out", str(tmp_path / "p.jsonl"), *db]) == 0
+    # a path names its own corpus, never another of the same file name
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.jsonl").write_text(manifest.read_text().replace("imgs/", "../imgs/"))
+    assert (
+        main(["export", str(other / "manifest.jsonl"), "--out", str(tmp_path / "o.jsonl"), *db])
+        == 2
+    )
+    assert "no batch" in capsys.readouterr().err
     assert main(["export", "manifst", "--out", str(tmp_path / "x.jsonl"), *db]) == 2
     error = capsys.readouterr().err
     assert "no batch 'manifst' in this job store; did you mean 'manifest.jsonl'?" in error

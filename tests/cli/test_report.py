@@ -41,6 +41,10 @@ def test_a_batch_with_known_answers_that_is_no_benchmark_is_reported(tmp_path: P
         {"image": f"imgs/img00{i}.png", "question": "Q?", "options": ["a", "b"], "answer": answer}
         for i, answer in enumerate(["a", "a", "b", "A"])
     ]
+    (tmp_path / "imgs" / "broken.png").write_bytes(b"not an image")
+    rows.append(
+        {"image": "imgs/broken.png", "question": "Q?", "options": ["a", "b"], "answer": "a"}
+    )
     manifest = tmp_path / "answers.jsonl"
     manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
     db = f"sqlite:///{tmp_path / 's.db'}"
@@ -51,8 +55,9 @@ def test_a_batch_with_known_answers_that_is_no_benchmark_is_reported(tmp_path: P
     assert printed.startswith("accuracy % (our rules: no benchmark rows)\n")
     header, funnel = printed.splitlines()[1:3]
     assert header.split() == ["answers.jsonl", "avg"]
-    assert funnel.split() == ["funnel", "75.00", "75.00"]  # scripted answers A: 3 of 4
+    # scripted answers A: 3 of 5 right, the failed row wrong (our rules), as annotate says
+    assert funnel.split() == ["funnel", "60.00", "60.00"]
     assert (
-        "funnel       answers.jsonl: 4 rows with a known answer (0 failed), by our rules "
+        "funnel       answers.jsonl: 5 rows with a known answer (1 failed), by our rules "
         "(no benchmark: the reference has no rules for these)"
     ) in printed

@@ -19,6 +19,7 @@ from common.store.tables import BatchItem, Job
 from common.submit import submit_corpus
 from tests.helpers.images import write_images
 from tests.helpers.routes import ROUTES
+from tests.helpers.waiting import wait_until
 
 
 def corpus(tmp_path: Path, settings: Settings, sessions) -> str:
@@ -175,3 +176,25 @@ def test_a_poison_job_fails_alone_after_its_attempts(tmp_path: Path, sessions):
         poison = session.get(Job, items["img002.png"])
     assert poison.attempts == settings.recovery.max_attempts
     assert "NUL" in (poison.error_message or "")
+
+
+def test_a_thread_that_outruns_the_wait_is_named_and_not_waited_for_twice(
+    tmp_path: Path, sessions, monkeypatch
+):
+    """The interrupt waits DRAIN_S once for the stage threads; a close() after it (the
+    command's cleanup) does not wait again, and the thread still running is named."""
+    settings = Settings(backend="scripted")
+    model = ScriptedModel({})
+    runner = EmbeddedRunner(sessions, Models(model, model), settings)
+    release = threading.Event()
+    monkeypatch.setattr(runner_module, "DRAIN_S", 0.2)
+    runner._thread("fast-stage", lambda _: release.wait(30), None)  # deaf to stop()
+    runner._end_threads()
+    assert runner.lingering() == ["fast-stage"]
+    monkeypatch.setattr(runner_module, "DRAIN_S", 60.0)
+    closing = threading.Thread(target=runner.close)
+    closing.start()
+    closing.join(timeout=10)
+    assert not closing.is_alive()  # it did not wait the 60 s again
+    release.set()
+    wait_until(lambda: not runner.lingering(), deadline_s=10, what="the thread to end")
