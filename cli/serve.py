@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
+import sys
 
 import uvicorn
 
@@ -50,6 +52,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"serving on http://{settings.api.host}:{settings.api.port} ({mode}); docs at /docs")
     uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
     sessions.close()
+    if "torch" in sys.modules:
+        # The shutdown ended the embedded runner's threads in order (its close()); after a
+        # generation cut short, Python's own teardown can still abort in torch's (as after
+        # an interrupted annotate). Everything is committed: leave as a clean stop does.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
