@@ -6,6 +6,7 @@ import argparse
 
 from sqlalchemy import select
 
+from cli.jobs import say
 from cli.options import add_store_flags, settings_from_args
 from common.audit import describe, figures
 from common.store import audits
@@ -46,7 +47,7 @@ def run_status(args: argparse.Namespace) -> int:
         for batch in batches:
             lines = describe(session, settings, batch) if batch is not None else []
             if batch is not None and lines:
-                print(f"{batch.name} ({batch.id})")
+                say(f"{batch.name} ({batch.id})")
                 print("\n".join(lines))
         overall = figures(session, settings)
         print(f"overall      {overall.agreed} of {overall.audited} audited answers agree")

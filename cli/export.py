@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cli.jobs import say
 from cli.options import add_store_flags, settings_from_args
 from common.export import batch_rows, check_format, write_rows
 from common.store.db import open_store
@@ -34,5 +35,5 @@ def run(args: argparse.Namespace) -> int:
         batch = require_batch(session, args.batch)
         rows = batch_rows(session, batch.id, audit_disagreements=args.audit_disagreements)
         count = write_rows(rows, args.out)
-    print(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {args.out}")
+    say(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {args.out}")
     return 0

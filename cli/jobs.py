@@ -97,7 +97,7 @@ def run_list(args: argparse.Namespace) -> int:
             shown += 1
     if not shown and not args.json:
         which = f" {args.status}" if args.status else ""
-        print(f"no{which} jobs in batch {batch.id} ({batch.name})")
+        say(f"no{which} jobs in batch {batch.id} ({batch.name})")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from cli.jobs import say
 from cli.options import add_store_flags, settings_from_args
 from common.audit import describe
 from common.errors import InvalidInput
@@ -67,7 +68,7 @@ def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
             batch = find_batch(session, name)
             lines = describe(session, settings, batch) if batch is not None else []
             if lines:
-                print(f"{batch.name} ({batch.id})" if batch else name)
+                say(f"{batch.name} ({batch.id})" if batch else name)
                 print("\n".join(lines))
 
 

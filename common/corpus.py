@@ -133,6 +133,8 @@ def _row(
     if not isinstance(image, str) or not image.strip():
         return _broken(position, where, "missing image", item_id, question)
     image_path = (base / image).resolve()
+    expected = record.get("answer")  # (kept on a failed row too: it is scored, as wrong)
+    expected = str(expected) if expected not in (None, "") else None
     if not image_path.is_file():
         return SourceRow(
             position,
@@ -141,9 +143,8 @@ def _row(
             options or None,
             str(image_path),
             error=("image_missing", f"{where}: image not found: {image_path}"),
+            expected=expected,
         )
-    expected = record.get("answer")
-    expected = str(expected) if expected not in (None, "") else None
     return SourceRow(position, item_id, question, options or None, str(image_path), None, expected)
 
 

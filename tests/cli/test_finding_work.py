@@ -132,3 +132,31 @@ def test_a_key_read_by_a_reader_that_leaves_after_one_line_is_saved(tmp_path: Pa
     assert secret.startswith("sk-speceyes-")
     with open_store(db, create=False)() as session:
         assert check_key(session, secret) is not None
+
+
+def test_a_batch_name_with_terminal_escapes_is_printed_escaped(tmp_path: Path, capsys):
+    write_images(tmp_path / "c", 1)
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    name = "x\x1b[2Jy"
+    main(
+        ["annotate", str(tmp_path / "c"), "-q", "Q?", "--backend", "scripted", "--name", name, *db]
+    )
+    capsys.readouterr()
+    assert main(["export", name, "--out", str(tmp_path / "o.jsonl"), *db]) == 0
+    assert main(["jobs", "list", name, "--status", "failed", *db]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and printed.count("x\\x1b[2Jy") == 2
+
+
+def test_a_manifest_row_whose_image_is_missing_keeps_its_known_answer(tmp_path: Path, capsys):
+    """It is scored, as wrong, instead of leaving the accuracy as if it were not there."""
+    write_images(tmp_path / "imgs", 1)
+    rows = [
+        {"id": "here", "image": "imgs/img000.png", "question": "Q?", "answer": "A"},
+        {"id": "gone", "image": "imgs/nope.png", "question": "Q?", "answer": "A"},
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    main(["annotate", str(manifest), "--backend", "scripted", "--no-progress", *db])
+    assert "(1 of 2 rows with a known answer)" in capsys.readouterr().out
