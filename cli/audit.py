@@ -6,8 +6,8 @@ import argparse
 
 from sqlalchemy import select
 
-from cli.jobs import say
 from cli.options import add_store_flags, settings_from_args
+from cli.output import say
 from common.audit import describe, figures
 from common.store import audits
 from common.store.db import open_store

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.jobs import say
 from cli.options import add_store_flags, settings_from_args
+from cli.output import say
 from common.contracts import JobStatus
 from common.store.db import open_store
 from common.store.reads import list_batches

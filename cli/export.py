@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli.jobs import say
 from cli.options import add_store_flags, settings_from_args
+from cli.output import say
 from common.export import batch_rows, check_format, write_rows
 from common.store.db import open_store
 from common.store.reads import require_batch

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
+from cli.output import say
 from common.contracts import JobStatus
 from common.errors import InvalidInput
 from common.store.db import open_store
@@ -36,9 +36,6 @@ FIELDS = (
     "agent_started_at",
     "finished_at",
 )
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -132,12 +129,6 @@ def run_show(args: argparse.Namespace) -> int:
         if step.get("observation"):
             say(f"    -> {step['observation']}")
     return 0
-
-
-def say(text: str) -> None:
-    """Print text that a model, a user or model-written code wrote: control characters
-    (terminal escapes among them) are shown as escapes, never sent to the terminal."""
-    print(_CONTROL.sub(lambda match: ascii(match.group())[1:-1], text))
 
 
 def _sandbox_use(step: dict[str, Any]) -> str:

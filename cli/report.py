@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.jobs import say
 from cli.options import add_store_flags, settings_from_args
+from cli.output import say
 from common.audit import describe
 from common.errors import InvalidInput
 from common.store.analytics import SplitRun, split_runs

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import httpx
 from common.logs import JsonFormatter, TextFormatter
 from tests.helpers.api import upload
 from tests.helpers.images import png
-from tests.helpers.ports import reserved_port
+from tests.helpers.serving import served
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,57 +66,33 @@ def test_a_json_line_holds_the_message_and_every_field():
 def test_serve_logs_requests_and_failed_jobs_as_json_lines(tmp_path: Path):
     db = f"sqlite:///{tmp_path / 's.db'}"
     env = {**os.environ, "SPECEYES_UPLOAD_DIR": str(tmp_path / "up")}
-    speceyes = [sys.executable, "-m", "cli.main"]
-    made = subprocess.run(
-        [*speceyes, "keys", "create", "ops-test", "--db", db], env=env, capture_output=True
-    )
-    key = made.stdout.decode().splitlines()[0]
-    with reserved_port() as port:  # held until the server is gone
-        stderr = tmp_path / "stderr.txt"
-        with stderr.open("wb") as err:
-            flags = ["--backend", "scripted", "--db", db, "--port", str(port)]
-            serve = subprocess.Popen(
-                [*speceyes, "serve", *flags, "--log-format", "json"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_until(lambda: _answers(base), deadline_s=60, what="the server to answer")
-            good = {"question": "Q?", "image_base64": base64.b64encode(png()).decode()}
-            bad = {**good, "image_base64": base64.b64encode(b"broken").decode()}
-            headers = {"Authorization": f"Bearer {key}"}
-            answer = httpx.post(f"{base}/v1/batches", json={"jobs": [good, bad]}, headers=headers)
-            assert answer.status_code == 202
-            httpx.get(f"{base}/v1/batches/{answer.json()['id']}", headers={"X-API-Key": "nope"})
+    flags = ["--backend", "scripted", "--db", db, "--log-format", "json"]
+    with served(tmp_path, env, *flags) as server:
 
-            def lines() -> list[dict]:
-                return [json.loads(line) for line in stderr.read_text().splitlines() if line]
+        def lines() -> list[dict]:
+            return [json.loads(line) for line in server.stderr().splitlines() if line]
 
-            wait_until(
-                lambda: sum(line["logger"] == "speceyes.access" for line in lines()) >= 3,
-                deadline_s=30,
-                what=lambda: stderr.read_text(),
-            )
-        finally:
-            serve.send_signal(signal.SIGINT)
-            serve.wait(timeout=30)
-        logged = lines()
-        access = [line for line in logged if line["logger"] == "speceyes.access"]
-        assert [(a["route"], a["status"], a["key"]) for a in access][-2:] == [
-            ("/v1/batches", 202, "ops-test"),
-            ("/v1/batches/{batch_id}", 401, "-"),
-        ]
-        (failed,) = [line for line in logged if line["logger"] == "speceyes.jobs"]
-        assert failed["job"] == answer.json()["refused"][0]["job_id"]
-        assert failed["error"] == "image_invalid" and failed["stage"] == "intake"
-        assert key not in stderr.read_text()
-
-
-def _answers(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz").status_code == 200
-    except httpx.HTTPError:
-        return False
+        good = {"question": "Q?", "image_base64": base64.b64encode(png()).decode()}
+        bad = {**good, "image_base64": base64.b64encode(b"broken").decode()}
+        headers = {"Authorization": f"Bearer {server.key}"}
+        base = server.base
+        answer = httpx.post(f"{base}/v1/batches", json={"jobs": [good, bad]}, headers=headers)
+        assert answer.status_code == 202
+        httpx.get(f"{base}/v1/batches/{answer.json()['id']}", headers={"X-API-Key": "nope"})
+        wait_until(
+            lambda: sum(line["logger"] == "speceyes.access" for line in lines()) >= 3,
+            deadline_s=30,
+            what=server.stderr,
+        )
+        server.process.send_signal(signal.SIGINT)
+        server.process.wait(timeout=30)
+    logged = lines()
+    access = [line for line in logged if line["logger"] == "speceyes.access"]
+    assert [(a["route"], a["status"], a["key"]) for a in access][-2:] == [
+        ("/v1/batches", 202, "test"),
+        ("/v1/batches/{batch_id}", 401, "-"),
+    ]
+    (failed,) = [line for line in logged if line["logger"] == "speceyes.jobs"]
+    assert failed["job"] == answer.json()["refused"][0]["job_id"]
+    assert failed["error"] == "image_invalid" and failed["stage"] == "intake"
+    assert server.key not in server.stderr()

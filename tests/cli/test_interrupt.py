@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.helpers.images import png, write_images
-from tests.helpers.ports import reserved_port
+from tests.helpers.serving import served
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,44 +123,21 @@ def test_ctrl_c_on_serve_while_a_trajectory_runs_shuts_down_in_order(
         "SPECEYES_UPLOAD_DIR": str(tmp_path / "up"),
         "SPECEYES_DATABASE_URL": f"sqlite:///{db}",
     }
-    speceyes = [sys.executable, "-m", "cli.main"]
-    made = subprocess.run([*speceyes, "keys", "create", "t"], env=env, capture_output=True)
-    key = made.stdout.decode().splitlines()[0]
-    with reserved_port() as port:  # held until the server is gone
-        stderr_path = tmp_path / "stderr.txt"
-        with stderr_path.open("wb") as stderr:
-            serve = subprocess.Popen(
-                [*speceyes, "serve", "--small", "tiny", "--large", "tiny", "--port", str(port)],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_until(lambda: _answers(base), deadline_s=60, what="the server to answer")
-            jobs = [{"question": "Q?", "image_base64": base64.b64encode(png()).decode()}] * 3
-            jobs = [{**job, "question": f"Q{i}?"} for i, job in enumerate(jobs)]
-            answer = httpx.post(
-                f"{base}/v1/batches", json={"jobs": jobs}, headers={"X-API-Key": key}
-            )
-            assert answer.status_code == 202
-            wait_until(
-                lambda: _running_in(db, "agent"), deadline_s=120, every_s=0.02, what="a trajectory"
-            )
-            serve.send_signal(signal.SIGINT)
-            serve.wait(timeout=60)
-        finally:
-            if serve.poll() is None:
-                serve.kill()
-        stderr = stderr_path.read_text(errors="replace")
-        assert serve.returncode == 0, stderr[-3000:]
-        assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
-        assert not _rows(db, "select 1 from jobs where status = 'running'")
-
-
-def _answers(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz").status_code == 200
-    except httpx.HTTPError:
-        return False
+    with served(tmp_path, env, "--small", "tiny", "--large", "tiny") as server:
+        jobs = [
+            {"question": f"Q{i}?", "image_base64": base64.b64encode(png()).decode()}
+            for i in range(3)
+        ]
+        answer = httpx.post(
+            f"{server.base}/v1/batches", json={"jobs": jobs}, headers={"X-API-Key": server.key}
+        )
+        assert answer.status_code == 202
+        wait_until(
+            lambda: _running_in(db, "agent"), deadline_s=120, every_s=0.02, what="a trajectory"
+        )
+        server.process.send_signal(signal.SIGINT)
+        server.process.wait(timeout=60)
+    stderr = server.stderr()
+    assert server.process.returncode == 0, stderr[-3000:]
+    assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert not _rows(db, "select 1 from jobs where status = 'running'")
