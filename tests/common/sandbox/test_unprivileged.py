@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -51,12 +52,26 @@ with sandbox.session() as session:
 """
 
 
+def _others_may_read(path: Path) -> bool:
+    """Whether a user who is neither owner nor in the group may enter every folder down
+    to ``path`` and read it."""
+    if not path.stat().st_mode & stat.S_IROTH:
+        return False
+    return all(parent.stat().st_mode & stat.S_IXOTH for parent in [path, *path.parents])
+
+
 @pytest.fixture
 def worker() -> list[str]:
     python = shutil.which("python3.11", path="/usr/bin")
     if os.geteuid() != 0 or python is None or shutil.which("bwrap") is None:
         pytest.skip("needs root (to become another user), Debian's python3.11 and bwrap")
     site = next(p for p in map(Path, sys.path) if p.name == "site-packages" and p.is_dir())
+    for needed in (REPO, site):
+        if not _others_may_read(needed):
+            pytest.skip(
+                f"{needed} is out of another user's reach (a folder on its way is not "
+                "o+x, e.g. a checkout under mktemp -d): clone where uid 65532 can read"
+            )
     environment = {
         "PATH": "/usr/bin:/bin",
         "HOME": "/tmp",
