@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup lock sandbox demo test test-fast lint format bench bench-gpu gpu-wheels clean
+.PHONY: help setup lock sandbox browser demo test test-fast lint format bench bench-gpu gpu-wheels clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml client/pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP) sandbox
+setup: $(STAMP) sandbox browser
 
 # The lock: constraints.txt pins every package the venv holds (pip freeze, less the
 # project itself; torch without its local label, so that both the CPU and the CUDA build
@@ -44,19 +44,35 @@ lock:
 	mv constraints.txt.new constraints.txt
 	touch $(STAMP)
 
+# $(call apt_install,COMMAND:PACKAGE ...,WHAT IS MISSED): each Debian PACKAGE whose
+# COMMAND is not on the PATH, installed where we can (root, or passwordless sudo; the
+# package lists updated once if the first try fails), without the packages it merely
+# recommends (chromium's bring systemd, udev and avahi); a warning for each that could
+# not be, saying what is missed without it (no commas: make would split the argument).
+define apt_install
+@SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+for pair in $(1); do \
+	command -v $${pair%%:*} >/dev/null && continue; \
+	$$SUDO apt-get install -y -qq --no-install-recommends $${pair#*:} >/dev/null 2>&1 || \
+	{ $$SUDO apt-get update -qq >/dev/null 2>&1 && \
+	  $$SUDO apt-get install -y -qq --no-install-recommends $${pair#*:} >/dev/null 2>&1; } || \
+	echo "warning: could not install $${pair#*:} ($(2))"; \
+done
+endef
+
 # Thyme's code sandbox is bubblewrap (Debian's package), with gVisor's runsc as an
-# optional stronger isolation; installed here where we can (root, or passwordless sudo).
-# Without bubblewrap Thyme refuses to start; DeepEyes runs as ever.
+# optional stronger isolation. Without bubblewrap Thyme refuses to start; DeepEyes runs
+# as ever.
 SANDBOX_PACKAGES := bwrap:bubblewrap runsc:runsc
 sandbox:
-	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
-	for pair in $(SANDBOX_PACKAGES); do \
-		command -v $${pair%%:*} >/dev/null && continue; \
-		$$SUDO apt-get install -y -qq $${pair#*:} >/dev/null 2>&1 || \
-		{ $$SUDO apt-get update -qq >/dev/null 2>&1 && \
-		  $$SUDO apt-get install -y -qq $${pair#*:} >/dev/null 2>&1; } || \
-		echo "warning: could not install $${pair#*:} (bubblewrap: --agent thyme will refuse to start; runsc: no gVisor isolation)"; \
-	done
+	$(call apt_install,$(SANDBOX_PACKAGES),bubblewrap: --agent thyme will refuse to start; runsc: no gVisor isolation)
+
+# The browser tests (marker browser) drive Debian's Chromium through Playwright, pointed
+# at /usr/bin/chromium: Playwright's own browser download is not reachable everywhere we
+# run. Without it those tests skip (under CI, where this target must have installed it,
+# they fail).
+browser:
+	$(call apt_install,chromium:chromium,the browser tests skip; under CI they fail)
 
 demo: setup
 	$(VENV)/bin/speceyes annotate samples/manifest.jsonl --small synth --large synth \

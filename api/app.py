@@ -10,6 +10,9 @@ Every /v1 route needs an API key (``Authorization: Bearer KEY`` or ``X-API-Key: 
 ``speceyes keys create NAME``). Every error answer has one shape:
 ``{"error": "<code>", "detail": "<what to do>"}``. A corrupt or non-image upload is
 refused with 422 before any job is created.
+
+The review pages (``api.ui``) are served under /ui by the same app: the same store, the
+same keys and tenants, the same read functions.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
+from api import ui
 from api.access_log import AccessLog
 from api.deps import Limiters, require_key
 from api.errors import install_handlers
@@ -73,4 +77,5 @@ def create_app(
     v1.include_router(batches.router)
     app.include_router(v1)
     app.include_router(health.router)
+    ui.install(app, settings)  # the review pages under /ui, on the same store and keys
     return app

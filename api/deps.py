@@ -45,6 +45,7 @@ class Caller:
 
     tenant: str | None  # None: keys are off (api_require_keys false): one open tenant
     admin: bool
+    name: str = "anonymous"  # the key's name: who a review was given by
 
     def may_read(self, owner: str | None) -> bool:
         return self.admin or owner == self.tenant
@@ -97,7 +98,7 @@ def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Ca
             f"over {config.api.rate_per_s:g} requests/s for this key (api_rate_per_s)",
             wait,
         )
-    return Caller(tenant=row.tenant, admin=row.admin)
+    return Caller(tenant=row.tenant, admin=row.admin, name=row.name)
 
 
 CallerDep = Annotated[Caller, Depends(require_key)]

@@ -4,6 +4,9 @@ Routes raise ``ApiError`` (or let the domain's ``NotFound`` / ``IdempotencyConfl
 through); the handlers here turn those, FastAPI's validation errors and Starlette's own
 HTTP errors into that shape, and count refusals (4xx) by code. An error nobody expected
 is answered 500 in the same shape (its traceback goes to the log, never to the client).
+
+Under /ui (the review pages, ``api.ui``) the same error is a page for a person: the
+app's ``error_page`` renders it, with the same status.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from api.metrics import REFUSED
-from common.errors import IdempotencyConflict, InvalidInput, NotFound
+from common.errors import IdempotencyConflict, ImageError, InvalidInput, NotFound
 from common.limits import OverLimit
+from common.store.reviews import NotReviewable
 
 
 class ApiError(Exception):
@@ -38,40 +42,62 @@ def install_handlers(app: FastAPI) -> None:
     """Answer every error in the one shape."""
 
     @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.error, exc.detail, exc.status, exc.headers)
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        return answer(request, exc.error, exc.detail, exc.status, exc.headers)
 
     @app.exception_handler(NotFound)
-    async def not_found(_: Request, exc: NotFound) -> JSONResponse:
-        return error_response(exc.code, exc.message, 404)
+    async def not_found(request: Request, exc: NotFound) -> Response:
+        return answer(request, exc.code, exc.message, 404)
 
     @app.exception_handler(IdempotencyConflict)
-    async def conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
-        return error_response(exc.code, exc.message, 409)
+    async def conflict(request: Request, exc: IdempotencyConflict) -> Response:
+        return answer(request, exc.code, exc.message, 409)
+
+    @app.exception_handler(NotReviewable)
+    async def not_reviewable(request: Request, exc: NotReviewable) -> Response:
+        return answer(request, exc.code, exc.message, 409)
 
     @app.exception_handler(OverLimit)
-    async def over_limit(_: Request, exc: OverLimit) -> JSONResponse:
-        return error_response(exc.setting, exc.message, 413)
+    async def over_limit(request: Request, exc: OverLimit) -> Response:
+        return answer(request, exc.setting, exc.message, 413)
 
     @app.exception_handler(InvalidInput)
-    async def invalid_input(_: Request, exc: InvalidInput) -> JSONResponse:
-        return error_response(exc.code, exc.message, 422)
+    async def invalid_input(request: Request, exc: InvalidInput) -> Response:
+        return answer(request, exc.code, exc.message, 422)
+
+    @app.exception_handler(ImageError)
+    async def image_error(request: Request, exc: ImageError) -> Response:
+        # an image the store points at that cannot be read now (moved, corrupt)
+        return answer(request, exc.code or "image_unreadable", exc.message, 422)
 
     @app.exception_handler(Exception)
-    async def internal(_: Request, exc: Exception) -> JSONResponse:
+    async def internal(request: Request, exc: Exception) -> Response:
         # Starlette logs the traceback; the client gets the one shape, never a trace
-        return error_response("internal_error", "the server failed on this request", 500)
+        return answer(request, "internal_error", "the server failed on this request", 500)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response("invalid_request", summary(exc.errors()), 422)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        return answer(request, "invalid_request", summary(exc.errors()), 422)
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> Response:
         names = {404: "not_found", 405: "method_not_allowed"}
-        return error_response(
-            names.get(exc.status_code, "http_error"), str(exc.detail), exc.status_code
+        return answer(
+            request, names.get(exc.status_code, "http_error"), str(exc.detail), exc.status_code
         )
+
+
+def answer(
+    request: Request, error: str, detail: str, status: int, headers: dict[str, str] | None = None
+) -> Response:
+    """The error in the one shape, or, for a page under /ui, as a page."""
+    page = getattr(request.app.state, "error_page", None)
+    if page is not None and request.url.path.startswith("/ui"):
+        if 400 <= status < 500:
+            REFUSED.labels(error).inc()
+        response: Response = page(request, error, detail, status, headers)
+        return response
+    return error_response(error, detail, status, headers)
 
 
 def error_response(

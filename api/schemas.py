@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from common.contracts import AnsweredBy, JobStatus
 from common.store.reads import BatchCounts
-from common.store.tables import Batch, Job
+from common.store.tables import Batch, BatchItem, Job
 
 
 class JobSpec(BaseModel):
@@ -98,6 +98,12 @@ class JobView(BaseModel):
     attempts: int
     timings: Timings
     error: JobError | None
+    reviewed_answer: str | None = Field(None, description="a person's answer, if reviewed")
+    reviewer: str | None = Field(None, description="the reviewing API key's name")
+    reviewed_at: datetime | None = None
+    final_answer: str | None = Field(
+        None, description="the answer to hand on: the reviewed one, else the model's (answer)"
+    )
 
     @classmethod
     def of(cls, job: Job) -> JobView:
@@ -130,6 +136,10 @@ class JobView(BaseModel):
                 finished_at=job.finished_at,
             ),
             error=JobError(code=job.error_code, message=job.error_message) if failed else None,
+            reviewed_answer=job.reviewed_answer,
+            reviewer=job.reviewer,
+            reviewed_at=job.reviewed_at,
+            final_answer=job.given_answer,
         )
 
 
@@ -171,3 +181,59 @@ class BatchView(BaseModel):
             alpha=counts.alpha,
             audit=audit,
         )
+
+
+class RowView(BaseModel):
+    """A row of a batch's results listing: its job's answer, who gave it, how sure the gate
+    was, and what is known of it (expected answer, audit, review)."""
+
+    id: str = Field(description="the row's id: the request's, the manifest's or the file's")
+    position: int
+    job_id: str
+    question: str
+    options: list[str] | None
+    status: str
+    answer: str | None = Field(description="the model's answer")
+    answered_by: str | None
+    confidence: float | None = Field(description="the gate's, on the small model's answer")
+    threshold: float | None = Field(description="the gate's tau for that answer")
+    error_code: str | None
+    expected: str | None
+    correct: bool | None = Field(description="the model's answer against expected")
+    audit_agrees: bool | None
+    reviewed_answer: str | None
+    reviewer: str | None
+    reviewed_at: datetime | None
+    final_answer: str | None = Field(description="the reviewed answer, else the model's")
+    why: str | None = Field(
+        None, description="in a review queue: audit_disagrees, near_threshold or failed"
+    )
+
+    @classmethod
+    def of(cls, item: BatchItem, job: Job, correct: bool | None, why: str | None = None) -> RowView:
+        return cls(
+            id=item.item_id,
+            position=item.position,
+            job_id=job.id,
+            question=job.question,
+            options=job.options,
+            status=job.status,
+            answer=job.final_answer,
+            answered_by=job.answered_by,
+            confidence=job.confidence,
+            threshold=(job.gate or {}).get("threshold"),
+            error_code=job.error_code,
+            expected=item.expected,
+            correct=correct,
+            audit_agrees=job.audit_agrees,
+            reviewed_answer=job.reviewed_answer,
+            reviewer=job.reviewer,
+            reviewed_at=job.reviewed_at,
+            final_answer=job.given_answer,
+            why=why,
+        )
+
+
+class RowsPage(BaseModel):
+    data: list[RowView]
+    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")

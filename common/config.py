@@ -547,6 +547,15 @@ class ApiSettings(Group):
         "more wait their turn. An image over it alone is decoded alone.",
         ge=1,
     )
+    session_hours: float = setting(
+        12.0, "How long a sign-in to the review pages (/ui) lasts.", gt=0.0
+    )
+    session_secret: SecretStr | None = setting(
+        None,
+        "Signs the review pages' session cookies (never printed). Unset: a new one at each "
+        "start, which signs everyone out when the server restarts; set it where several "
+        "server processes share the sign-ins.",
+    )
 
     @field_validator("upload_dir")
     @classmethod

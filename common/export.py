@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,10 @@ SCHEMA = pa.schema(
         ("correct", pa.bool_()),
         ("audit_answer", pa.string()),  # the online audit (common.audit), if audited
         ("audit_agrees", pa.bool_()),
+        ("reviewed_answer", pa.string()),  # a person's review (common.store.reviews), if any
+        ("reviewer", pa.string()),  # the reviewing API key's name
+        ("reviewed_at", pa.string()),  # ISO 8601, UTC
+        ("final_answer", pa.string()),  # the reviewed answer, else the model's (answer)
     ]
 )
 PARQUET_ROWS_PER_GROUP = 10_000  # rows held in memory at once while writing Parquet
@@ -60,7 +65,8 @@ PARQUET_ROWS_PER_GROUP = 10_000  # rows held in memory at once while writing Par
 
 def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
     """One exported row (``SCHEMA``'s columns): what was asked, what was answered, by
-    whom and how sure."""
+    whom and how sure, and a person's review of it. ``answer`` stays the model's;
+    ``final_answer`` is the one to hand on."""
     return {
         "id": item.item_id,
         "position": item.position,
@@ -87,7 +93,18 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         else is_correct(job.final_answer, item.expected, job.options),
         "audit_answer": job.audit_answer,
         "audit_agrees": job.audit_agrees,
+        "reviewed_answer": job.reviewed_answer,
+        "reviewer": job.reviewer,
+        "reviewed_at": _utc(job.reviewed_at),
+        "final_answer": job.given_answer,
     }
+
+
+def _utc(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC (SQLite hands a stored time back without its zone: it was UTC)."""
+    if moment is None:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
 def batch_rows(

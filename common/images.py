@@ -26,7 +26,7 @@ import math
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,3 +231,44 @@ def load_image(path: str | Path, limits: ImageSettings | None = None) -> tuple[I
     limits = limits or ImageSettings()
     data = read_image_bytes(path, limits)
     return decode_image(data, limits), content_hash(data)
+
+
+# Formats a preview is written back in (the decoded file's own); anything else as PNG.
+_PREVIEW_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}
+
+
+def render_image(
+    path: str | Path,
+    limits: ImageSettings,
+    *,
+    max_side: int | None = None,
+    box: Sequence[int] | None = None,
+) -> tuple[bytes, str]:
+    """An image file as a person is shown it: decoded as the models saw it (validated,
+    first frame, EXIF-rotated), cut to ``box`` ([x1, y1, x2, y2] in those pixels) and
+    scaled to fit ``max_side``; encoded in its own format where that is JPEG, PNG or
+    WebP, else PNG. Returns (bytes, media type). Nothing of the file passes unparsed."""
+    data = read_image_bytes(path, limits)
+    with Image.open(io.BytesIO(data)) as probe:
+        source_format = probe.format or ""
+    image = decode_image(data, limits)
+    if box is not None:
+        x1, y1, x2, y2 = (int(value) for value in box)
+        x1, x2 = sorted((max(0, min(x1, image.width)), max(0, min(x2, image.width))))
+        y1, y2 = sorted((max(0, min(y1, image.height)), max(0, min(y2, image.height))))
+        image = image.crop((x1, y1, max(x2, x1 + 1), max(y2, y1 + 1)))
+    if max_side is not None and max(image.size) > max_side:
+        image.thumbnail((max_side, max_side))
+    out_format = source_format if source_format in _PREVIEW_FORMATS else "PNG"
+    buffer = io.BytesIO()
+    image.save(buffer, format=out_format, **({"quality": 90} if out_format == "JPEG" else {}))
+    return buffer.getvalue(), _PREVIEW_FORMATS[out_format]
+
+
+def image_size(path: str | Path) -> tuple[int, int]:
+    """(width, height) of an image file as the models see it: from its header, swapped
+    where its EXIF orientation turns it a quarter."""
+    with Image.open(path) as image:
+        width, height = image.size
+        orientation = image.getexif().get(0x0112, 1)  # EXIF Orientation
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)

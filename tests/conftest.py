@@ -13,8 +13,8 @@ Every test is of one kind, a marker (``pytest -m unit``, ``make test-fast``):
 - ``browser``: drives a real browser.
 
 A test marked ``faults`` or ``browser`` is that; otherwise the fixtures it uses decide
-(a PostgreSQL database, Redis, a sandbox: integration), and a test that starts
-processes of its own says so with ``integration``.
+(the browser, or a page in it: browser; a PostgreSQL database, Redis, a sandbox:
+integration), and a test that starts processes of its own says so with ``integration``.
 
 Tests that start code sandboxes (``sandbox``: the folder ``tests/common/sandbox`` and
 every Thyme run) check that nothing is left on the whole machine (no process of the
@@ -57,6 +57,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _kind_from_fixtures(item: pytest.Item) -> pytest.MarkDecorator:
     fixtures = set(getattr(item, "fixturenames", ()))
+    if "browser" in fixtures:  # page takes it: a test that takes a page is here too
+        return pytest.mark.browser
     callspec = getattr(item, "callspec", None)
     on_postgres = callspec is not None and callspec.params.get("database_url") == "postgresql"
     if fixtures & SERVICE_FIXTURES or on_postgres or item.get_closest_marker("sandbox"):
@@ -186,3 +188,32 @@ def broker_env(redis_client, postgres_url: str) -> Iterator[dict[str, str]]:
     keys = list(redis_client.scan_iter(match=f"{prefix}*", count=1000))
     if keys:
         redis_client.delete(*keys)
+
+
+# -- the browser -----------------------------------------------------------------------
+# Tests marked browser drive Debian's Chromium through Playwright (tests/helpers/browser):
+# one browser per test module (a launch is a fraction of a second), a context and page of
+# their own per test. They skip without chromium, saying how to install it (CI fails).
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from tests.helpers.browser import launched_chromium
+
+    with launched_chromium() as browser:
+        yield browser
+
+
+@pytest.fixture
+def page_errors() -> list[str]:
+    """What the ``page`` fixture's page reported as errors, in order: console errors (a
+    CSP violation, a failed load, console.error) and uncaught exceptions."""
+    return []
+
+
+@pytest.fixture
+def page(browser, page_errors: list[str]):
+    from tests.helpers.browser import watched_page
+
+    with watched_page(browser, page_errors) as page:
+        yield page

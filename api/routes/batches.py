@@ -1,4 +1,5 @@
-"""``/v1/batches``: submit many jobs at once, follow the batch, stream its results."""
+"""``/v1/batches``: submit many jobs at once, follow the batch, stream its results, list
+them filtered a page at a time, and read its review queue."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import json
 import uuid
 from collections.abc import Iterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from sqlalchemy.orm import Session
 
-from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
+from api.browse import owned_batch, result_filter
+from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import (
     JSONL_TYPES,
     check_in_flight,
@@ -21,14 +22,14 @@ from api.intake import (
     unsent,
 )
 from api.metrics import SUBMITTED
-from api.schemas import BatchSubmitted, BatchView, ItemRefused, JobSpec
+from api.schemas import BatchSubmitted, BatchView, ItemRefused, JobSpec, RowsPage, RowView
 from common.audit import figures
 from common.dispatch import send_waiting
-from common.errors import NotFound
+from common.errors import InvalidInput
 from common.export import result_row
 from common.logs import job_failed
-from common.store import reads, submission
-from common.store.tables import Batch
+from common.store import reads, reviews, submission
+from common.store.browse import PAGE_ROWS, BadCursor, results_page
 
 router = APIRouter(prefix="/batches", tags=["batches"])
 
@@ -116,7 +117,7 @@ def get_batch(
     batch_id: uuid.UUID, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep
 ) -> BatchView:
     with sessions() as session:
-        batch = _batch_or_404(session, batch_id, caller)
+        batch = owned_batch(session, batch_id.hex, caller)
         audit = {**figures(session, settings, batch.id).as_dict(), "alarm": batch.audit_alarm}
         return BatchView.of(batch, reads.batch_counts(session, batch.id), audit)
 
@@ -126,7 +127,7 @@ def get_results(
     batch_id: uuid.UUID, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep
 ) -> StreamingResponse:
     with sessions() as session:
-        found = _batch_or_404(session, batch_id, caller).id
+        found = owned_batch(session, batch_id.hex, caller).id
 
     uploads = settings.api.upload_dir.resolve()
 
@@ -139,8 +140,47 @@ def get_results(
     return StreamingResponse(rows(), media_type="application/x-ndjson")
 
 
-def _batch_or_404(session: Session, batch_id: uuid.UUID, caller: Caller) -> Batch:
-    batch = reads.get_batch(session, batch_id.hex)
-    if batch is None or not caller.may_read(batch.tenant):
-        raise NotFound(f"no batch {batch_id.hex}", code="batch_not_found")
-    return batch
+@router.get(
+    "/{batch_id}/rows",
+    response_model=RowsPage,
+    summary="A page of the batch's results, filtered (who, status, reason, wrong, disagree, "
+    "conf_min, conf_max, reviewed, q) and sorted (sort=position|confidence|-confidence); "
+    "next_cursor goes back as ?after=",
+)
+def get_rows(
+    batch_id: uuid.UUID,
+    request: Request,
+    caller: CallerDep,
+    sessions: SessionsDep,
+    after: str | None = None,
+    limit: int = Query(PAGE_ROWS, ge=1, le=500),
+) -> RowsPage:
+    params = {k: v for k, v in request.query_params.items() if k not in ("after", "limit")}
+    wanted = result_filter(params)
+    with sessions() as session:
+        batch = owned_batch(session, batch_id.hex, caller)
+        try:
+            page = results_page(session, batch.id, wanted, after=after, limit=limit)
+        except BadCursor as exc:
+            raise InvalidInput(str(exc), code="bad_cursor") from None
+        rows = [RowView.of(row.item, row.job, row.correct) for row in page.rows]
+        return RowsPage(data=rows, next_cursor=page.next_cursor)
+
+
+@router.get(
+    "/{batch_id}/review-queue",
+    response_model=RowsPage,
+    summary="The batch's unreviewed answers most worth a look: audit disagreements, then "
+    "accepted answers closest to tau, then failures",
+)
+def get_review_queue(
+    batch_id: uuid.UUID,
+    caller: CallerDep,
+    sessions: SessionsDep,
+    limit: int = Query(PAGE_ROWS, ge=1, le=500),
+) -> RowsPage:
+    with sessions() as session:
+        batch = owned_batch(session, batch_id.hex, caller)
+        entries = reviews.review_queue(session, batch.id, limit=limit)
+        rows = [RowView.of(e.item, e.job, e.correct, e.why) for e in entries]
+        return RowsPage(data=rows, next_cursor=None)

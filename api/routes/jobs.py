@@ -1,22 +1,21 @@
-"""``/v1/jobs``: submit one job, read it back, read its agent trajectory."""
+"""``/v1/jobs``: submit one job, read it back, read its agent trajectory, see its image
+(and an agent's zooms), review its answer."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.orm import Session
 
-from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
+from api.browse import ReviewSpec, image_response, owned_job, review
+from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import check_in_flight, new_item, parse_id, read_job, unsent
 from api.metrics import SUBMITTED
 from api.schemas import JobSpec, JobSubmitted, JobView
 from common.contracts import JobStatus
-from common.errors import NotFound
-from common.store import reads, submission
-from common.store.tables import Job
+from common.store import submission
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -85,19 +84,66 @@ async def submit_job(
 @router.get("/{job_id}", response_model=JobView, summary="A job: status, answer, timings")
 def get_job(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> JobView:
     with sessions() as session:
-        return JobView.of(_job_or_404(session, job_id, caller))
+        return JobView.of(owned_job(session, job_id.hex, caller))
 
 
 @router.get("/{job_id}/trace", summary="A job's agent trajectory (null if none)")
 def get_trace(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> dict[str, Any]:
     with sessions() as session:
-        job = _job_or_404(session, job_id, caller)
+        job = owned_job(session, job_id.hex, caller)
         return {"id": job.id, "status": job.status, "trajectory": job.trajectory}
 
 
-def _job_or_404(session: Session, job_id: uuid.UUID, caller: Caller) -> Job:
-    """The job, if the caller may read it; another tenant's is as absent as a missing one."""
-    job = reads.get_job(session, job_id.hex)
-    if job is None or not caller.may_read(job.tenant):
-        raise NotFound(f"no job {job_id.hex}", code="job_not_found")
-    return job
+IMAGE_TYPES: dict[str, Any] = {"content": {"image/jpeg": {}, "image/png": {}, "image/webp": {}}}
+
+
+@router.get(
+    "/{job_id}/image",
+    response_class=Response,
+    responses={200: IMAGE_TYPES},
+    summary="The job's image as the models saw it (EXIF-rotated), scaled to max_side",
+)
+def get_image(
+    job_id: uuid.UUID,
+    caller: CallerDep,
+    settings: SettingsDep,
+    sessions: SessionsDep,
+    max_side: int | None = Query(None, ge=16, description="scale to fit this many pixels"),
+) -> Response:
+    with sessions() as session:
+        job = owned_job(session, job_id.hex, caller)
+    return image_response(job, settings, max_side=max_side)
+
+
+@router.get(
+    "/{job_id}/steps/{step}/crop",
+    response_class=Response,
+    responses={200: IMAGE_TYPES},
+    summary="What an agent's zoom at this step cut from the image (DeepEyes)",
+)
+def get_crop(
+    job_id: uuid.UUID,
+    step: int,
+    caller: CallerDep,
+    settings: SettingsDep,
+    sessions: SessionsDep,
+    max_side: int | None = Query(None, ge=16),
+) -> Response:
+    with sessions() as session:
+        job = owned_job(session, job_id.hex, caller)
+    return image_response(job, settings, max_side=max_side, step=step)
+
+
+@router.post(
+    "/{job_id}/review",
+    response_model=JobView,
+    summary="Confirm or correct a finished job's answer (kept beside the model's, with "
+    "the key's name and the time); again replaces the earlier review",
+)
+def review_job(
+    job_id: uuid.UUID, spec: ReviewSpec, caller: CallerDep, sessions: SessionsDep
+) -> JobView:
+    with sessions.begin() as session:
+        job = review(session, owned_job(session, job_id.hex, caller), spec, caller)
+        session.flush()
+        return JobView.of(job)

@@ -8,6 +8,9 @@
 - ``batch_items``: a batch's rows in order (a manifest line, a file of a folder), each
   pointing at its job. Two rows asking the same thing share one job.
 
+A person's review of an answer is kept on the job, beside the model's answer: the
+answer a job gives is the reviewed one where there is one (``Job.given_answer``).
+
 Statuses, stages, reasons and who answered are the enums of ``common.contracts`` (where
 a job's life is drawn); the columns hold their string values. ``stage`` says which stage
 a running job belongs to, so an interrupted one goes back to ``queued`` or ``deferred``.
@@ -83,12 +86,21 @@ class Job(Base):
     audit_agrees: Mapped[bool | None]
     audit_error: Mapped[str | None] = mapped_column(Text)
     audited_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # a person's review (common.store.reviews): kept beside the model's answer, never over it
+    reviewed_answer: Mapped[str | None] = mapped_column(Text)
+    reviewer: Mapped[str | None] = mapped_column(String(200))  # the reviewing key's name
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     fast_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     gated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     agent_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    @property
+    def given_answer(self) -> str | None:
+        """The answer this job gives: a reviewer's, where there is one, else the model's."""
+        return self.reviewed_answer if self.reviewed_at is not None else self.final_answer
 
 
 class BatchItem(Base):

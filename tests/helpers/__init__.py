@@ -13,5 +13,6 @@
 - ``benchmarks``: benchmark files in their publishers' formats, small;
 - ``sandbox``: the code sandbox's test limits, leftover checks and hostile runs;
 - ``hostile_programs``: the corpus of hostile programs, by class of attack;
-- ``thyme_steps``: what a scripted Thyme model writes.
+- ``thyme_steps``: what a scripted Thyme model writes;
+- ``browser``: a headless Chromium through Playwright, and the errors its pages report.
 """

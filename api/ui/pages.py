@@ -1,0 +1,380 @@
+"""The review pages' routes: sign-in, batches, a batch, its results, a job, the review
+queue. Each reads through ``api.browse`` and the store's read models, as /v1 does."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Form, Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+from sqlalchemy import func, select
+
+from api.browse import (
+    PREVIEW_SIDE,
+    THUMBNAIL_SIDE,
+    ReviewSpec,
+    image_response,
+    owned_batch,
+    owned_job,
+    result_filter,
+    review,
+)
+from api.deps import Limiters, SessionsDep, SettingsDep
+from api.errors import ApiError
+from api.intake import public_path
+from api.ui import views
+from api.ui.render import render
+from api.ui.session import (
+    Signer,
+    UiSession,
+    check_csrf,
+    check_signin_token,
+    current_session,
+    end_session,
+    remember_signin,
+    signin_nonce,
+    start_session,
+)
+from common.audit import figures
+from common.errors import InvalidInput
+from common.export import result_row
+from common.images import image_size
+from common.store import reads, reviews
+from common.store.browse import BadCursor, overview, results_page
+from common.store.keys import check_key
+from common.store.tables import BatchItem, Job
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def signer(request: Request) -> Signer:
+    value: Signer = request.app.state.signer
+    return value
+
+
+def ui_session(request: Request, sessions: SessionsDep, settings: SettingsDep) -> UiSession:
+    """The signed-in browser, or a redirect to the sign-in page (``api.ui.error_page``)."""
+    with sessions() as session:
+        found = current_session(request, session, signer(request), settings)
+    if found is None:
+        raise ApiError(401, "signin_required", "sign in with an API key first")
+    return found
+
+
+UiDep = Annotated[UiSession, Depends(ui_session)]
+
+
+def page(html: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+@router.get("")
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/ui/batches", status_code=303)
+
+
+@router.get("/signin")
+def signin_form(request: Request, settings: SettingsDep, next: str = "/ui/batches") -> Response:
+    return _signin_page(request, settings, next)
+
+
+@router.post("/signin")
+def signin(
+    request: Request,
+    settings: SettingsDep,
+    sessions: SessionsDep,
+    key: Annotated[str, Form()] = "",
+    csrf: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/ui/batches",
+) -> Response:
+    """A session for a live key; a wrong one is counted as the API counts it."""
+    check_signin_token(request, signer(request), csrf)
+    limiters: Limiters = request.app.state.limiters
+    address = request.client.host if request.client else "unknown"
+    if limiters.auth_failures.wait_s(address):
+        raise ApiError(429, "auth_failures", "too many failed sign-ins from here: wait a minute")
+    with sessions() as session:
+        row = check_key(session, key.strip()) if key.strip() else None
+    if row is None and settings.api.require_keys:
+        limiters.auth_failures.take(address)
+        return _signin_page(request, settings, next, failed="unknown or revoked API key")
+    response = RedirectResponse(_local(next), status_code=303)
+    start_session(response, request, signer(request), row)
+    return response
+
+
+def _signin_page(request: Request, settings: Any, next: str, failed: str | None = None) -> Response:
+    nonce = signin_nonce(request)
+    html = render(
+        "signin.html",
+        request,
+        None,
+        token=signer(request).mac("signin", nonce),
+        next=_local(next),
+        keys_off=not settings.api.require_keys,
+        failed=failed,
+    )
+    response = page(html, 401 if failed else 200)
+    remember_signin(response, request, nonce)
+    return response
+
+
+@router.post("/signout")
+def signout(ui: UiDep, csrf: Annotated[str, Form()] = "") -> Response:
+    check_csrf(ui, csrf)
+    response = RedirectResponse("/ui/signin", status_code=303)
+    end_session(response)
+    return response
+
+
+@router.get("/batches")
+def batches(request: Request, ui: UiDep, sessions: SessionsDep) -> Response:
+    tenant = None if ui.caller.admin else ui.caller.tenant
+    with sessions() as session:
+        lines = []
+        for line in reads.list_batches(session, tenant=tenant, limit=100):
+            counts = reads.batch_counts(session, line.batch.id)
+            found = overview(session, line.batch.id)
+            lines.append(
+                {
+                    "line": line,
+                    "counts": counts,
+                    "pace": _pace(session, line.batch.id),
+                    "accuracy": found.correct / found.scored if found.scored else None,
+                }
+            )
+        return page(render("batches.html", request, ui, lines=lines))
+
+
+@router.get("/batches/{batch_id}")
+def batch_page(
+    batch_id: str, request: Request, ui: UiDep, sessions: SessionsDep, settings: SettingsDep
+) -> Response:
+    with sessions() as session:
+        batch = owned_batch(session, batch_id, ui.caller)
+        context = _progress(session, batch, settings)
+        found = overview(session, batch.id)
+        grid = _grid(session, batch, {}, None)
+        html = render(
+            "batch.html",
+            request,
+            ui,
+            overview=found,
+            bars=views.histogram_bars(found.histogram),
+            tau_x=views.threshold_x(found.histogram.threshold),
+            chart=(views.CHART_W, views.CHART_H),
+            **context,
+            **grid,
+        )
+        return page(html)
+
+
+@router.get("/batches/{batch_id}/progress")
+def batch_progress(
+    batch_id: str, request: Request, ui: UiDep, sessions: SessionsDep, settings: SettingsDep
+) -> Response:
+    """The batch page's live part, fetched again while the batch runs."""
+    with sessions() as session:
+        batch = owned_batch(session, batch_id, ui.caller)
+        html = render("progress.html", request, ui, **_progress(session, batch, settings))
+        return page(html)
+
+
+@router.get("/batches/{batch_id}/results")
+def batch_results(
+    batch_id: str, request: Request, ui: UiDep, sessions: SessionsDep, after: str | None = None
+) -> Response:
+    with sessions() as session:
+        batch = owned_batch(session, batch_id, ui.caller)
+        grid = _grid(session, batch, dict(request.query_params), after)
+        return page(render("results.html", request, ui, batch=batch, **grid))
+
+
+@router.get("/batches/{batch_id}/export.jsonl")
+def batch_export(
+    batch_id: str, ui: UiDep, sessions: SessionsDep, settings: SettingsDep
+) -> StreamingResponse:
+    """The batch's rows as ``speceyes export`` writes them (reviews included)."""
+    with sessions() as session:
+        batch = owned_batch(session, batch_id, ui.caller)
+    uploads = settings.api.upload_dir.resolve()
+
+    def rows() -> Iterator[bytes]:
+        with sessions() as session:
+            for item, job in reads.batch_results(session, batch.id):
+                row = {**result_row(item, job), "image": public_path(job.image_path, uploads)}
+                yield (json.dumps(row, ensure_ascii=False) + "\n").encode()
+
+    filename = f"batch-{batch.id}.jsonl"
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    return StreamingResponse(rows(), media_type="application/x-ndjson", headers=headers)
+
+
+@router.get("/batches/{batch_id}/review")
+def review_queue(
+    batch_id: str, request: Request, ui: UiDep, sessions: SessionsDep, limit: int = 20
+) -> Response:
+    with sessions() as session:
+        batch = owned_batch(session, batch_id, ui.caller)
+        entries = reviews.review_queue(session, batch.id, limit=max(1, min(limit, 100)))
+        return page(render("review.html", request, ui, batch=batch, entries=entries))
+
+
+@router.get("/jobs/{job_id}")
+def job_page(
+    job_id: str,
+    request: Request,
+    ui: UiDep,
+    sessions: SessionsDep,
+    settings: SettingsDep,
+    batch: str | None = None,
+) -> Response:
+    with sessions() as session:
+        job = owned_job(session, job_id, ui.caller)
+        item = _item_of(session, job, batch)
+        size = _size(job)
+        html = render(
+            "job.html",
+            request,
+            ui,
+            job=job,
+            item=item,
+            size=size,
+            preview_side=PREVIEW_SIDE,
+            steps=(job.trajectory or {}).get("steps") or [],
+            zooms=views.zooms(job),
+            produced=views.produced_images,
+            tokens=views.token_bars(job),
+            threshold=(job.gate or {}).get("threshold"),
+            phases=views.phases(job),
+            verdicts=views.verdicts(item, job),
+            letters=[chr(ord("A") + index) for index in range(len(job.options or []))],
+        )
+        return page(html)
+
+
+@router.get("/jobs/{job_id}/image")
+def job_image(
+    job_id: str,
+    ui: UiDep,
+    sessions: SessionsDep,
+    settings: SettingsDep,
+    max_side: int | None = Query(None, ge=16),
+) -> Response:
+    with sessions() as session:
+        job = owned_job(session, job_id, ui.caller)
+    return image_response(job, settings, max_side=max_side)
+
+
+@router.get("/jobs/{job_id}/steps/{step}/crop")
+def job_crop(
+    job_id: str, step: int, ui: UiDep, sessions: SessionsDep, settings: SettingsDep
+) -> Response:
+    with sessions() as session:
+        job = owned_job(session, job_id, ui.caller)
+    return image_response(job, settings, max_side=PREVIEW_SIDE // 2, step=step)
+
+
+@router.post("/jobs/{job_id}/review")
+def job_review(
+    job_id: str,
+    request: Request,
+    ui: UiDep,
+    sessions: SessionsDep,
+    answer: Annotated[str, Form()] = "",
+    pick: Annotated[str, Form()] = "",
+    csrf: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "",
+) -> Response:
+    """Record a review (a picked option wins over the text); a form goes on to ``next``
+    (else the job), a script gets JSON."""
+    check_csrf(ui, csrf)
+    spec = ReviewSpec(answer=pick or answer)
+    with sessions.begin() as session:
+        job = review(session, owned_job(session, job_id, ui.caller), spec, ui.caller)
+        final = job.given_answer
+    if "application/json" in request.headers.get("accept", ""):
+        return Response(
+            json.dumps({"job_id": job_id, "final_answer": final, "reviewer": ui.caller.name}),
+            media_type="application/json",
+        )
+    return RedirectResponse(_local(next or f"/ui/jobs/{job_id}"), status_code=303)
+
+
+def _progress(session: Any, batch: Any, settings: Any) -> dict[str, Any]:
+    counts = reads.batch_counts(session, batch.id)
+    audit = figures(session, settings, batch.id)
+    return {
+        "batch": batch,
+        "counts": counts,
+        "funnel": views.funnel(counts),
+        "pace": _pace(session, batch.id),
+        "audit": audit,
+        "running": counts.finished < counts.jobs,
+    }
+
+
+def _grid(session: Any, batch: Any, params: dict[str, str], after: str | None) -> dict[str, Any]:
+    filters = {k: v for k, v in params.items() if k not in ("after",) and v}
+    wanted = result_filter(filters)
+    try:
+        found = results_page(session, batch.id, wanted, after=after)
+    except BadCursor as exc:
+        raise InvalidInput(str(exc), code="bad_cursor") from None
+    next_url = None
+    if found.next_cursor:
+        next_url = f"/ui/batches/{batch.id}/results?" + urlencode(
+            {**filters, "after": found.next_cursor}
+        )
+    reasons = sorted(reads.batch_counts(session, batch.id).failures)
+    return {
+        "rows": found.rows,
+        "filters": filters,
+        "next_url": next_url,
+        "reasons": reasons,
+        "thumb_side": THUMBNAIL_SIDE,
+    }
+
+
+def _pace(session: Any, batch_id: str) -> float | None:
+    """Finished jobs a second, from the first job's start to the last one's end."""
+    jobs = select(BatchItem.job_id).where(BatchItem.batch_id == batch_id)
+    first, last, finished = session.execute(
+        select(
+            func.min(Job.fast_started_at), func.max(Job.finished_at), func.count(Job.finished_at)
+        ).where(Job.id.in_(jobs))
+    ).one()
+    seconds = (last - first).total_seconds() if first and last else 0.0
+    return finished / seconds if seconds > 0 else None
+
+
+def _item_of(session: Any, job: Job, batch_id: str | None) -> BatchItem | None:
+    """The row of ``batch_id`` that asked this job (else the job's first row)."""
+    query = select(BatchItem).where(BatchItem.job_id == job.id)
+    if batch_id:
+        with contextlib.suppress(ValueError):
+            query = query.where(BatchItem.batch_id == uuid.UUID(batch_id).hex)
+    row: BatchItem | None = session.scalars(query.order_by(BatchItem.position).limit(1)).first()
+    return row
+
+
+def _size(job: Job) -> tuple[int, int] | None:
+    if not job.image_path:
+        return None
+    try:
+        return image_size(job.image_path)
+    except OSError:
+        return None
+
+
+def _local(target: str) -> str:
+    """Only a path of these pages: never another site (an open redirect)."""
+    if target.startswith("/ui") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/ui/batches"

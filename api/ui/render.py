@@ -1,0 +1,51 @@
+"""The pages' templates (Jinja2, every value escaped unless a template says otherwise,
+which none does) and the filters they format numbers with."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import Request
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from api.ui.session import UiSession
+
+
+def _percent(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def _when(value: datetime | None) -> str:
+    return "–" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+ENVIRONMENT = Environment(
+    loader=PackageLoader("api.ui", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,  # a name a template misspells fails its test, not silently
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENVIRONMENT.filters.update(percent=_percent, number=_number, seconds=_seconds, when=_when)
+
+
+def render(name: str, request: Request, ui: UiSession | None, **context: Any) -> str:
+    """The page ``name`` for the signed-in ``ui`` (None: signed out)."""
+    return ENVIRONMENT.get_template(name).render(
+        request=request,
+        ui=ui,
+        csrf=ui.csrf if ui else "",
+        who=ui.caller.name if ui else None,
+        **context,
+    )

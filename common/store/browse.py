@@ -1,0 +1,315 @@
+"""What the review pages (and their /v1 twins) read: a batch's results, filtered and
+paged, and the overview of a batch (accuracy per split, the gate's confidences, time per
+stage).
+
+Results are paged by cursor, never by offset: a page is "the next ``limit`` rows after
+this one" in the listing's order (the batch's row order, or confidence then row), so
+page 2,000 of a 100,000-row batch costs what page 1 does. Filters the database can judge
+are SQL; "wrong against the expected answer" needs the scoring rules
+(``common.scoring``), so those rows are fetched in chunks and judged here until the page
+is full.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, func, not_, or_, select
+from sqlalchemy.orm import Session, defer
+
+from common.contracts import AnsweredBy, JobStatus
+from common.scoring import is_correct
+from common.store.analytics import SplitScore, batch_scores, stage_busy
+from common.store.tables import BatchItem, Job
+
+PAGE_ROWS = 50
+CHUNK_ROWS = 500  # rows fetched at once while a filter only Python can judge fills a page
+SORTS = ("position", "confidence", "-confidence")
+WHO = ("small", "large", "none")
+HISTOGRAM_BINS = 20
+
+
+@dataclass(frozen=True)
+class ResultFilter:
+    """Which of a batch's rows to list, and in what order. Every field is optional."""
+
+    who: str | None = None  # small | large | none (nobody answered)
+    status: str | None = None
+    reason: str | None = None  # a failed job's error code
+    wrong: bool = False  # answered otherwise than the expected answer (or not at all)
+    disagree: bool = False  # the online audit disagreed
+    conf_min: float | None = None  # the gate's confidence in the small model's answer
+    conf_max: float | None = None
+    reviewed: bool | None = None
+    text: str | None = None  # in the question, the answers or the row's id
+    sort: str = "position"  # position | confidence | -confidence
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        """The filters as SQL (all but the scoring half of ``wrong``)."""
+        found: list[ColumnElement[bool]] = []
+        if self.who == "none":
+            found.append(Job.answered_by.is_(None))
+        elif self.who:
+            found.append(Job.answered_by == self.who)
+        if self.status:
+            found.append(Job.status == self.status)
+        if self.reason:
+            found.append(Job.error_code == self.reason)
+        if self.disagree:
+            found.append(Job.audit_agrees.is_(False))
+        if self.conf_min is not None:
+            found.append(Job.confidence >= self.conf_min)
+        if self.conf_max is not None:
+            found.append(Job.confidence <= self.conf_max)
+        if self.reviewed is not None:
+            found.append(
+                Job.reviewed_at.is_not(None) if self.reviewed else Job.reviewed_at.is_(None)
+            )
+        if self.text:
+            pattern = (
+                "%" + self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            )
+            found.append(
+                or_(
+                    *(
+                        column.ilike(pattern, escape="\\")
+                        for column in (
+                            Job.question,
+                            Job.final_answer,
+                            Job.reviewed_answer,
+                            BatchItem.item_id,
+                        )
+                    )
+                )
+            )
+        if self.wrong:  # a finished row with a known answer that is not, word for word, it
+            found.append(BatchItem.expected.is_not(None))
+            found.append(Job.status.in_((JobStatus.DONE, JobStatus.FAILED)))
+            found.append(or_(Job.final_answer.is_(None), Job.final_answer != BatchItem.expected))
+        return found
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    item: BatchItem
+    job: Job
+
+    @property
+    def correct(self) -> bool | None:
+        """The model's answer against the row's expected answer (None: none known)."""
+        if self.item.expected is None:
+            return None
+        return is_correct(self.job.final_answer, self.item.expected, self.job.options)
+
+
+@dataclass(frozen=True)
+class ResultPage:
+    rows: list[ResultRow]
+    next_cursor: str | None  # None: this was the last page
+
+
+def results_page(
+    session: Session,
+    batch_id: str,
+    wanted: ResultFilter,
+    *,
+    after: str | None = None,
+    limit: int = PAGE_ROWS,
+) -> ResultPage:
+    """Up to ``limit`` rows after the cursor ``after`` (from a previous page), and the
+    cursor of the next page."""
+    query = (
+        select(BatchItem, Job)
+        .join(Job, Job.id == BatchItem.job_id)
+        .where(BatchItem.batch_id == batch_id, *wanted.conditions())
+        .options(defer(Job.trajectory), defer(Job.replay), defer(Job.token_scores))
+    )
+    query = _ordered(query, wanted.sort)
+    chunk_rows = CHUNK_ROWS if wanted.wrong else limit + 1
+    rows: list[ResultRow] = []
+    cursor = after
+    while True:
+        chunk = [
+            ResultRow(item, job)
+            for item, job in session.execute(_after(query, wanted.sort, cursor).limit(chunk_rows))
+        ]
+        for row in chunk:
+            if wanted.wrong and row.correct:
+                continue
+            if len(rows) == limit:  # a row beyond the page: there is a next one
+                return ResultPage(rows, _cursor_of(rows[-1], wanted.sort))
+            rows.append(row)
+        if len(chunk) < chunk_rows:
+            return ResultPage(rows, None)
+        cursor = _cursor_of(chunk[-1], wanted.sort)
+
+
+def _ordered(query: Select[BatchItem, Job], sort: str) -> Select[BatchItem, Job]:
+    if sort == "position":
+        return query.order_by(BatchItem.position)
+    confidence = Job.confidence.desc() if sort == "-confidence" else Job.confidence.asc()
+    # rows without a confidence (never speculated) come last, in row order
+    return query.order_by(Job.confidence.is_(None), confidence, BatchItem.position)
+
+
+def _cursor_of(row: ResultRow, sort: str) -> str:
+    """Where a row stands in the listing's order: ``p<position>``, or, sorted by
+    confidence, ``c<confidence>:<position>`` (``n:<position>`` without one)."""
+    if sort == "position":
+        return f"p{row.item.position}"
+    if row.job.confidence is None:
+        return f"n:{row.item.position}"
+    return f"c{row.job.confidence!r}:{row.item.position}"
+
+
+def _after(query: Select[BatchItem, Job], sort: str, cursor: str | None) -> Select[BatchItem, Job]:
+    """The rows after ``cursor`` in the order of ``sort``."""
+    if cursor is None:
+        return query
+    kind, position, confidence = _parse_cursor(cursor, sort)
+    after_position = BatchItem.position > position
+    if kind == "p":
+        return query.where(after_position)
+    no_confidence = Job.confidence.is_(None)
+    if kind == "n":
+        return query.where(no_confidence, after_position)
+    beyond = Job.confidence < confidence if sort == "-confidence" else Job.confidence > confidence
+    same = and_(Job.confidence == confidence, after_position)
+    return query.where(or_(no_confidence, and_(not_(no_confidence), or_(beyond, same))))
+
+
+class BadCursor(ValueError):
+    pass
+
+
+def _parse_cursor(cursor: str, sort: str) -> tuple[str, int, float]:
+    try:
+        if sort == "position" and cursor.startswith("p"):
+            return "p", int(cursor[1:]), 0.0
+        if sort != "position" and cursor.startswith("n:"):
+            return "n", int(cursor[2:]), 0.0
+        if sort != "position" and cursor.startswith("c"):
+            confidence, position = cursor[1:].rsplit(":", 1)
+            value = float(confidence)
+            if math.isfinite(value):
+                return "c", int(position), value
+    except ValueError:
+        pass
+    raise BadCursor(f"cursor {cursor[:40]!r} is not one of this listing's (sorted by {sort})")
+
+
+@dataclass
+class Histogram:
+    """The gate's confidence on the small model's answers, in ``HISTOGRAM_BINS`` equal bins
+    over [0, 1]: accepted and deferred, each split into right, wrong and unknown."""
+
+    threshold: float | None = None
+    bins: dict[str, list[int]] = field(
+        default_factory=lambda: {
+            f"{fate}_{verdict}": [0] * HISTOGRAM_BINS
+            for fate in ("accepted", "deferred")
+            for verdict in ("right", "wrong", "unknown")
+        }
+    )
+
+    def add(self, confidence: float, accepted: bool, right: bool | None) -> None:
+        index = min(HISTOGRAM_BINS - 1, max(0, int(confidence * HISTOGRAM_BINS)))
+        verdict = "unknown" if right is None else ("right" if right else "wrong")
+        self.bins[f"{'accepted' if accepted else 'deferred'}_{verdict}"][index] += 1
+
+    @property
+    def tallest(self) -> int:
+        return max(
+            (sum(series[i] for series in self.bins.values()) for i in range(HISTOGRAM_BINS)),
+            default=0,
+        )
+
+
+def confidence_histogram(session: Session, batch_id: str) -> Histogram:
+    """One pass over the batch's speculated rows (columns only)."""
+    histogram = Histogram()
+    query = (
+        select(
+            Job.confidence,
+            Job.answered_by,
+            Job.small_answer,
+            Job.options,
+            Job.gate,
+            BatchItem.expected,
+        )
+        .join(Job, Job.id == BatchItem.job_id)
+        .where(BatchItem.batch_id == batch_id, Job.confidence.is_not(None))
+    )
+    for confidence, answered_by, small_answer, options, gate, expected in session.execute(
+        query.execution_options(yield_per=2000)
+    ):
+        if histogram.threshold is None and gate:
+            histogram.threshold = gate.get("threshold")
+        right = None if expected is None else is_correct(small_answer, expected, options)
+        histogram.add(confidence, answered_by == AnsweredBy.SMALL, right)
+    return histogram
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The expensive half of a batch's page: computed in one pass each, and kept while the
+    batch does not change (``overview``)."""
+
+    scored: int
+    correct: int
+    splits: list[SplitScore]
+    histogram: Histogram
+    fast_s: float
+    agent_s: float
+    fast_jobs: int
+    agent_jobs: int
+
+
+def overview(session: Session, batch_id: str) -> Overview:
+    """Accuracy per split (both ways), the confidence histogram and time per stage,
+    recomputed only when a job of the batch finished or was reviewed since the last call
+    (in this process)."""
+    version = _version(session, batch_id)
+    cached = _OVERVIEWS.get(batch_id)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    (scored, correct), splits = batch_scores(session, batch_id)
+    busy = stage_busy(session, batch_id)
+    found = Overview(
+        scored,
+        correct,
+        splits,
+        confidence_histogram(session, batch_id),
+        busy.fast_s,
+        busy.agent_s,
+        busy.fast_jobs,
+        busy.agent_jobs,
+    )
+    if len(_OVERVIEWS) >= _OVERVIEWS_KEPT:
+        _OVERVIEWS.pop(next(iter(_OVERVIEWS)))
+    _OVERVIEWS[batch_id] = (version, found)
+    return found
+
+
+_OVERVIEWS: dict[str, tuple[tuple[Any, ...], Overview]] = {}
+_OVERVIEWS_KEPT = 16
+
+
+def _version(session: Session, batch_id: str) -> tuple[Any, ...]:
+    """What changes whenever the overview would: finished jobs, their last finish, review
+    and judge verdict."""
+    jobs = select(BatchItem.job_id).where(BatchItem.batch_id == batch_id)
+    row = session.execute(
+        select(
+            func.count(Job.finished_at),
+            func.max(Job.finished_at),
+            func.count(Job.reviewed_at),
+            func.max(Job.reviewed_at),
+        ).where(Job.id.in_(jobs))
+    ).one()
+    verdicts = session.scalar(
+        select(func.count(BatchItem.judge_verdict)).where(BatchItem.batch_id == batch_id)
+    )
+    return (*tuple(row), verdicts)

@@ -1,0 +1,111 @@
+"""A person's review of an answer, and the queue of answers most worth a look.
+
+A review confirms or corrects a finished job's answer. It is kept beside the model's
+answer, never over it: ``reviewed_answer``, ``reviewer`` (the API key's name) and
+``reviewed_at`` on the job; ``Job.given_answer`` is what the job hands on. Reviewing
+again replaces the earlier review (the model's answer stays as it was).
+
+The review queue of a batch is ordered by what a look is worth:
+
+1. accepted answers the online audit disagreed with (the agent answered otherwise);
+2. the small model's accepted answers, closest to the gate's tau first;
+3. failed jobs (a person can give the answer nobody gave).
+
+Reviewed jobs leave the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from common.contracts import AnsweredBy, JobStatus
+from common.errors import InvalidInput
+from common.store.browse import ResultRow
+from common.store.tables import BatchItem, Job, utcnow
+
+MAX_ANSWER_CHARS = 2000  # a reviewed answer is an answer, not an essay
+REVIEWABLE = (JobStatus.DONE, JobStatus.FAILED)
+
+
+class NotReviewable(InvalidInput):
+    """The job is not finished: there is no answer to review yet."""
+
+
+def review_job(
+    session: Session, job: Job, answer: str, reviewer: str, *, now: datetime | None = None
+) -> Job:
+    """Record ``reviewer``'s answer for ``job`` (stripped; for a multiple-choice job, an
+    option's letter or text). Refused, with the reason, for an unfinished job or an empty,
+    overlong or unknown-option answer."""
+    text = answer.strip()
+    if job.status not in REVIEWABLE:
+        raise NotReviewable(
+            f"job {job.id} is {job.status}: only a finished job (done or failed) can be reviewed",
+            code="job_not_finished",
+        )
+    if not text:
+        raise InvalidInput("the reviewed answer is empty", code="review_invalid")
+    if len(text) > MAX_ANSWER_CHARS:
+        raise InvalidInput(
+            f"the reviewed answer has {len(text)} characters; at most {MAX_ANSWER_CHARS}",
+            code="review_invalid",
+        )
+    if job.options and option_index(text, job.options) is None:
+        raise InvalidInput(
+            f"{text[:40]!r} is not one of the job's options: give a letter "
+            f"A-{chr(ord('A') + len(job.options) - 1)} or an option's text",
+            code="review_invalid",
+        )
+    job.reviewed_answer = text
+    job.reviewer = reviewer
+    job.reviewed_at = now or utcnow()
+    return job
+
+
+def option_index(answer: str, options: list[str]) -> int | None:
+    """Which option ``answer`` names (its letter, case aside, or its exact text), if any."""
+    if len(answer) == 1 and answer.isalpha():
+        index = ord(answer.upper()) - ord("A")
+        return index if 0 <= index < len(options) else None
+    return options.index(answer) if answer in options else None
+
+
+@dataclass(frozen=True)
+class QueueEntry(ResultRow):
+    """One job of the review queue (a row of the batch asking it), and why it is there."""
+
+    why: str  # audit_disagrees | near_threshold | failed
+
+
+def review_queue(session: Session, batch_id: str, *, limit: int = 50) -> list[QueueEntry]:
+    """The batch's unreviewed jobs most worth a look, in the module's order."""
+    rows = (
+        select(Job, BatchItem)
+        .join(BatchItem, BatchItem.job_id == Job.id)
+        .where(BatchItem.batch_id == batch_id, Job.reviewed_at.is_(None))
+    )
+    margin = Job.confidence - Job.gate["threshold"].as_float()
+    tiers: list[tuple[str, Select[Job, BatchItem]]] = [
+        ("audit_disagrees", rows.where(Job.audit_agrees.is_(False)).order_by(BatchItem.position)),
+        (
+            "near_threshold",
+            rows.where(
+                Job.answered_by == AnsweredBy.SMALL, Job.audit_agrees.is_not(False)
+            ).order_by(margin, BatchItem.position),
+        ),
+        ("failed", rows.where(Job.status == JobStatus.FAILED).order_by(BatchItem.position)),
+    ]
+    found: list[QueueEntry] = []
+    seen: set[str] = set()  # a job two rows of the batch share is listed once
+    for why, query in tiers:
+        if len(found) >= limit:
+            break
+        for job, item in session.execute(query.limit(limit - len(found) + len(seen))):
+            if job.id not in seen and len(found) < limit:
+                seen.add(job.id)
+                found.append(QueueEntry(item, job, why))
+    return found
