@@ -35,4 +35,8 @@ COMMANDS = {
         "cli.bench.synth",
         "the SpecEyes-Synth report: accuracy, gates, speedup (trained tiny models)",
     ),
+    "ui": (
+        "cli.bench.ui",
+        "the review UI's server time per page over a seeded batch of 100,000 jobs",
+    ),
 }

@@ -1,0 +1,109 @@
+"""The /v1 twins of the review pages: a batch's rows filtered and paged, its review
+queue, a review, a job's image and an agent's crop; another tenant's are 404."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from tests.helpers.reviewing import ZOOM_BOX, decided_batch, picture, zoom_trajectory
+
+
+@pytest.fixture
+def decided(api, tmp_path):
+    """An app, and a batch of its default key's tenant: an accepted answer, an agent's
+    answer with a zoom, a failure."""
+    app = api()
+    rows = [
+        {"answered_by": "small", "final_answer": "yes", "confidence": 0.93, "expected": "yes"},
+        {"answered_by": "large", "final_answer": "no", "trajectory": zoom_trajectory("no")},
+        {"status": "failed", "error_code": "image_unreadable", "error_message": "corrupt"},
+    ]
+    batch_id, ids = decided_batch(app.sessions, rows, picture(tmp_path), tenant="tests")
+    return app, batch_id, ids
+
+
+def test_a_review_is_recorded_with_the_keys_name_and_exported(decided) -> None:
+    app, batch_id, ids = decided
+    answer = app.http.post(f"/v1/jobs/{ids[1]}/review", json={"answer": "maybe"})
+    assert answer.status_code == 200, answer.text
+    view = answer.json()
+    assert (view["answer"], view["reviewed_answer"], view["final_answer"]) == (
+        "no",
+        "maybe",
+        "maybe",
+    )
+    assert view["reviewer"] == "tests" and view["reviewed_at"]
+    assert app.http.get(f"/v1/jobs/{ids[1]}").json()["final_answer"] == "maybe"
+    exported = [
+        row for row in app.client.results(batch_id) if row["job_id"] == ids[1]
+    ]  # the results stream is the export's rows
+    assert exported[0]["reviewed_answer"] == "maybe" and exported[0]["answer"] == "no"
+
+
+def test_a_review_of_what_cannot_be_reviewed_has_the_one_error_shape(api, tmp_path) -> None:
+    app = api()
+    _, (running,) = decided_batch(
+        app.sessions, [{"status": "running"}], picture(tmp_path), tenant="tests"
+    )
+    answer = app.http.post(f"/v1/jobs/{running}/review", json={"answer": "yes"})
+    assert answer.status_code == 409
+    assert answer.json()["error"] == "job_not_finished"
+    answer = app.http.post(f"/v1/jobs/{running}/review", json={})
+    assert answer.status_code == 422 and set(answer.json()) == {"error", "detail"}
+
+
+def test_rows_are_filtered_and_paged_by_cursor(decided) -> None:
+    app, batch_id, ids = decided
+    first = app.http.get(f"/v1/batches/{batch_id}/rows", params={"limit": 2}).json()
+    assert [row["job_id"] for row in first["data"]] == ids[:2]
+    rest = app.http.get(
+        f"/v1/batches/{batch_id}/rows", params={"limit": 2, "after": first["next_cursor"]}
+    ).json()
+    assert [row["job_id"] for row in rest["data"]] == ids[2:] and rest["next_cursor"] is None
+    small = app.http.get(f"/v1/batches/{batch_id}/rows", params={"who": "small"}).json()
+    assert [(row["job_id"], row["correct"]) for row in small["data"]] == [(ids[0], True)]
+    for params in ({"who": "robot"}, {"conf_min": "2"}, {"after": "zzz"}, {"wrong": "perhaps"}):
+        refused = app.http.get(f"/v1/batches/{batch_id}/rows", params=params)
+        assert refused.status_code == 422, params
+        assert set(refused.json()) == {"error", "detail"}
+
+
+def test_the_review_queue_lists_what_is_worth_a_look(decided) -> None:
+    app, batch_id, ids = decided
+    queue = app.http.get(f"/v1/batches/{batch_id}/review-queue").json()["data"]
+    assert [(row["job_id"], row["why"]) for row in queue] == [
+        (ids[0], "near_threshold"),
+        (ids[2], "failed"),
+    ]
+
+
+def test_the_image_and_a_zooms_crop_are_served_as_decoded(decided) -> None:
+    app, _, ids = decided
+    image = app.http.get(f"/v1/jobs/{ids[1]}/image", params={"max_side": 32})
+    assert image.headers["content-type"] == "image/png"
+    assert image.headers["x-content-type-options"] == "nosniff"
+    assert max(Image.open(io.BytesIO(image.content)).size) == 32
+    crop = app.http.get(f"/v1/jobs/{ids[1]}/steps/0/crop")
+    width, height = ZOOM_BOX[2] - ZOOM_BOX[0], ZOOM_BOX[3] - ZOOM_BOX[1]
+    assert Image.open(io.BytesIO(crop.content)).size == (width, height)
+    assert app.http.get(f"/v1/jobs/{ids[1]}/steps/1/crop").status_code == 404  # no zoom there
+
+
+def test_another_tenants_work_is_as_absent_as_a_missing_one(decided) -> None:
+    app, batch_id, ids = decided
+    other = app.key_for("other", tenant="elsewhere")
+    for path in (
+        f"/v1/batches/{batch_id}/rows",
+        f"/v1/batches/{batch_id}/review-queue",
+        f"/v1/jobs/{ids[0]}/image",
+        f"/v1/jobs/{ids[1]}/steps/0/crop",
+    ):
+        assert app.http.get(path, headers=other).status_code == 404, path
+    review = app.http.post(f"/v1/jobs/{ids[0]}/review", json={"answer": "no"}, headers=other)
+    assert review.status_code == 404
+    assert app.http.get(f"/v1/jobs/{ids[0]}").json()["reviewed_answer"] is None
+    admin = app.key_for("root", tenant="ops", admin=True)
+    assert app.http.get(f"/v1/jobs/{ids[0]}/image", headers=admin).status_code == 200

@@ -1,0 +1,246 @@
+"""The review pages in a real browser (Chromium through Playwright) against a served app
+whose embedded runner works batches with scripted models: sign in, watch a batch run to
+its end, filter, see a zoom, correct an answer with the keyboard, export it, hostile text
+shown as text, and another tenant refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+from sqlalchemy import select
+
+from api.app import create_app
+from common.backends import Models
+from common.backends.scripted import JobScript, ScriptedModel, SimulatedCost
+from common.config import Settings
+from common.runner import EmbeddedRunner
+from common.store.db import open_store
+from common.store.keys import create_key
+from common.store.tables import Job
+from tests.helpers.images import write_images
+from tests.helpers.live_app import live_app
+from tests.helpers.waiting import wait_until
+
+pytestmark = pytest.mark.browser
+
+ZOOM = (
+    '<think>{think}</think><tool_call>{{"name": "image_zoom_in_tool", "arguments": '
+    '{{"bbox_2d": [4, 4, 40, 30], "label": "thing"}}}}</tool_call>'
+)
+# What a hostile user or model writes: each would run script if a page took it as HTML.
+PAYLOAD = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
+
+
+@dataclass
+class Live:
+    base: str
+    key: str  # tenant "team"
+    other_key: str  # tenant "elsewhere"
+    http: httpx.Client  # the API, as the "team" key
+    images: list[Path]
+
+    def submit(self, questions: list[str], name: str, options: list[str] | None = None) -> str:
+        jobs = [
+            {"image_path": str(self.images[i % len(self.images)]), "question": q}
+            | ({"options": options} if options else {})
+            for i, q in enumerate(questions)
+        ]
+        answer = self.http.post("/v1/batches", json={"name": name, "jobs": jobs})
+        assert answer.status_code == 202, answer.text
+        return str(answer.json()["id"])
+
+    def finished(self, batch_id: str) -> dict:
+        return wait_until(
+            lambda: (b := self.http.get(f"/v1/batches/{batch_id}").json())["progress"] == 1.0 and b,
+            deadline_s=120,
+            what=f"batch {batch_id} to finish",
+        )
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A served app over SQLite; its scripted models act on the question's tag: [agent]
+    zooms then answers B, [small] is answered A by the small model, [hostile] has the
+    agent write the payload. Each job costs a little time, so a batch is seen running."""
+    root = tmp_path_factory.mktemp("live")
+    images = write_images(root / "images", 3, size=(64, 48))
+    url = f"sqlite:///{root / 'store.db'}"
+    settings = Settings(
+        backend="scripted",
+        database_url=url,
+        upload_dir=root / "uploads",
+        image_roots=[root / "images"],
+        fast_batch_size=4,
+        gate_threshold=0.9,
+        audit_rate=0.0,
+    )
+    sessions = open_store(url)
+
+    def script(job_id: str) -> JobScript:
+        with sessions() as session:
+            question = session.scalar(select(Job.question).where(Job.id == job_id)) or ""
+        if "[agent]" in question:
+            return JobScript(
+                needs_tools=True, agent_steps=(ZOOM.format(think="zoom"), "<answer>B</answer>")
+            )
+        if "[hostile]" in question:
+            return JobScript(
+                needs_tools=True,
+                agent_steps=(ZOOM.format(think=PAYLOAD), f"<answer>{PAYLOAD}</answer>"),
+            )
+        return JobScript(answer="A", confidence=0.95)
+
+    costs = {"screen": SimulatedCost(0.05, 0.05), "generate": SimulatedCost(0.2)}
+    model = ScriptedModel(default=script, costs=costs)
+    runner = EmbeddedRunner(sessions, Models(model, model), settings)
+    with sessions.begin() as session:
+        key = create_key(session, "reviewer-ann", tenant="team")[1]
+        other = create_key(session, "stranger", tenant="elsewhere")[1]
+    app = create_app(settings, sessions=sessions, dispatcher=runner)
+    with (
+        live_app(app) as base,
+        httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+    ):
+        yield Live(base, key, other, http, images)
+    sessions.close()
+
+
+def sign_in(page: Page, live: Live, key: str | None = None, then: str = "/ui/batches") -> None:
+    page.goto(f"{live.base}{then}")  # not signed in: sent to the sign-in page, and back
+    expect(page.locator("h1")).to_have_text("Sign in")
+    page.fill("input[name=key]", key or live.key)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live.base}{then.split('?')[0]}*")
+
+
+def test_sign_in_and_watch_a_batch_run_to_its_end(page: Page, page_errors, live: Live) -> None:
+    questions = [f"{'[agent] ' if i % 3 == 0 else '[small] '}what is it? #{i}" for i in range(12)]
+    batch_id = live.submit(questions, name="watched")
+    sign_in(page, live, then=f"/ui/batches/{batch_id}")
+    page.evaluate("window.sameDocument = true")  # gone if the page reloads
+    expect(page.locator("#progress .badge.running")).to_be_visible()
+    expect(page.locator("#progress .badge.done")).to_be_visible(timeout=60_000)
+    assert page.evaluate("window.sameDocument") is True  # updated in place
+    expect(page.locator("#progress .finished")).to_have_text("12")
+    assert live.finished(batch_id)["by_status"] == {"done": 12}
+    assert page_errors == []
+
+
+def test_filter_the_grid(page: Page, page_errors, live: Live) -> None:
+    questions = [f"{'[agent]' if i % 2 else '[small]'} which one? #{i}" for i in range(8)]
+    batch_id = live.submit(questions, name="filtered")
+    live.finished(batch_id)
+    sign_in(page, live, then=f"/ui/batches/{batch_id}")
+    page.select_option("select[name=who]", "small")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**/results?**who=small**")
+    rows = page.locator("table.grid tbody tr.row")
+    expect(rows).to_have_count(4)
+    for text in rows.locator("td:nth-child(4)").all_inner_texts():
+        assert text == "small model"
+    page.fill("input[name=q]", "#3")
+    page.select_option("select[name=who]", "")
+    page.click("form.filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows.locator("td.question a")).to_have_text("[agent] which one? #3")
+    assert page_errors == []
+
+
+def test_open_a_job_and_see_its_zoom_box_drawn(page: Page, page_errors, live: Live) -> None:
+    batch_id = live.submit(["[agent] where is it?"], name="zoomed")
+    live.finished(batch_id)
+    sign_in(page, live, then=f"/ui/batches/{batch_id}")
+    page.click("table.grid td.question a")
+    box = page.locator("section.picture rect.zoom-box")
+    expect(box).to_be_visible()
+    drawn = box.bounding_box()
+    assert drawn is not None and drawn["width"] > 10 and drawn["height"] > 10
+    crop = page.locator("img.crop")
+    expect(crop).to_be_visible()
+    job_id = page.url.split("/ui/jobs/")[1].split("?")[0]
+    step = live.http.get(f"/v1/jobs/{job_id}/trace").json()["trajectory"]["steps"][0]
+    x1, y1, x2, y2 = step["box_original"]  # the box on the original image, as drawn
+    assert [float(box.get_attribute(side) or 0) for side in ("x", "y", "width", "height")] == [
+        x1,
+        y1,
+        x2 - x1,
+        y2 - y1,
+    ]
+    assert page.evaluate("img => img.naturalWidth", crop.element_handle()) == x2 - x1
+    page.locator("[data-zoomable]").click()  # zooms in place
+    expect(page.locator("[data-zoomable]")).to_have_class("zoomable zoomed")
+    assert page_errors == []
+
+
+def test_correct_an_answer_with_the_keyboard_and_find_it_in_the_export(
+    page: Page, page_errors, live: Live
+) -> None:
+    batch_id = live.submit(
+        ["[small] which animal?", "[small] which animal, again?"],
+        name="reviewed",
+        options=["cat", "dog", "cow"],
+    )
+    live.finished(batch_id)
+    sign_in(page, live, then=f"/ui/batches/{batch_id}/review")
+    entries = page.locator(".queue .entry")
+    expect(entries).to_have_count(2)
+    first = entries.nth(0)
+    expect(first).to_be_visible()
+    page.keyboard.press("j")  # next, and back
+    expect(entries.nth(1)).to_be_visible()
+    page.keyboard.press("k")
+    expect(first).to_be_visible()
+    page.keyboard.press("2")  # option B
+    expect(first.locator("input.answer-text")).to_have_value("B")
+    page.keyboard.press("Enter")
+    expect(first.locator(".outcome")).to_have_text("Reviewed: B")
+    expect(entries.nth(1)).to_be_visible()  # on to the next
+    job_id = first.get_attribute("data-job")
+
+    page.goto(f"{live.base}/ui/batches/{batch_id}")
+    with page.expect_download() as download:
+        page.click("a[href$='export.jsonl']")
+    rows = [json.loads(line) for line in Path(download.value.path()).read_text().splitlines()]
+    (corrected,) = [row for row in rows if row["job_id"] == job_id]
+    assert corrected["answer"] == "A"  # the model's, kept
+    assert (corrected["reviewed_answer"], corrected["final_answer"]) == ("B", "B")
+    assert corrected["reviewer"] == "reviewer-ann" and corrected["reviewed_at"]
+    assert page_errors == []
+
+
+def test_hostile_text_shows_as_text_and_no_script_runs(page: Page, page_errors, live: Live) -> None:
+    batch_id = live.submit([f"[hostile] {PAYLOAD}?"], name=PAYLOAD, options=[PAYLOAD, "plain"])
+    live.finished(batch_id)
+    sign_in(page, live)
+    for path in (
+        "/ui/batches",
+        f"/ui/batches/{batch_id}",
+        f"/ui/batches/{batch_id}/review",
+        f"/ui/jobs/{live.http.get(f'/v1/batches/{batch_id}/rows').json()['data'][0]['job_id']}",
+    ):
+        page.goto(f"{live.base}{path}")
+        assert PAYLOAD in page.locator("main").inner_text(), path  # shown, as text
+        assert page.evaluate("window.pwned") is None, path
+    # the job page shows the payload as the question, an option, the model's text and answer
+    assert page.locator("main").inner_text().count(PAYLOAD) >= 4
+    assert page_errors == []  # not even a script blocked by the policy
+
+
+def test_another_tenant_gets_404_for_the_batch_the_job_and_the_image(
+    page: Page, live: Live
+) -> None:
+    batch_id = live.submit(["[small] whose is it?"], name="private")
+    live.finished(batch_id)
+    job_id = live.http.get(f"/v1/batches/{batch_id}/rows").json()["data"][0]["job_id"]
+    sign_in(page, live, key=live.other_key)
+    for path in (f"/ui/batches/{batch_id}", f"/ui/jobs/{job_id}", f"/ui/jobs/{job_id}/image"):
+        response = page.goto(f"{live.base}{path}")
+        assert response is not None and response.status == 404, path
+    page.goto(f"{live.base}/ui/batches")
+    expect(page.locator("main")).not_to_contain_text("private")

@@ -1,0 +1,163 @@
+"""The review pages over HTTP (no browser): sign-in and its cookie, CSRF, the security
+headers, tenancy, escaping, and that a page changes what /v1 reads."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from markupsafe import escape
+
+from common.store.keys import create_key, revoke_key
+from tests.helpers.reviewing import decided_batch, picture, zoom_trajectory
+from tests.helpers.ui import form_token, sign_in
+
+XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def site(api, tmp_path):
+    """An app; a browser-like client of it (no API key header) signed in with its key;
+    a decided batch of that key's tenant."""
+    app = api()
+    rows = [
+        {"answered_by": "small", "final_answer": "yes", "confidence": 0.93, "expected": "yes"},
+        {
+            "answered_by": "large",
+            "final_answer": XSS,
+            "question": f"question {XSS}",
+            "options": [XSS, "plain"],
+            "trajectory": zoom_trajectory("A", text=f"thinking {XSS}"),
+        },
+    ]
+    batch_id, ids = decided_batch(
+        app.sessions,
+        rows,
+        picture(tmp_path, name="<b onclick=1>name.png"),
+        tenant="tests",
+        name=XSS,
+    )
+    browser = TestClient(app.http.app)
+    assert sign_in(browser, app.key).status_code == 303
+    return app, browser, batch_id, ids
+
+
+def test_signing_in_sets_a_strict_httponly_cookie_and_out_clears_it(api) -> None:
+    app = api()
+    browser = TestClient(app.http.app)
+    assert browser.get("/ui/batches", follow_redirects=False).headers["location"] == (
+        "/ui/signin?next=/ui/batches"
+    )
+    answer = sign_in(browser, app.key)
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui/batches"
+    cookie = answer.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
+    assert app.key not in answer.headers["set-cookie"]  # the cookie never holds the key
+    page = browser.get("/ui/batches")
+    assert page.status_code == 200 and "signed in as" in page.text
+    out = browser.post("/ui/signout", data={"csrf": form_token(page.text)}, follow_redirects=False)
+    assert out.status_code == 303
+    assert browser.get("/ui/batches", follow_redirects=False).status_code == 303
+
+
+def test_over_https_the_cookie_is_secure(api) -> None:
+    app = api()
+    browser = TestClient(app.http.app, base_url="https://review.example")
+    assert "secure" in sign_in(browser, app.key).headers["set-cookie"].lower()
+
+
+def test_a_wrong_key_or_a_forged_form_signs_nobody_in(api) -> None:
+    app = api()
+    browser = TestClient(app.http.app)
+    wrong = sign_in(browser, "sk-speceyes-not-a-key")
+    assert wrong.status_code == 401 and "unknown or revoked" in wrong.text
+    forged = browser.post(
+        "/ui/signin", data={"key": app.key, "csrf": "0" * 64}, follow_redirects=False
+    )
+    assert forged.status_code == 403 and "speceyes_session" not in forged.headers.get(
+        "set-cookie", ""
+    )
+
+
+def test_only_a_page_of_ours_is_a_place_to_go_after_signing_in(api) -> None:
+    app = api()
+    for target in ("https://evil.example/", "//evil.example", "/ui\\..\\x"):
+        answer = sign_in(TestClient(app.http.app), app.key, next=target)
+        assert answer.headers["location"] == "/ui/batches", target
+
+
+def test_a_revoked_key_is_signed_out_at_once(site) -> None:
+    app, browser, batch_id, _ = site
+    assert browser.get(f"/ui/batches/{batch_id}").status_code == 200
+    with app.sessions.begin() as session:
+        revoke_key(session, "tests")
+    assert browser.get(f"/ui/batches/{batch_id}", follow_redirects=False).status_code == 303
+
+
+def test_every_page_has_the_security_headers(site) -> None:
+    _, browser, batch_id, ids = site
+    for path in ("/ui/signin", "/ui/batches", f"/ui/batches/{batch_id}", f"/ui/jobs/{ids[1]}"):
+        answer = browser.get(path)
+        assert answer.status_code == 200, path
+        policy = answer.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert "<script>" not in answer.text.replace('<script src="/ui/static/ui.js" defer>', "")
+
+
+def test_what_users_and_models_wrote_is_escaped_on_every_page(site) -> None:
+    _, browser, batch_id, ids = site
+    pages = [
+        "/ui/batches",
+        f"/ui/batches/{batch_id}",
+        f"/ui/batches/{batch_id}/results?q=question",
+        f"/ui/batches/{batch_id}/review",
+        f"/ui/jobs/{ids[1]}",
+    ]
+    for path in pages:
+        text = browser.get(path).text
+        assert XSS not in text and "<img src=x" not in text, path
+        assert str(escape(XSS)) in text, path  # shown, as text
+    assert "<b onclick" not in browser.get(f"/ui/jobs/{ids[1]}").text
+
+
+def test_a_form_without_the_sessions_token_changes_nothing(site) -> None:
+    app, browser, _, ids = site
+    answer = browser.post(f"/ui/jobs/{ids[0]}/review", data={"answer": "no", "csrf": "forged"})
+    assert answer.status_code == 403
+    assert app.http.get(f"/v1/jobs/{ids[0]}").json()["reviewed_answer"] is None
+
+
+def test_a_review_on_the_page_is_what_v1_and_the_export_read(site) -> None:
+    app, browser, batch_id, ids = site
+    token = form_token(browser.get(f"/ui/jobs/{ids[1]}").text)
+    answer = browser.post(
+        f"/ui/jobs/{ids[1]}/review",
+        data={"pick": "B", "answer": "ignored: the pick wins", "csrf": token},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303
+    view = app.http.get(f"/v1/jobs/{ids[1]}").json()
+    assert (view["reviewed_answer"], view["reviewer"]) == ("B", "tests")
+    export = browser.get(f"/ui/batches/{batch_id}/export.jsonl").text
+    assert '"reviewed_answer": "B"' in export and '"final_answer": "B"' in export
+
+
+def test_another_tenants_batch_job_and_image_are_not_found(site) -> None:
+    app, _, batch_id, ids = site
+    with app.sessions.begin() as session:
+        other_key = create_key(session, "other", tenant="elsewhere")[1]
+    other = TestClient(app.http.app)
+    sign_in(other, other_key)
+    for path in (
+        f"/ui/batches/{batch_id}",
+        f"/ui/batches/{batch_id}/results",
+        f"/ui/batches/{batch_id}/review",
+        f"/ui/batches/{batch_id}/export.jsonl",
+        f"/ui/jobs/{ids[0]}",
+        f"/ui/jobs/{ids[0]}/image",
+        f"/ui/jobs/{ids[1]}/steps/0/crop",
+    ):
+        answer = other.get(path)
+        assert answer.status_code == 404, path
+    assert batch_id not in other.get("/ui/batches").text

@@ -1,0 +1,110 @@
+"""Reviews kept beside the model's answer, the review queue's order, and reviewed rows as
+calibration labels (``common.store.reviews``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.errors import InvalidInput
+from common.store.analytics import calibration_items
+from common.store.reviews import NotReviewable, review_job, review_queue
+from common.store.tables import Job
+from tests.helpers.reviewing import decided_batch, picture
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> Path:
+    return picture(tmp_path)
+
+
+def test_a_review_is_kept_beside_the_models_answer(sessions, image: Path) -> None:
+    _, (job_id,) = decided_batch(sessions, [{"final_answer": "red", "answered_by": "large"}], image)
+    with sessions.begin() as session:
+        review_job(session, session.get(Job, job_id), "  blue ", "alice")
+    with sessions() as session:
+        job = session.get(Job, job_id)
+        assert (job.final_answer, job.reviewed_answer, job.reviewer) == ("red", "blue", "alice")
+        assert job.reviewed_at is not None and job.given_answer == "blue"
+    with sessions.begin() as session:  # again: the later review stands, the model's stays
+        review_job(session, session.get(Job, job_id), "green", "bob")
+    with sessions() as session:
+        job = session.get(Job, job_id)
+        assert (job.final_answer, job.given_answer, job.reviewer) == ("red", "green", "bob")
+
+
+@pytest.mark.parametrize(
+    ("spec", "answer", "error"),
+    [
+        ({"status": "running", "final_answer": None}, "x", NotReviewable),
+        ({"final_answer": "a"}, "   ", InvalidInput),
+        ({"final_answer": "a"}, "x" * 2001, InvalidInput),
+        ({"final_answer": "A", "options": ["cat", "dog"]}, "C", InvalidInput),
+        ({"final_answer": "A", "options": ["cat", "dog"]}, "cow", InvalidInput),
+    ],
+)
+def test_a_review_that_cannot_stand_is_refused_and_changes_nothing(
+    sessions, image: Path, spec: dict, answer: str, error: type[Exception]
+) -> None:
+    _, (job_id,) = decided_batch(sessions, [spec], image)
+    with sessions() as session, pytest.raises(error):
+        review_job(session, session.get(Job, job_id), answer, "alice")
+    with sessions() as session:
+        assert session.get(Job, job_id).reviewed_at is None
+
+
+def test_an_option_is_given_by_its_letter_or_its_text(sessions, image: Path) -> None:
+    rows = [{"final_answer": "A", "options": ["cat", "dog"]}] * 2
+    _, (first, second) = decided_batch(sessions, rows, image)
+    with sessions.begin() as session:
+        review_job(session, session.get(Job, first), "b", "alice")
+        review_job(session, session.get(Job, second), "dog", "alice")
+    with sessions() as session:
+        assert session.get(Job, first).reviewed_answer == "b"
+        assert session.get(Job, second).reviewed_answer == "dog"
+
+
+def test_the_queue_puts_disagreements_then_closest_to_tau_then_failures(
+    sessions, image: Path
+) -> None:
+    small = {"answered_by": "small", "final_answer": "yes"}
+    rows = [
+        {**small, "confidence": 0.99},  # 0: far from tau
+        {"status": "failed", "error_code": "image_unreadable", "final_answer": None},  # 1
+        {**small, "confidence": 0.91},  # 2: closest to tau = 0.9
+        {"answered_by": "large", "final_answer": "no"},  # 3: the agent's: not queued
+        {**small, "confidence": 0.97, "audit_agrees": False, "audit_answer": "no"},  # 4
+        {**small, "confidence": 0.93},  # 5
+    ]
+    batch_id, ids = decided_batch(sessions, rows, image)
+    with sessions() as session:
+        queue = review_queue(session, batch_id)
+        assert [(entry.item.position, entry.why) for entry in queue] == [
+            (4, "audit_disagrees"),
+            (2, "near_threshold"),
+            (5, "near_threshold"),
+            (0, "near_threshold"),
+            (1, "failed"),
+        ]
+        assert [entry.item.position for entry in review_queue(session, batch_id, limit=2)] == [4, 2]
+    with sessions.begin() as session:  # a reviewed job leaves the queue
+        review_job(session, session.get(Job, ids[2]), "yes", "alice")
+    with sessions() as session:
+        assert 2 not in [entry.item.position for entry in review_queue(session, batch_id)]
+
+
+def test_a_reviewed_answer_is_a_label_for_calibration(sessions, image: Path) -> None:
+    rows = [
+        {"answered_by": "small", "final_answer": "yes", "confidence": 0.95},  # no label
+        {"answered_by": "small", "final_answer": "yes", "confidence": 0.92, "expected": "yes"},
+    ]
+    batch_id, ids = decided_batch(sessions, rows, image)
+    with sessions() as session:
+        assert [item.right for item in calibration_items(session, batch_id)] == [True]
+    with sessions.begin() as session:
+        review_job(session, session.get(Job, ids[0]), "no", "alice")  # labels the first
+        review_job(session, session.get(Job, ids[1]), "no", "alice")  # overrides expected
+    with sessions() as session:
+        found = calibration_items(session, batch_id)
+        assert [(item.confidence, item.right) for item in found] == [(0.95, False), (0.92, False)]
