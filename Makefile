@@ -3,10 +3,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup lock sandbox browser demo test test-fast lint format bench bench-gpu gpu-wheels clean
+.PHONY: help setup lock sandbox browser demo browse test test-fast lint format bench bench-gpu gpu-wheels clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
+	@echo "make browse  the review pages over the demo's results (http://127.0.0.1:8000/ui)"
 	@echo "make test    set up and run the test suite (parallel, then the sandbox's tests)"
 	@echo "make test-fast  the unit tests only, in parallel: the inner loop (< 1 min)"
 	@echo "make lint    ruff + mypy"
@@ -77,6 +78,17 @@ browser:
 demo: setup
 	$(VENV)/bin/speceyes annotate samples/manifest.jsonl --small synth --large synth \
 		--threshold 0.9 --db sqlite:///demo.db --out demo-results.jsonl
+	@echo
+	@echo "Browse and correct the demo batch in a browser: make browse"
+	@echo "(serves http://127.0.0.1:8000/ui over demo.db and prints a key to sign in with)"
+
+# The review pages over the demo's store: a new admin key of demo.db (the demo's batch is
+# the command line's, which only an admin key reads), then the server, until Ctrl-C.
+browse: setup
+	@test -f demo.db || { echo "no demo.db yet: run make demo first"; exit 1; }
+	@echo "Open http://127.0.0.1:8000/ui and sign in with this key (an admin key of demo.db):"
+	@$(VENV)/bin/speceyes keys create demo-reviewer --admin --db sqlite:///demo.db 2>/dev/null
+	$(VENV)/bin/speceyes serve --db sqlite:///demo.db --small synth --large synth
 
 # The suite: everything but the sandbox's tests in parallel (each test has its own
 # database and Redis prefix), then those one at a time (they check the whole machine for

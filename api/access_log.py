@@ -1,7 +1,8 @@
 """One log line per request (``speceyes.access``, ``common.logs``): method, the route's
 template (``/v1/jobs/{job_id}``, never the raw path with its ids), status, milliseconds,
 the name of the key that called (``require_key`` puts it in the request's state; never
-the secret) and the client's address. A request that raised is logged as its 500."""
+the secret) and the client's address. A request that raised is logged as its 500.
+Every answer says how long the server took to start it (``Server-Timing: app;dur=MS``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ class AccessLog:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                # the server's time to the answer's start, for a browser's timing panel
+                # and for `speceyes bench ui` (not the client's: no network in it)
+                took = (time.perf_counter() - started) * 1000
+                headers = list(message.get("headers", []))
+                headers.append((b"server-timing", f"app;dur={took:.1f}".encode()))
+                message = {**message, "headers": headers}
             await send(message)
 
         try:

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings, sessions=sessions, dispatcher=dispatcher)
     broker = settings.broker.url
     mode = f"broker {without_password(broker)}" if broker else "embedded runner"
-    print(f"serving on http://{settings.api.host}:{settings.api.port} ({mode}); docs at /docs")
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    print(f"serving on {base} ({mode}); API docs at {base}/docs, review pages at {base}/ui")
     uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
     sessions.close()
     if "torch" in sys.modules:

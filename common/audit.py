@@ -94,6 +94,11 @@ def _calibration(settings: Settings) -> CalibrationFile | None:
 
 def figures(session: Session, settings: Settings, batch_id: str | None = None) -> AuditFigures:
     audited, agreed = audits.counts(session, batch_id)
+    return figures_of(audited, agreed, settings)
+
+
+def figures_of(audited: int, agreed: int, settings: Settings) -> AuditFigures:
+    """The figures of counts already made (a batch's, ``BatchCounts``)."""
     low, high = wilson(agreed, audited)
     return AuditFigures(audited, agreed, low, high, baseline(settings))
 

@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
-from sqlalchemy import func, select
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from api.browse import (
     PREVIEW_SIDE,
@@ -40,14 +41,15 @@ from api.ui.session import (
     signin_nonce,
     start_session,
 )
-from common.audit import figures
+from common.audit import figures_of
+from common.config import Settings
 from common.errors import InvalidInput
 from common.export import result_row
 from common.images import image_size
 from common.store import reads, reviews
 from common.store.browse import BadCursor, overview, results_page
 from common.store.keys import check_key
-from common.store.tables import BatchItem, Job
+from common.store.tables import Batch, BatchItem, Job
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -63,6 +65,7 @@ def ui_session(request: Request, sessions: SessionsDep, settings: SettingsDep) -
         found = current_session(request, session, signer(request), settings)
     if found is None:
         raise ApiError(401, "signin_required", "sign in with an API key first")
+    request.state.key_name = found.caller.name  # for the access log, as /v1 does
     return found
 
 
@@ -140,15 +143,9 @@ def batches(request: Request, ui: UiDep, sessions: SessionsDep) -> Response:
         lines = []
         for line in reads.list_batches(session, tenant=tenant, limit=100):
             counts = reads.batch_counts(session, line.batch.id)
-            found = overview(session, line.batch.id)
-            lines.append(
-                {
-                    "line": line,
-                    "counts": counts,
-                    "pace": _pace(session, line.batch.id),
-                    "accuracy": found.correct / found.scored if found.scored else None,
-                }
-            )
+            found = overview(session, line.batch.id, counts)
+            accuracy = found.correct / found.scored if found.scored else None
+            lines.append({"line": line, "counts": counts, "accuracy": accuracy})
         return page(render("batches.html", request, ui, lines=lines))
 
 
@@ -159,8 +156,8 @@ def batch_page(
     with sessions() as session:
         batch = owned_batch(session, batch_id, ui.caller)
         context = _progress(session, batch, settings)
-        found = overview(session, batch.id)
-        grid = _grid(session, batch, {}, None)
+        found = overview(session, batch.id, context["counts"])
+        grid = _grid(session, batch, {}, None, sorted(context["counts"].failures))
         html = render(
             "batch.html",
             request,
@@ -192,7 +189,8 @@ def batch_results(
 ) -> Response:
     with sessions() as session:
         batch = owned_batch(session, batch_id, ui.caller)
-        grid = _grid(session, batch, dict(request.query_params), after)
+        reasons = reads.failure_codes(session, batch.id)
+        grid = _grid(session, batch, dict(request.query_params), after, reasons)
         return page(render("results.html", request, ui, batch=batch, **grid))
 
 
@@ -307,20 +305,21 @@ def job_review(
     return RedirectResponse(_local(next or f"/ui/jobs/{job_id}"), status_code=303)
 
 
-def _progress(session: Any, batch: Any, settings: Any) -> dict[str, Any]:
-    counts = reads.batch_counts(session, batch.id)
-    audit = figures(session, settings, batch.id)
+def _progress(session: Session, batch: Batch, settings: Settings) -> dict[str, Any]:
+    counts = reads.batch_counts(session, batch.id)  # one pass: counts, pace, audit
     return {
         "batch": batch,
         "counts": counts,
         "funnel": views.funnel(counts),
-        "pace": _pace(session, batch.id),
-        "audit": audit,
+        "pace": counts.pace,
+        "audit": figures_of(counts.audited, counts.audit_agreed, settings),
         "running": counts.finished < counts.jobs,
     }
 
 
-def _grid(session: Any, batch: Any, params: dict[str, str], after: str | None) -> dict[str, Any]:
+def _grid(
+    session: Session, batch: Batch, params: dict[str, str], after: str | None, reasons: list[str]
+) -> dict[str, Any]:
     filters = {k: v for k, v in params.items() if k not in ("after",) and v}
     wanted = result_filter(filters)
     try:
@@ -332,7 +331,6 @@ def _grid(session: Any, batch: Any, params: dict[str, str], after: str | None) -
         next_url = f"/ui/batches/{batch.id}/results?" + urlencode(
             {**filters, "after": found.next_cursor}
         )
-    reasons = sorted(reads.batch_counts(session, batch.id).failures)
     return {
         "rows": found.rows,
         "filters": filters,
@@ -342,19 +340,7 @@ def _grid(session: Any, batch: Any, params: dict[str, str], after: str | None) -
     }
 
 
-def _pace(session: Any, batch_id: str) -> float | None:
-    """Finished jobs a second, from the first job's start to the last one's end."""
-    jobs = select(BatchItem.job_id).where(BatchItem.batch_id == batch_id)
-    first, last, finished = session.execute(
-        select(
-            func.min(Job.fast_started_at), func.max(Job.finished_at), func.count(Job.finished_at)
-        ).where(Job.id.in_(jobs))
-    ).one()
-    seconds = (last - first).total_seconds() if first and last else 0.0
-    return finished / seconds if seconds > 0 else None
-
-
-def _item_of(session: Any, job: Job, batch_id: str | None) -> BatchItem | None:
+def _item_of(session: Session, job: Job, batch_id: str | None) -> BatchItem | None:
     """The row of ``batch_id`` that asked this job (else the job's first row)."""
     query = select(BatchItem).where(BatchItem.job_id == job.id)
     if batch_id:

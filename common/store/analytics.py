@@ -3,7 +3,7 @@ accuracy per split, stage costs and busy time, calibration items, per-split runs
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,35 +78,49 @@ def batch_scores(
     """One pass over the batch: (finished rows with a known answer, of those right by our
     rules), and each benchmark split's scores both ways. With ``unsplit``, the rows with a
     known answer and no split are scored too, by our rules, as a split of that name."""
-
-    scored = correct = 0
-    scores: dict[str, SplitScore] = {}
+    tally = ScoreTally(unsplit)
     for row in scoring_rows(session, batch_id):
+        tally.add(row)
+    return tally.result()
+
+
+class ScoreTally:
+    """Scores rows one at a time (``scoring_rows``' columns), for ``batch_scores`` and
+    for whoever scores in a pass of its own (the review pages' overview)."""
+
+    def __init__(self, unsplit: str | None = None) -> None:
+        self.unsplit = unsplit
+        self.scored = self.correct = 0
+        self.scores: dict[str, SplitScore] = {}
+
+    def add(self, row: Any) -> None:
         if row.expected is None or row.status not in (JobStatus.DONE, JobStatus.FAILED):
-            continue
+            return
         right = is_correct(row.final_answer, row.expected, row.options)
-        scored, correct = scored + 1, correct + right
-        if row.split is None and unsplit is None:
-            continue
+        self.scored, self.correct = self.scored + 1, self.correct + right
+        if row.split is None and self.unsplit is None:
+            return
         if row.split is None:
-            score = scores.setdefault("", SplitScore(unsplit or "", benchmark=False))
+            score = self.scores.setdefault("", SplitScore(self.unsplit or "", benchmark=False))
         else:
-            score = scores.setdefault(row.split, SplitScore(row.split))
+            score = self.scores.setdefault(row.split, SplitScore(row.split))
         score.rows += 1
         if row.status == JobStatus.FAILED or row.final_answer is None:
             score.failed += 1
-            continue
+            return
         score.strict_correct += right
         if row.split is None:  # no benchmark: ours stands for the reference's
             score.reference_correct += right
-            continue
+            return
         benchmark = row.split.split("/")[0]
         verdict = reference_verdict(benchmark, row.final_answer, row.expected, row.options)
         if verdict is None:
             verdict = row.judge_verdict  # the LLM judge's, when one was asked
         score.undecided += verdict is None
         score.reference_correct += bool(verdict)
-    return (scored, correct), [scores[key] for key in sorted(scores)]
+
+    def result(self) -> tuple[tuple[int, int], list[SplitScore]]:
+        return (self.scored, self.correct), [self.scores[key] for key in sorted(self.scores)]
 
 
 @dataclass(frozen=True)
@@ -151,6 +165,12 @@ def stage_busy(session: Session, batch_id: str) -> StageBusy:
             Job.id.in_(batch_jobs(batch_id))
         )
     ).all()
+    return busy_of(rows)
+
+
+def busy_of(rows: Sequence[Sequence[Any]]) -> StageBusy:
+    """``stage_busy`` over jobs' (fast_started_at, gated_at, agent_started_at,
+    finished_at), one tuple a job."""
     batches: dict[Any, tuple[float, int]] = {}
     agent = []
     first_fast = min((row[0] for row in rows if row[0] is not None), default=None)

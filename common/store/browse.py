@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session, defer
 
 from common.contracts import AnsweredBy, JobStatus
 from common.scoring import is_correct
-from common.store.analytics import SplitScore, batch_scores, stage_busy
+from common.store.analytics import ScoreTally, SplitScore, busy_of
+from common.store.reads import BatchCounts, batch_counts, batch_jobs
 from common.store.tables import BatchItem, Job
 
 PAGE_ROWS = 50
@@ -227,31 +228,6 @@ class Histogram:
         )
 
 
-def confidence_histogram(session: Session, batch_id: str) -> Histogram:
-    """One pass over the batch's speculated rows (columns only)."""
-    histogram = Histogram()
-    query = (
-        select(
-            Job.confidence,
-            Job.answered_by,
-            Job.small_answer,
-            Job.options,
-            Job.gate,
-            BatchItem.expected,
-        )
-        .join(Job, Job.id == BatchItem.job_id)
-        .where(BatchItem.batch_id == batch_id, Job.confidence.is_not(None))
-    )
-    for confidence, answered_by, small_answer, options, gate, expected in session.execute(
-        query.execution_options(yield_per=2000)
-    ):
-        if histogram.threshold is None and gate:
-            histogram.threshold = gate.get("threshold")
-        right = None if expected is None else is_correct(small_answer, expected, options)
-        histogram.add(confidence, answered_by == AnsweredBy.SMALL, right)
-    return histogram
-
-
 @dataclass(frozen=True)
 class Overview:
     """The expensive half of a batch's page: computed in one pass each, and kept while the
@@ -267,49 +243,75 @@ class Overview:
     agent_jobs: int
 
 
-def overview(session: Session, batch_id: str) -> Overview:
-    """Accuracy per split (both ways), the confidence histogram and time per stage,
-    recomputed only when a job of the batch finished or was reviewed since the last call
-    (in this process)."""
-    version = _version(session, batch_id)
+def overview(session: Session, batch_id: str, counts: BatchCounts | None = None) -> Overview:
+    """Accuracy per split (both ways), the confidence histogram and time per stage: three
+    passes over the batch's rows, so kept (in this process) until a job of the batch
+    finishes, is reviewed or judged (``counts``: the batch's, if already made)."""
+    counts = counts or batch_counts(session, batch_id)
+    verdicts = session.scalar(
+        select(func.count(BatchItem.judge_verdict)).where(BatchItem.batch_id == batch_id)
+    )
+    version = (*counts.version, verdicts)
     cached = _OVERVIEWS.get(batch_id)
     if cached is not None and cached[0] == version:
         return cached[1]
-    (scored, correct), splits = batch_scores(session, batch_id)
-    busy = stage_busy(session, batch_id)
-    found = Overview(
-        scored,
-        correct,
-        splits,
-        confidence_histogram(session, batch_id),
-        busy.fast_s,
-        busy.agent_s,
-        busy.fast_jobs,
-        busy.agent_jobs,
-    )
+    found = _overview_pass(session, batch_id)
     if len(_OVERVIEWS) >= _OVERVIEWS_KEPT:
         _OVERVIEWS.pop(next(iter(_OVERVIEWS)))
     _OVERVIEWS[batch_id] = (version, found)
     return found
 
 
+def _overview_pass(session: Session, batch_id: str) -> Overview:
+    """Scores, the confidence histogram and stage times in one pass over the batch's rows
+    (columns only): each job's wide row is read once, not once a figure."""
+    query = (
+        select(
+            BatchItem.expected,
+            BatchItem.split,
+            BatchItem.judge_verdict,
+            Job.id,
+            Job.status,
+            Job.final_answer,
+            Job.options,
+            Job.confidence,
+            Job.answered_by,
+            Job.small_answer,
+            Job.fast_started_at,
+            Job.gated_at,
+            Job.agent_started_at,
+            Job.finished_at,
+        )
+        .join(Job, Job.id == BatchItem.job_id)
+        .where(BatchItem.batch_id == batch_id)
+    )
+    tally, histogram = ScoreTally(), Histogram()
+    times: dict[str, tuple[Any, ...]] = {}  # a job two rows share is timed once
+    for row in session.execute(query.execution_options(yield_per=2000)):
+        tally.add(row)
+        times[row.id] = (row.fast_started_at, row.gated_at, row.agent_started_at, row.finished_at)
+        if row.confidence is None:
+            continue
+        right = None
+        if row.expected is not None:
+            right = is_correct(row.small_answer, row.expected, row.options)
+        histogram.add(row.confidence, row.answered_by == AnsweredBy.SMALL, right)
+    gates = select(Job.gate).where(Job.id.in_(batch_jobs(batch_id)), Job.confidence.is_not(None))
+    gate = session.scalars(gates.limit(1)).first()  # tau, as the first speculated job saw it
+    histogram.threshold = (gate or {}).get("threshold")
+    (scored, correct), splits = tally.result()
+    busy = busy_of(list(times.values()))
+    return Overview(
+        scored,
+        correct,
+        splits,
+        histogram,
+        busy.fast_s,
+        busy.agent_s,
+        busy.fast_jobs,
+        busy.agent_jobs,
+    )
+
+
 _OVERVIEWS: dict[str, tuple[tuple[Any, ...], Overview]] = {}
 _OVERVIEWS_KEPT = 16
-
-
-def _version(session: Session, batch_id: str) -> tuple[Any, ...]:
-    """What changes whenever the overview would: finished jobs, their last finish, review
-    and judge verdict."""
-    jobs = select(BatchItem.job_id).where(BatchItem.batch_id == batch_id)
-    row = session.execute(
-        select(
-            func.count(Job.finished_at),
-            func.max(Job.finished_at),
-            func.count(Job.reviewed_at),
-            func.max(Job.reviewed_at),
-        ).where(Job.id.in_(jobs))
-    ).one()
-    verdicts = session.scalar(
-        select(func.count(BatchItem.judge_verdict)).where(BatchItem.batch_id == batch_id)
-    )
-    return (*tuple(row), verdicts)

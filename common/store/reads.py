@@ -6,6 +6,7 @@ import difflib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from sqlalchemy.orm import Session
 from common.contracts import AnsweredBy, JobStatus
 from common.errors import NotFound
 from common.store.tables import Batch, BatchItem, Job
+
+AUDIT_DONE = "done"  # common.store.audits.DONE (which reads this module)
 
 
 @dataclass
@@ -29,6 +32,13 @@ class BatchCounts:
     screened_tool_free: int = 0
     speculated: int = 0
     accepted: int = 0
+    # when and how much: the pace, and what changes whenever results do
+    first_started: datetime | None = None  # the first fast-stage claim
+    last_finished: datetime | None = None
+    reviewed: int = 0
+    last_reviewed: datetime | None = None
+    audited: int = 0  # accepted answers the online audit finished
+    audit_agreed: int = 0
 
     @property
     def finished(self) -> int:
@@ -43,6 +53,19 @@ class BatchCounts:
     def alpha(self) -> float | None:
         """Share of speculated jobs the gate accepted."""
         return self.accepted / self.speculated if self.speculated else None
+
+    @property
+    def pace(self) -> float | None:
+        """Finished jobs a second, from the first claim to the last result."""
+        if self.first_started is None or self.last_finished is None:
+            return None
+        seconds = (self.last_finished - self.first_started).total_seconds()
+        return self.finished / seconds if seconds > 0 else None
+
+    @property
+    def version(self) -> tuple[Any, ...]:
+        """Changes whenever a job of these finishes (again) or is reviewed."""
+        return (self.finished, self.last_finished, self.reviewed, self.last_reviewed)
 
     @property
     def small_share(self) -> float:
@@ -79,19 +102,32 @@ def batch_counts(session: Session, batch_id: str) -> BatchCounts:
 
 
 def counts_of(session: Session, job_ids: Any) -> BatchCounts:
-    """Counts over the jobs a subquery of ids names."""
+    """Counts over the jobs a subquery of ids names, in one pass over columns that one
+    index of the jobs holds (``ix_jobs_summary``): a 100,000-job batch never reads its
+    jobs' wide rows (trajectories, token scores) to be counted."""
     counts = BatchCounts()
-    jobs = select(Job).where(Job.id.in_(job_ids)).subquery()
     columns = (
-        jobs.c.status,
-        jobs.c.answered_by,
-        jobs.c.defer_reason,
-        jobs.c.error_code,
-        jobs.c.screen_needs_tools,
-        jobs.c.small_answer.is_not(None),
+        Job.status,
+        Job.answered_by,
+        Job.defer_reason,
+        Job.error_code,
+        Job.screen_needs_tools,
+        Job.confidence.is_not(None),  # speculated: the small model answered, with its score
+        Job.audit_status == AUDIT_DONE,
+        Job.audit_agrees,
     )
-    rows = session.execute(select(*columns, func.count()).group_by(*columns))
-    for status, answerer, reason, code, needs_tools, speculated, n in rows:
+    aggregates = (
+        func.count(),
+        func.min(Job.fast_started_at),
+        func.max(Job.finished_at),
+        func.count(Job.reviewed_at),
+        func.max(Job.reviewed_at),
+    )
+    rows = session.execute(
+        select(*columns, *aggregates).where(Job.id.in_(job_ids)).group_by(*columns)
+    )
+    for status, answerer, reason, code, needs_tools, speculated, audited, agrees, *more in rows:
+        n, first, last, reviewed, last_reviewed = more
         counts.jobs += n
         counts.by_status[status] += n
         if answerer:
@@ -106,7 +142,34 @@ def counts_of(session: Session, job_ids: Any) -> BatchCounts:
         if speculated:
             counts.speculated += n
             counts.accepted += n if answerer == AnsweredBy.SMALL else 0
+        if audited:
+            counts.audited += n
+            counts.audit_agreed += n if agrees else 0
+        counts.first_started = _earliest(counts.first_started, first)
+        counts.last_finished = _latest(counts.last_finished, last)
+        counts.reviewed += reviewed
+        counts.last_reviewed = _latest(counts.last_reviewed, last_reviewed)
     return counts
+
+
+def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def failure_codes(session: Session, batch_id: str) -> list[str]:
+    """The error codes of the batch's failed jobs (found through the failed jobs, not the
+    batch's every row)."""
+    in_batch = (
+        select(BatchItem.job_id)
+        .where(BatchItem.job_id == Job.id, BatchItem.batch_id == batch_id)
+        .exists()
+    )
+    query = select(Job.error_code).where(Job.status == JobStatus.FAILED, in_batch).distinct()
+    return sorted(code or "unknown" for code in session.scalars(query))
 
 
 def get_job(session: Session, job_id: str) -> Job | None:

@@ -21,7 +21,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from common.contracts import Stage
@@ -50,6 +60,25 @@ class Batch(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (
+        # What a batch's counts read (common.store.reads.counts_of), in an index of its
+        # own: counted from it alone, never from the wide rows (trajectories, scores).
+        Index(
+            "ix_jobs_summary",
+            "id",
+            "status",
+            "answered_by",
+            "defer_reason",
+            "error_code",
+            "screen_needs_tools",
+            "confidence",
+            "audit_status",
+            "audit_agrees",
+            "fast_started_at",
+            "finished_at",
+            "reviewed_at",
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     idempotency_key: Mapped[str] = mapped_column(String(64), unique=True)

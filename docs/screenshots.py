@@ -1,0 +1,98 @@
+"""Take the review pages' screenshots in docs/images/ from the demo's batch.
+
+    make demo && .venv/bin/python docs/screenshots.py
+
+Serves demo.db (``speceyes serve``, a port of its own), signs in with a new admin key,
+and photographs the batches, the demo batch, a job the agent zoomed on, and the review
+queue, in Chromium (Debian's, through Playwright, as the browser tests drive it).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "images"
+SPECEYES = [sys.executable, "-m", "cli.main"]
+DB = ["--db", "sqlite:///demo.db"]
+
+
+def main() -> None:
+    if not (ROOT / "demo.db").exists():
+        sys.exit("no demo.db: run make demo first")
+    made = subprocess.run(
+        [*SPECEYES, "keys", "create", "screenshots", "--admin", *DB],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    key = made.stdout.split()[0]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [*SPECEYES, "serve", *DB, "--small", "synth", "--large", "synth", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # its access log
+    )
+    try:
+        _wait(base)
+        _shoot(base, key)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        revoke = [*SPECEYES, "keys", "revoke", "screenshots", *DB]
+        subprocess.run(revoke, cwd=ROOT, check=False, capture_output=True)
+
+
+def _wait(base: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/healthz").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)  # a server starting: nothing to poll but its port
+    sys.exit("the server did not answer in 120 s")
+
+
+def _shoot(base: str, key: str) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", chromium_sandbox=False
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.goto(f"{base}/ui/signin")
+        page.fill("input[name=key]", key)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/ui/batches")
+        page.screenshot(path=OUT / "ui-batches.png")
+        page.click("table.batches a")
+        page.wait_for_selector("table.grid")
+        batch_url = page.url
+        page.screenshot(path=OUT / "ui-batch.png", full_page=True)
+        page.goto(f"{batch_url}/results?who=large")
+        page.click("table.grid td.question a")
+        page.wait_for_selector("rect.zoom-box")
+        page.screenshot(path=OUT / "ui-job.png", full_page=True)
+        page.goto(f"{batch_url}/review")
+        page.wait_for_selector(".entry.current")
+        page.screenshot(path=OUT / "ui-review.png")
+        browser.close()
+    print(f"wrote {', '.join(sorted(p.name for p in OUT.glob('ui-*.png')))} in {OUT}")
+
+
+if __name__ == "__main__":
+    main()
