@@ -35,6 +35,11 @@ FIELDS = (
     "gated_at",
     "agent_started_at",
     "finished_at",
+    "audit_answer",
+    "audit_agrees",
+    "reviewed_answer",
+    "reviewer",
+    "reviewed_at",
 )
 
 

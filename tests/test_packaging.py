@@ -309,7 +309,7 @@ def test_the_image_copies_every_package_before_installing():
 def test_the_image_build_context_installs_the_whole_command(tmp_path):
     """Lay out what the Dockerfile copies (less .dockerignore), build the wheel from it
     as the image's `pip install .` does, and find every package the command runs in it,
-    with the shipped models and the migrations."""
+    with the shipped models, the migrations and the review pages' templates and assets."""
     app = tmp_path / "app"
     app.mkdir()
 
@@ -346,6 +346,10 @@ def test_the_image_build_context_installs_the_whole_command(tmp_path):
         "speceyes_client/py.typed",
     ]:
         assert shipped in names
+    # the review pages work offline: every template and asset is in the package
+    ui = ROOT / "api" / "ui"
+    assets = [p for folder in ("templates", "static") for p in (ui / folder).iterdir()]
+    assert assets and {str(p.relative_to(ROOT)) for p in assets} - names == set()
 
 
 # -- the image installs what the code imports -----------------------------------------------

@@ -161,3 +161,33 @@ def test_another_tenants_batch_job_and_image_are_not_found(site) -> None:
         answer = other.get(path)
         assert answer.status_code == 404, path
     assert batch_id not in other.get("/ui/batches").text
+
+
+def test_a_thyme_step_shows_its_code_output_and_only_our_thumbnails(api, tmp_path) -> None:
+    app = api()
+    png = "data:image/png;base64,iVBORw0KGgo="
+    step = {
+        "index": 0,
+        "text": "<code>crop</code>",
+        "finish_reason": "stop",
+        "new_tokens": 9,
+        "generate_seconds": 0.3,
+        "code": f"print('{XSS}')",
+        "code_output": f"printed {XSS}",
+        "images": [
+            {"thumbnail": png, "width": 8, "height": 8},
+            {"thumbnail": "javascript:alert(1)"},  # not one we encoded: left out
+            {"thumbnail": "data:text/html;base64,PHNjcmlwdD4="},
+        ],
+        "sandbox_stop": "cpu_time",
+    }
+    trajectory = {"steps": [step], "answer": None, "error_code": "step_limit", "error": "gave up"}
+    rows = [{"status": "failed", "error_code": "step_limit", "trajectory": trajectory}]
+    _, (job_id,) = decided_batch(app.sessions, rows, picture(tmp_path), tenant="tests")
+    browser = TestClient(app.http.app)
+    sign_in(browser, app.key)
+    text = browser.get(f"/ui/jobs/{job_id}").text
+    assert str(escape(f"print('{XSS}')")) in text and str(escape(f"printed {XSS}")) in text
+    assert text.count(f'src="{png}"') == 1
+    assert "javascript:" not in text and "data:text/html" not in text
+    assert "cpu_time" in text and "gave up" in text
