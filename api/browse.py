@@ -8,7 +8,11 @@ functions), so what a page shows or changes is what /v1 shows or changes.
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,13 +21,17 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from api.deps import Caller
+from api.intake import decode_budget
 from common.config import Settings
 from common.contracts import JobStatus
-from common.errors import InvalidInput, NotFound
+from common.errors import ImageError, InvalidInput, NotFound
 from common.images import render_image
+from common.limits import check_text
 from common.store import reads, reviews
 from common.store.browse import SORTS, WHO, ResultFilter
 from common.store.tables import Batch, Job
+
+log = logging.getLogger(__name__)
 
 PREVIEW_SIDE = 1600  # a job's image on its page (zoomed in the browser, not refetched)
 THUMBNAIL_SIDE = 160  # a row of the results grid
@@ -59,6 +67,8 @@ def result_filter(params: Mapping[str, str]) -> ResultFilter:
     ``disagree``, ``conf_min``, ``conf_max``, ``reviewed``, ``q``, ``sort``); empty ones
     are absent. A value that is not one of the field's is refused, naming the choices."""
     value = {name: text.strip() for name, text in params.items() if text and text.strip()}
+    for name, text in value.items():
+        check_text(text, name)  # a NUL or a lone surrogate: 422, never a database error
     return ResultFilter(
         who=_choice(value, "who", WHO),
         status=_choice(value, "status", tuple(JobStatus)),
@@ -109,15 +119,20 @@ def image_response(
     job: Job, settings: Settings, *, max_side: int | None = None, step: int | None = None
 ) -> Response:
     """The job's image (or, with ``step``, the crop an agent's zoom at that step returned),
-    decoded and encoded anew, typed as decoded, never sniffed and never cached by another
-    user's browser."""
+    decoded and encoded anew, typed as decoded, never sniffed. An image that cannot be
+    read is a 404 that names no path (the reason goes to the log)."""
     if not job.image_path:
         raise NotFound(f"job {job.id} has no image", code="image_not_found")
-    box = None
-    if step is not None:
-        box = _zoom_box(job, step)
+    box = None if step is None else _zoom_box(job, step)
     side = None if max_side is None else max(16, min(max_side, MAX_SIDE))
-    data, media_type = render_image(job.image_path, settings.images, max_side=side, box=box)
+    try:
+        data, media_type = _rendered(job.image_path, settings, side, box)
+    except ImageError as exc:
+        log.warning("job %s: its image cannot be shown: %s", job.id, exc)
+        raise NotFound(
+            f"job {job.id}'s image cannot be read now (moved, removed or damaged)",
+            code="image_unavailable",
+        ) from None
     return Response(
         data,
         media_type=media_type,
@@ -125,12 +140,59 @@ def image_response(
     )
 
 
+# Rendered images kept by file (and its mtime), size and box: a results grid asks for
+# 50 thumbnails a page, and a page is often seen again. Bounded by bytes held.
+_RENDERED: OrderedDict[tuple[Any, ...], tuple[bytes, str]] = OrderedDict()
+_RENDERED_MAX_BYTES = 32 * 1024 * 1024
+_rendered_lock = threading.Lock()
+
+
+def _rendered(
+    path: str, settings: Settings, side: int | None, box: list[int] | None
+) -> tuple[bytes, str]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        raise ImageError("the image file is not there") from None
+    key = (path, stat.st_mtime_ns, stat.st_size, side, tuple(box) if box else None)
+    with _rendered_lock:
+        if key in _RENDERED:
+            _RENDERED.move_to_end(key)
+            return _RENDERED[key]
+    found = render_image(
+        path, settings.images, max_side=side, box=box, budget=decode_budget(settings)
+    )
+    with _rendered_lock:
+        _RENDERED[key] = found
+        while sum(len(data) for data, _ in _RENDERED.values()) > _RENDERED_MAX_BYTES:
+            _RENDERED.popitem(last=False)
+    return found
+
+
 def _zoom_box(job: Job, step: int) -> list[int]:
-    steps = (job.trajectory or {}).get("steps") or []
-    if not 0 <= step < len(steps) or not steps[step].get("box_original"):
+    """The box an agent's zoom at ``step`` cut from the original, if it is one."""
+    box = zoom_box_of(job, step)
+    if box is None:
         raise NotFound(f"job {job.id} has no zoom at step {step}", code="step_not_found")
-    box: list[int] = steps[step]["box_original"]
     return box
+
+
+def trajectory_steps(job: Job) -> list[dict[str, Any]]:
+    """The job's trajectory steps that are steps (a trace of another shape shows none)."""
+    steps = job.trajectory.get("steps") if isinstance(job.trajectory, dict) else None
+    return [step for step in steps if isinstance(step, dict)] if isinstance(steps, list) else []
+
+
+def zoom_box_of(job: Job, step: int) -> list[int] | None:
+    """The box [x1, y1, x2, y2] an agent's zoom at ``step`` cut from the original image,
+    where the trace holds one (four integers), else None."""
+    steps = job.trajectory.get("steps") if isinstance(job.trajectory, dict) else None
+    if not isinstance(steps, list) or not 0 <= step < len(steps):
+        return None
+    found = steps[step].get("box_original") if isinstance(steps[step], dict) else None
+    if isinstance(found, list) and len(found) == 4 and all(type(v) is int for v in found):
+        return found
+    return None
 
 
 class ReviewSpec(BaseModel):

@@ -137,11 +137,15 @@ def _refuse_over_limit(exc: ImageError) -> None:
 _DECODE_BUDGETS: dict[int, PixelBudget] = {}
 
 
-def _decode(data: bytes, settings: Settings) -> None:
+def decode_budget(settings: Settings) -> PixelBudget:
+    """The process's budget of pixels decoded at once (uploads checked, images shown)."""
     limit = settings.api.decode_pixels
-    budget = _DECODE_BUDGETS.setdefault(limit, PixelBudget(limit))
+    return _DECODE_BUDGETS.setdefault(limit, PixelBudget(limit))
+
+
+def _decode(data: bytes, settings: Settings) -> None:
     try:
-        check_image(data, settings.images, budget)
+        check_image(data, settings.images, decode_budget(settings))
     except ImageError as exc:
         _refuse_over_limit(exc)
         raise ApiError(422, "image_invalid", str(exc)) from None
@@ -266,7 +270,9 @@ def item_of_batch(raw: Any, position: int, settings: Settings) -> NewItem:
         text("id") or str(position),
         text("question") or "",
         [str(option) for option in options] if isinstance(options, list) else None,
-        image_path=text("image_path"),
+        # never the path the request named: it was refused (outside the image roots, or
+        # not there), and a stored path is one the image routes would serve
+        image_path=None,
         expected=text("answer"),
     )
     return replace(storable_item(row, settings.requests), error=error)

@@ -243,19 +243,21 @@ def render_image(
     *,
     max_side: int | None = None,
     box: Sequence[int] | None = None,
+    budget: PixelBudget | None = None,
 ) -> tuple[bytes, str]:
     """An image file as a person is shown it: decoded as the models saw it (validated,
-    first frame, EXIF-rotated), cut to ``box`` ([x1, y1, x2, y2] in those pixels) and
-    scaled to fit ``max_side``; encoded in its own format where that is JPEG, PNG or
-    WebP, else PNG. Returns (bytes, media type). Nothing of the file passes unparsed."""
+    first frame, EXIF-rotated; within ``budget``'s pixels at once), cut to ``box``
+    ([x1, y1, x2, y2] in those pixels, corners in any order) and scaled to fit
+    ``max_side``; encoded in its own format where that is JPEG, PNG or WebP, else PNG.
+    Returns (bytes, media type). Nothing of the file passes unparsed; whatever is wrong
+    with it is an ``ImageError``."""
     data = read_image_bytes(path, limits)
-    with Image.open(io.BytesIO(data)) as probe:
+    image = decode_image(data, limits, budget)  # an ImageError for anything not an image
+    with Image.open(io.BytesIO(data)) as probe:  # decoded above: this reads its header
         source_format = probe.format or ""
-    image = decode_image(data, limits)
     if box is not None:
-        x1, y1, x2, y2 = (int(value) for value in box)
-        x1, x2 = sorted((max(0, min(x1, image.width)), max(0, min(x2, image.width))))
-        y1, y2 = sorted((max(0, min(y1, image.height)), max(0, min(y2, image.height))))
+        x1, x2 = sorted(max(0, min(int(v), image.width)) for v in (box[0], box[2]))
+        y1, y2 = sorted(max(0, min(int(v), image.height)) for v in (box[1], box[3]))
         image = image.crop((x1, y1, max(x2, x1 + 1), max(y2, y1 + 1)))
     if max_side is not None and max(image.size) > max_side:
         image.thumbnail((max_side, max_side))

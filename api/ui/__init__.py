@@ -17,10 +17,10 @@ injected one least of all), ``nosniff`` and a refusal to be framed.
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
@@ -44,16 +44,22 @@ CSP = "; ".join(
 )
 
 
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+}
+
+
 class PageHeaders(BaseHTTPMiddleware):
-    """The security headers of every /ui answer."""
+    """The security headers of every /ui answer (an error page sets its own: a failure
+    nobody expected is answered outside this middleware)."""
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         response = await call_next(request)
         if request.url.path.startswith("/ui"):
-            response.headers["Content-Security-Policy"] = CSP
-            response.headers["X-Content-Type-Options"] = "nosniff"
-            response.headers["X-Frame-Options"] = "DENY"
-            response.headers["Referrer-Policy"] = "same-origin"
+            response.headers.update(SECURITY_HEADERS)
         return response
 
 
@@ -69,9 +75,23 @@ def install(app: FastAPI, settings: Settings) -> None:
 def error_page(
     request: Request, error: str, detail: str, status: int, headers: dict[str, str] | None
 ) -> Response:
-    """An error under /ui as a page (``api.errors``); not signed in: to the sign-in page."""
+    """An error under /ui as a page (``api.errors``); for the review queue's script (it
+    asks for JSON), the API's one shape; not signed in: to the sign-in page, and back to
+    the page that was open."""
+    if "application/json" in request.headers.get("accept", ""):
+        return JSONResponse({"error": error, "detail": detail}, status, headers=headers)
     if error == "signin_required":
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        target = _back_to(request)
         return RedirectResponse(f"/ui/signin?next={quote(target, safe='/')}", status_code=303)
     html = render("error.html", request, None, error=error, detail=detail, status=status)
-    return HTMLResponse(html, status_code=status, headers=headers)
+    return HTMLResponse(html, status_code=status, headers={**(headers or {}), **SECURITY_HEADERS})
+
+
+def _back_to(request: Request) -> str:
+    """Where a signed-out browser returns once signed in: the page it asked for, or, for
+    a form it sent (not a page to open), the page the form was on."""
+    if request.method == "GET":
+        return request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    referer = urlsplit(request.headers.get("referer", ""))
+    same_site = referer.netloc == request.url.netloc and referer.path.startswith("/ui")
+    return referer.path if same_site else "/ui/batches"

@@ -24,8 +24,9 @@ from api.browse import (
     owned_job,
     result_filter,
     review,
+    trajectory_steps,
 )
-from api.deps import Limiters, SessionsDep, SettingsDep
+from api.deps import Limiters, SessionsDep, SettingsDep, too_many
 from api.errors import ApiError
 from api.intake import public_path
 from api.ui import views
@@ -47,7 +48,7 @@ from common.errors import InvalidInput
 from common.export import result_row
 from common.images import image_size
 from common.store import reads, reviews
-from common.store.browse import BadCursor, overview, results_page
+from common.store.browse import BadCursor, kept_overview, overview, results_page
 from common.store.keys import check_key
 from common.store.tables import Batch, BatchItem, Job
 
@@ -66,10 +67,18 @@ def ui_session(request: Request, sessions: SessionsDep, settings: SettingsDep) -
     if found is None:
         raise ApiError(401, "signin_required", "sign in with an API key first")
     request.state.key_name = found.caller.name  # for the access log, as /v1 does
+    limiters: Limiters = request.app.state.limiters
+    if found.key_id and (wait := limiters.requests.take(found.key_id)):
+        raise too_many(
+            "rate_limited",
+            f"over {settings.api.rate_per_s:g} requests/s for this key (api_rate_per_s)",
+            wait,
+        )
     return found
 
 
 UiDep = Annotated[UiSession, Depends(ui_session)]
+LISTED_SCORING_JOBS = 20_000  # the batches page scores a batch this large, not larger
 
 
 def page(html: str, status: int = 200) -> HTMLResponse:
@@ -143,9 +152,21 @@ def batches(request: Request, ui: UiDep, sessions: SessionsDep) -> Response:
         lines = []
         for line in reads.list_batches(session, tenant=tenant, limit=100):
             counts = reads.batch_counts(session, line.batch.id)
-            found = overview(session, line.batch.id, counts)
-            accuracy = found.correct / found.scored if found.scored else None
-            lines.append({"line": line, "counts": counts, "accuracy": accuracy})
+            # scoring a large batch is its own page's work: here only if it is kept
+            large = counts.jobs > LISTED_SCORING_JOBS
+            if large:
+                found = kept_overview(session, line.batch.id, counts)
+            else:
+                found = overview(session, line.batch.id, counts)
+            accuracy = found.correct / found.scored if found and found.scored else None
+            lines.append(
+                {
+                    "line": line,
+                    "counts": counts,
+                    "accuracy": accuracy,
+                    "unscored": large and not found,
+                }
+            )
         return page(render("batches.html", request, ui, lines=lines))
 
 
@@ -245,11 +266,12 @@ def job_page(
             item=item,
             size=size,
             preview_side=PREVIEW_SIDE,
-            steps=(job.trajectory or {}).get("steps") or [],
+            steps=trajectory_steps(job),
+            trajectory_error=_trajectory_error(job),
             zooms=views.zooms(job),
             produced=views.produced_images,
             tokens=views.token_bars(job),
-            threshold=(job.gate or {}).get("threshold"),
+            threshold=views.threshold_of(job.gate),
             phases=views.phases(job),
             verdicts=views.verdicts(item, job),
             letters=[chr(ord("A") + index) for index in range(len(job.options or []))],
@@ -334,10 +356,17 @@ def _grid(
     return {
         "rows": found.rows,
         "filters": filters,
+        "wanted": wanted,
         "next_url": next_url,
         "reasons": reasons,
         "thumb_side": THUMBNAIL_SIDE,
     }
+
+
+def _trajectory_error(job: Job) -> str | None:
+    trace = job.trajectory if isinstance(job.trajectory, dict) else {}
+    parts = [str(trace[name]) for name in ("error_code", "error") if trace.get(name)]
+    return ": ".join(parts) or None
 
 
 def _item_of(session: Session, job: Job, batch_id: str | None) -> BatchItem | None:

@@ -12,16 +12,21 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from api.ui.session import UiSession
 
 
-def _percent(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{100 * value:.{digits}f}%"
+def _real(value: Any) -> bool:
+    """A number to format (a trace's field may hold anything: it shows as a dash)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
-def _number(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+def _percent(value: Any, digits: int = 1) -> str:
+    return f"{100 * value:.{digits}f}%" if _real(value) else "–"
 
 
-def _seconds(value: float | None) -> str:
-    if value is None:
+def _number(value: Any, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if _real(value) else "–"
+
+
+def _seconds(value: Any) -> str:
+    if not _real(value):
         return "–"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 

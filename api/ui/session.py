@@ -38,10 +38,12 @@ SIGNIN_MAX_AGE_S = 3600
 
 @dataclass(frozen=True)
 class UiSession:
-    """A signed-in browser: who (as the API sees a key) and its CSRF token."""
+    """A signed-in browser: who (as the API sees a key), its CSRF token, and the key's id
+    (its rate limit is the API's: one bucket a key, pages and /v1 alike)."""
 
     caller: Caller
     csrf: str
+    key_id: str | None = None
 
 
 class Signer:
@@ -64,7 +66,7 @@ class Signer:
 
     def open(self, value: str) -> dict[str, object] | None:
         body, _, signature = value.partition(".")
-        if not hmac.compare_digest(signature, self.mac("session", body)):
+        if not same(signature, self.mac("session", body)):
             return None
         try:
             payload = json.loads(base64.urlsafe_b64decode(body.encode()))
@@ -104,7 +106,7 @@ def current_session(
     key = session.get(ApiKey, str(key_id))
     if key is None or key.revoked_at is not None:
         return None
-    return UiSession(Caller(tenant=key.tenant, admin=key.admin, name=key.name), csrf)
+    return UiSession(Caller(tenant=key.tenant, admin=key.admin, name=key.name), csrf, key.id)
 
 
 def signin_nonce(request: Request) -> str:
@@ -118,7 +120,7 @@ def remember_signin(response: Response, request: Request, nonce: str) -> None:
 
 def check_signin_token(request: Request, signer: Signer, token: str) -> None:
     nonce = request.cookies.get(SIGNIN_COOKIE, "")
-    if not nonce or not hmac.compare_digest(token, signer.mac("signin", nonce)):
+    if not nonce or not same(token, signer.mac("signin", nonce)):
         raise ApiError(
             403, "csrf_failed", "the sign-in form is stale or not this site's: load it again"
         )
@@ -126,10 +128,15 @@ def check_signin_token(request: Request, signer: Signer, token: str) -> None:
 
 def check_csrf(ui: UiSession, token: str) -> None:
     """Refuse a form that does not carry this session's token."""
-    if not hmac.compare_digest(token, ui.csrf):
+    if not same(token, ui.csrf):
         raise ApiError(
             403, "csrf_failed", "the form is stale or not this site's: reload the page, try again"
         )
+
+
+def same(given: str, expected: str) -> bool:
+    """A constant-time comparison of what a browser sent (any text) with a token."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
 def _set_cookie(response: Response, request: Request, name: str, value: str, age: int) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from api.browse import trajectory_steps, zoom_box_of
 from common.scoring import is_correct, reference_verdict
 from common.store.browse import HISTOGRAM_BINS, Histogram
 from common.store.reads import BatchCounts
@@ -91,11 +92,20 @@ class TokenBar:
 
 
 def token_bars(job: Job) -> list[TokenBar]:
+    scores = job.token_scores if isinstance(job.token_scores, list) else []
     return [
-        TokenBar(score, 100 * min(1.0, max(0.0, score)))
-        for score in (job.token_scores or [])
-        if isinstance(score, int | float)
+        TokenBar(float(score), 100 * min(1.0, max(0.0, float(score))))
+        for score in scores
+        if isinstance(score, int | float) and not isinstance(score, bool) and score == score
     ]
+
+
+def threshold_of(gate: Any) -> float | None:
+    """The gate's tau as a job's record keeps it, if it is a number."""
+    value = gate.get("threshold") if isinstance(gate, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+        return float(value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -143,18 +153,22 @@ def verdicts(item: BatchItem | None, job: Job) -> Verdicts:
 
 @dataclass(frozen=True)
 class Zoom:
-    """A DeepEyes step's zoom: its box on the image and the crop it returned."""
+    """A DeepEyes step's zoom: its box on the image (corners in order) and the crop."""
 
     step: int
-    box: list[int]
+    x: int
+    y: int
+    width: int
+    height: int
 
 
 def zooms(job: Job) -> dict[int, Zoom]:
     found = {}
-    for index, step in enumerate((job.trajectory or {}).get("steps") or []):
-        box = step.get("box_original") if isinstance(step, dict) else None
-        if isinstance(box, list) and len(box) == 4 and all(isinstance(v, int) for v in box):
-            found[index] = Zoom(index, box)
+    for index in range(len(trajectory_steps(job))):
+        box = zoom_box_of(job, index)
+        if box is not None:
+            (x1, x2), (y1, y2) = sorted((box[0], box[2])), sorted((box[1], box[3]))
+            found[index] = Zoom(index, x1, y1, x2 - x1, y2 - y1)
     return found
 
 
@@ -164,7 +178,9 @@ THUMBNAIL_PREFIX = "data:image/png;base64,"
 def produced_images(step: dict[str, Any]) -> list[dict[str, Any]]:
     """A Thyme step's images, as its trace keeps them: only PNG thumbnails we encoded
     (anything else in the trace is not shown)."""
-    images = step.get("images") or []
+    images = step.get("images")
+    if not isinstance(images, list):
+        return []
     return [
         image
         for image in images

@@ -13,6 +13,7 @@ is full.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,17 +186,25 @@ class BadCursor(ValueError):
     pass
 
 
+def _position(text: str) -> int:
+    """A row position as a cursor holds it: what the column can hold (32-bit), or none."""
+    position = int(text)
+    if not 0 <= position < 2**31:
+        raise ValueError(text)
+    return position
+
+
 def _parse_cursor(cursor: str, sort: str) -> tuple[str, int, float]:
     try:
         if sort == "position" and cursor.startswith("p"):
-            return "p", int(cursor[1:]), 0.0
+            return "p", _position(cursor[1:]), 0.0
         if sort != "position" and cursor.startswith("n:"):
-            return "n", int(cursor[2:]), 0.0
+            return "n", _position(cursor[2:]), 0.0
         if sort != "position" and cursor.startswith("c"):
             confidence, position = cursor[1:].rsplit(":", 1)
             value = float(confidence)
             if math.isfinite(value):
-                return "c", int(position), value
+                return "c", _position(position), value
     except ValueError:
         pass
     raise BadCursor(f"cursor {cursor[:40]!r} is not one of this listing's (sorted by {sort})")
@@ -244,22 +253,40 @@ class Overview:
 
 
 def overview(session: Session, batch_id: str, counts: BatchCounts | None = None) -> Overview:
-    """Accuracy per split (both ways), the confidence histogram and time per stage: three
-    passes over the batch's rows, so kept (in this process) until a job of the batch
-    finishes, is reviewed or judged (``counts``: the batch's, if already made)."""
+    """Accuracy per split (both ways), the confidence histogram and time per stage: a pass
+    over the batch's rows, so kept (in this process) until a job of the batch finishes,
+    is reviewed or judged (``counts``: the batch's, if already made)."""
+    version = _version(session, batch_id, counts)
+    found = _kept(batch_id, version)
+    if found is None:
+        found = _overview_pass(session, batch_id)
+        if len(_OVERVIEWS) >= _OVERVIEWS_KEPT:
+            _OVERVIEWS.popitem(last=False)  # the least recently used
+        _OVERVIEWS[batch_id] = (version, found)
+    return found
+
+
+def kept_overview(
+    session: Session, batch_id: str, counts: BatchCounts | None = None
+) -> Overview | None:
+    """The kept overview, if it is current; None (and nothing computed) if not."""
+    return _kept(batch_id, _version(session, batch_id, counts))
+
+
+def _version(session: Session, batch_id: str, counts: BatchCounts | None) -> tuple[Any, ...]:
     counts = counts or batch_counts(session, batch_id)
     verdicts = session.scalar(
         select(func.count(BatchItem.judge_verdict)).where(BatchItem.batch_id == batch_id)
     )
-    version = (*counts.version, verdicts)
+    return (*counts.version, verdicts)
+
+
+def _kept(batch_id: str, version: tuple[Any, ...]) -> Overview | None:
     cached = _OVERVIEWS.get(batch_id)
-    if cached is not None and cached[0] == version:
-        return cached[1]
-    found = _overview_pass(session, batch_id)
-    if len(_OVERVIEWS) >= _OVERVIEWS_KEPT:
-        _OVERVIEWS.pop(next(iter(_OVERVIEWS)))
-    _OVERVIEWS[batch_id] = (version, found)
-    return found
+    if cached is None or cached[0] != version:
+        return None
+    _OVERVIEWS.move_to_end(batch_id)
+    return cached[1]
 
 
 def _overview_pass(session: Session, batch_id: str) -> Overview:
@@ -298,7 +325,8 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
         histogram.add(row.confidence, row.answered_by == AnsweredBy.SMALL, right)
     gates = select(Job.gate).where(Job.id.in_(batch_jobs(batch_id)), Job.confidence.is_not(None))
     gate = session.scalars(gates.limit(1)).first()  # tau, as the first speculated job saw it
-    histogram.threshold = (gate or {}).get("threshold")
+    threshold = gate.get("threshold") if isinstance(gate, dict) else None
+    histogram.threshold = threshold if isinstance(threshold, int | float) else None
     (scored, correct), splits = tally.result()
     busy = busy_of(list(times.values()))
     return Overview(
@@ -313,5 +341,5 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
     )
 
 
-_OVERVIEWS: dict[str, tuple[tuple[Any, ...], Overview]] = {}
-_OVERVIEWS_KEPT = 16
+_OVERVIEWS: OrderedDict[str, tuple[tuple[Any, ...], Overview]] = OrderedDict()
+_OVERVIEWS_KEPT = 256  # a few KB each (a histogram, a few splits)

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from common.contracts import AnsweredBy, JobStatus
 from common.errors import InvalidInput
+from common.limits import check_text
 from common.store.browse import ResultRow
 from common.store.tables import BatchItem, Job, utcnow
 
@@ -38,10 +39,11 @@ class NotReviewable(InvalidInput):
 def review_job(
     session: Session, job: Job, answer: str, reviewer: str, *, now: datetime | None = None
 ) -> Job:
-    """Record ``reviewer``'s answer for ``job`` (stripped; for a multiple-choice job, an
-    option's letter or text). Refused, with the reason, for an unfinished job or an empty,
-    overlong or unknown-option answer."""
-    text = answer.strip()
+    """Record ``reviewer``'s answer for ``job``: stripped; for a multiple-choice job, an
+    option given by its letter or text, kept as the option's text (one form in every
+    export). Refused, with the reason, for an unfinished job or an empty, overlong,
+    unstorable or unknown-option answer."""
+    text = check_text(answer, "the reviewed answer").strip()
     if job.status not in REVIEWABLE:
         raise NotReviewable(
             f"job {job.id} is {job.status}: only a finished job (done or failed) can be reviewed",
@@ -54,12 +56,15 @@ def review_job(
             f"the reviewed answer has {len(text)} characters; at most {MAX_ANSWER_CHARS}",
             code="review_invalid",
         )
-    if job.options and option_index(text, job.options) is None:
-        raise InvalidInput(
-            f"{text[:40]!r} is not one of the job's options: give a letter "
-            f"A-{chr(ord('A') + len(job.options) - 1)} or an option's text",
-            code="review_invalid",
-        )
+    if job.options:
+        index = option_index(text, job.options)
+        if index is None:
+            raise InvalidInput(
+                f"{text[:40]!r} is not one of the job's options: give a letter "
+                f"A-{chr(ord('A') + len(job.options) - 1)} or an option's text",
+                code="review_invalid",
+            )
+        text = job.options[index]
     job.reviewed_answer = text
     job.reviewer = reviewer
     job.reviewed_at = now or utcnow()
@@ -67,8 +72,8 @@ def review_job(
 
 
 def option_index(answer: str, options: list[str]) -> int | None:
-    """Which option ``answer`` names (its letter, case aside, or its exact text), if any."""
-    if len(answer) == 1 and answer.isalpha():
+    """Which option ``answer`` names (its letter A-Z, case aside, or its exact text)."""
+    if len(answer) == 1 and answer.isascii() and answer.isalpha():
         index = ord(answer.upper()) - ord("A")
         return index if 0 <= index < len(options) else None
     return options.index(answer) if answer in options else None

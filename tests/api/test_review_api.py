@@ -8,6 +8,7 @@ import io
 import pytest
 from PIL import Image
 
+from common.store.tables import Job
 from tests.helpers.reviewing import ZOOM_BOX, decided_batch, picture, zoom_trajectory
 
 
@@ -107,3 +108,46 @@ def test_another_tenants_work_is_as_absent_as_a_missing_one(decided) -> None:
     assert app.http.get(f"/v1/jobs/{ids[0]}").json()["reviewed_answer"] is None
     admin = app.key_for("root", tenant="ops", admin=True)
     assert app.http.get(f"/v1/jobs/{ids[0]}/image", headers=admin).status_code == 200
+
+
+def test_a_refused_server_path_is_never_served(api, tmp_path) -> None:
+    """A batch job naming a server file outside the image roots fails; its job keeps no
+    path, so the image routes have nothing to read."""
+    secret = picture(tmp_path / "elsewhere")
+    app = api()
+    made = app.http.post(
+        "/v1/batches", json={"jobs": [{"image_path": str(secret), "question": "q?"}]}
+    ).json()
+    (refused,) = made["refused"]
+    assert refused["error"] == "path_outside_roots"
+    answer = app.http.get(f"/v1/jobs/{refused['job_id']}/image")
+    assert answer.status_code == 404 and str(secret) not in answer.text
+
+
+def test_an_image_that_cannot_be_read_is_a_404_naming_no_path(decided, tmp_path) -> None:
+    app, _, ids = decided
+    with app.sessions.begin() as session:
+        session.get(Job, ids[0]).image_path = str(tmp_path / "gone.png")
+        broken = tmp_path / "broken.png"
+        broken.write_bytes(b"not an image at all")
+        session.get(Job, ids[1]).image_path = str(broken)
+    for job_id, path in ((ids[0], "gone.png"), (ids[1], "broken.png")):
+        answer = app.http.get(f"/v1/jobs/{job_id}/image")
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"] == "image_unavailable" and path not in answer.text
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"after": "p99999999999999999999999"},
+        {"after": "p2147483648"},
+        {"sort": "confidence", "after": "c0.5:99999999999"},
+        {"q": "a\x00b"},
+        {"reason": "a\x00b"},
+    ],
+)
+def test_rows_refuse_what_no_column_holds(decided, params: dict) -> None:
+    app, batch_id, _ = decided
+    answer = app.http.get(f"/v1/batches/{batch_id}/rows", params=params)
+    assert answer.status_code == 422 and set(answer.json()) == {"error", "detail"}

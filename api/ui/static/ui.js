@@ -34,14 +34,19 @@ function zoomImages() {
   }
 }
 
-// The review queue: one entry shown at a time.
+// The review queue: one entry shown at a time (without this script, every entry is a
+// plain form, one under the other).
 //   j / k: next / previous entry; 1-9: pick that option; e: edit the answer's text;
 //   Enter: confirm (the review is sent, the entry marked, the next one shown).
+// A confirmed entry is not sent again; one review is in flight at a time.
 function reviewQueue() {
   const queue = document.querySelector("[data-queue]");
   if (!queue) return;
+  queue.classList.add("scripted");
   const entries = Array.from(queue.querySelectorAll(".entry"));
+  const finished = document.querySelector("[data-queue-finished]");
   let index = 0;
+  let sending = false;
 
   function show(next) {
     if (next < 0 || next >= entries.length) return;
@@ -55,60 +60,81 @@ function reviewQueue() {
     }
   }
 
-  async function confirm(entry) {
-    const form = entry.querySelector("form.review");
-    const body = new URLSearchParams(new FormData(form));
-    const response = await fetch(form.action, {
-      method: "POST",
-      body,
-      credentials: "same-origin",
-      headers: { Accept: "application/json" },
-    });
+  function say(entry, text, failed) {
     const status = entry.querySelector(".outcome") || document.createElement("p");
-    status.className = "outcome";
-    if (response.ok) {
-      const reply = await response.json();
-      status.textContent = "Reviewed: " + reply.final_answer;
-      entry.classList.add("done");
-      entry.append(status);
-      show(index + 1);
-    } else {
-      let detail = response.statusText;
-      try { detail = (await response.json()).detail; } catch (error) { /* not JSON */ }
-      status.textContent = "Not saved: " + detail;
-      status.classList.add("error");
-      entry.append(status);
+    status.className = failed ? "outcome error" : "outcome";
+    status.textContent = text; // text, never HTML
+    entry.append(status);
+  }
+
+  async function confirm(entry) {
+    if (sending) return;
+    if (entry.classList.contains("done")) { show(index + 1); return; }
+    const form = entry.querySelector("form.review");
+    sending = true;
+    try {
+      const response = await fetch(form.action, {
+        method: "POST",
+        body: new URLSearchParams(new FormData(form)),
+        credentials: "same-origin",
+        headers: { Accept: "application/json" },
+      });
+      let reply = null;
+      try { reply = await response.json(); } catch (error) { /* not JSON: said below */ }
+      if (response.ok && reply) {
+        say(entry, "Reviewed: " + reply.final_answer, false);
+        entry.classList.add("done");
+        if (index + 1 < entries.length) show(index + 1);
+        else if (finished) finished.hidden = false;
+      } else if (reply && reply.error === "signin_required") {
+        say(entry, "Not saved: signed out. Reload the page to sign in again.", true);
+      } else {
+        say(entry, "Not saved: " + ((reply && reply.detail) || response.statusText), true);
+      }
+    } catch (error) {
+      say(entry, "Not saved: the server cannot be reached. Try again.", true);
+    } finally {
+      sending = false;
     }
   }
 
   for (const entry of entries) {
     const form = entry.querySelector("form.review");
+    const text = form.querySelector(".answer-text");
     form.addEventListener("submit", (event) => { event.preventDefault(); confirm(entry); });
     for (const radio of form.querySelectorAll("input[name=pick]")) {
-      radio.addEventListener("change", () => { form.querySelector(".answer-text").value = radio.value; });
+      radio.addEventListener("change", () => { text.value = radio.value; });
     }
+    // typed text is the answer: a pick made before no longer stands
+    text.addEventListener("input", () => {
+      for (const radio of form.querySelectorAll("input[name=pick]")) radio.checked = false;
+    });
   }
 
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
-    const entry = entries[index];
-    const typing = event.target instanceof HTMLInputElement && event.target.type === "text";
-    if (typing) {
-      if (event.key === "Escape") event.target.blur();
-      return; // Enter in the field submits the form (its own submit handler)
+    const target = event.target;
+    // keys typed into a field, or Enter on a button or link, are theirs
+    if (target instanceof HTMLInputElement && target.type === "text") {
+      if (event.key === "Escape") target.blur();
+      return; // Enter in the field submits its form (the submit handler above)
     }
+    if (target instanceof HTMLButtonElement || target instanceof HTMLAnchorElement) return;
+    const entry = entries[index];
     if (event.key === "j") show(index + 1);
     else if (event.key === "k") show(index - 1);
     else if (event.key === "e") {
       event.preventDefault();
-      entry.querySelector(".answer-text").focus();
+      const field = entry.querySelector(".answer-text");
+      field.focus();
+      field.select(); // typing replaces the answer; arrows keep it
     } else if (/^[1-9]$/.test(event.key)) {
       const radio = entry.querySelector(`input[name=pick][data-key="${event.key}"]`);
       if (radio) { radio.checked = true; radio.dispatchEvent(new Event("change")); }
     } else if (event.key === "Enter") {
       event.preventDefault();
       confirm(entry);
-    } else return;
+    }
   });
 }
 

@@ -199,8 +199,17 @@ def test_correct_an_answer_with_the_keyboard_and_find_it_in_the_export(
     page.keyboard.press("2")  # option B
     expect(first.locator("input.answer-text")).to_have_value("B")
     page.keyboard.press("Enter")
-    expect(first.locator(".outcome")).to_have_text("Reviewed: B")
-    expect(entries.nth(1)).to_be_visible()  # on to the next
+    page.keyboard.press("Enter")  # at once again: the second is not a second review
+    expect(first.locator(".outcome")).to_have_text("Reviewed: dog")  # B, kept as its text
+    second = entries.nth(1)
+    expect(second).to_be_visible()  # on to the next, and not past it
+    expect(second.locator(".outcome")).to_have_count(0)
+    page.keyboard.press("1")  # A, then typed text: the text is the answer
+    page.keyboard.press("e")
+    page.keyboard.type("cow")
+    page.keyboard.press("Enter")
+    expect(second.locator(".outcome")).to_have_text("Reviewed: cow")
+    expect(page.locator("[data-queue-finished]")).to_be_visible()  # the queue's end
     job_id = first.get_attribute("data-job")
 
     page.goto(f"{live.base}/ui/batches/{batch_id}")
@@ -209,7 +218,7 @@ def test_correct_an_answer_with_the_keyboard_and_find_it_in_the_export(
     rows = [json.loads(line) for line in Path(download.value.path()).read_text().splitlines()]
     (corrected,) = [row for row in rows if row["job_id"] == job_id]
     assert corrected["answer"] == "A"  # the model's, kept
-    assert (corrected["reviewed_answer"], corrected["final_answer"]) == ("B", "B")
+    assert (corrected["reviewed_answer"], corrected["final_answer"]) == ("dog", "dog")
     assert corrected["reviewer"] == "reviewer-ann" and corrected["reviewed_at"]
     assert page_errors == []
 

@@ -138,9 +138,9 @@ def test_a_review_on_the_page_is_what_v1_and_the_export_read(site) -> None:
     )
     assert answer.status_code == 303
     view = app.http.get(f"/v1/jobs/{ids[1]}").json()
-    assert (view["reviewed_answer"], view["reviewer"]) == ("B", "tests")
+    assert (view["reviewed_answer"], view["reviewer"]) == ("plain", "tests")  # B's text
     export = browser.get(f"/ui/batches/{batch_id}/export.jsonl").text
-    assert '"reviewed_answer": "B"' in export and '"final_answer": "B"' in export
+    assert '"reviewed_answer": "plain"' in export and '"final_answer": "plain"' in export
 
 
 def test_another_tenants_batch_job_and_image_are_not_found(site) -> None:
@@ -191,3 +191,71 @@ def test_a_thyme_step_shows_its_code_output_and_only_our_thumbnails(api, tmp_pat
     assert text.count(f'src="{png}"') == 1
     assert "javascript:" not in text and "data:text/html" not in text
     assert "cpu_time" in text and "gave up" in text
+
+
+def test_a_form_sent_after_the_session_ended_goes_back_to_its_page(api) -> None:
+    app = api()
+    browser = TestClient(app.http.app)
+    answer = browser.post(
+        "/ui/jobs/0123/review",
+        data={"answer": "x"},
+        headers={"Referer": "http://testserver/ui/batches/abc/review"},
+        follow_redirects=False,
+    )
+    assert answer.headers["location"] == "/ui/signin?next=/ui/batches/abc/review"
+    scripted = browser.post(
+        "/ui/jobs/0123/review", data={"answer": "x"}, headers={"Accept": "application/json"}
+    )  # the review queue's script: the API's shape, which it shows
+    assert scripted.status_code == 401 and scripted.json()["error"] == "signin_required"
+
+
+@pytest.mark.parametrize(
+    "cookie", [b"abc.\xc3\xa9", b"eyJrIjogbnVsbH0.", b"x" * 5000, b"..", b"e30.00"]
+)
+def test_a_forged_or_garbled_cookie_or_token_is_refused_not_a_crash(site, cookie: bytes) -> None:
+    app, browser, _, _ = site
+    stranger = TestClient(app.http.app)
+    headers = {"cookie": b"speceyes_session=" + cookie}  # bytes: as a browser may send
+    assert stranger.get("/ui/batches", headers=headers, follow_redirects=False).status_code == 303
+    answer = browser.post("/ui/signout", data={"csrf": "t\u00e9st"}, follow_redirects=False)
+    assert answer.status_code == 403
+
+
+def test_the_pages_share_the_keys_rate_limit(api, tmp_path) -> None:
+    app = api(api_rate_per_s=0.5, api_rate_burst=3)
+    browser = TestClient(app.http.app)
+    sign_in(browser, app.key)
+    statuses = [browser.get("/ui/batches").status_code for _ in range(6)]
+    assert statuses[:2] == [200, 200] and statuses[-1] == 429
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"trajectory": {"steps": "not a list"}},
+        {"trajectory": ["a", "list"]},
+        {"trajectory": {"steps": [1, "two", {"text": 3, "generate_seconds": "soon"}]}},
+        {"trajectory": {"steps": [{"box_original": ["1", 2, 3, 4], "images": 7}]}},
+        {"gate": ["odd"], "confidence": 0.5, "token_scores": ["x", None, True]},
+        {"gate": {"threshold": "high"}, "confidence": 0.5, "token_scores": {"a": 1}},
+    ],
+)
+def test_a_job_page_survives_a_trace_of_any_shape(api, tmp_path, fields: dict) -> None:
+    app = api()
+    rows = [{"answered_by": "large", "final_answer": "x", **fields}]
+    _, (job_id,) = decided_batch(app.sessions, rows, picture(tmp_path), tenant="tests")
+    browser = TestClient(app.http.app)
+    sign_in(browser, app.key)
+    assert browser.get(f"/ui/jobs/{job_id}").status_code == 200
+    assert browser.get(f"/ui/jobs/{job_id}/steps/0/crop").status_code == 404
+
+
+def test_a_zoom_box_given_corner_last_is_drawn_as_the_crop_is_cut(api, tmp_path) -> None:
+    app = api()
+    trajectory = zoom_trajectory("A")
+    trajectory["steps"][0]["box_original"] = [40, 30, 8, 6]  # the corners swapped
+    rows = [{"answered_by": "large", "final_answer": "A", "trajectory": trajectory}]
+    _, (job_id,) = decided_batch(app.sessions, rows, picture(tmp_path), tenant="tests")
+    browser = TestClient(app.http.app)
+    sign_in(browser, app.key)
+    assert 'x="8" y="6" width="32" height="24"' in browser.get(f"/ui/jobs/{job_id}").text
