@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from fastapi import Response
@@ -21,6 +22,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from api.deps import Caller
+from api.errors import ApiError
 from api.intake import decode_budget
 from common.config import Settings
 from common.contracts import JobStatus
@@ -35,7 +37,11 @@ log = logging.getLogger(__name__)
 
 PREVIEW_SIDE = 1600  # a job's image on its page (zoomed in the browser, not refetched)
 THUMBNAIL_SIDE = 160  # a row of the results grid
-MAX_SIDE = 4096
+# The sizes an image is rendered at: a request's max_side is rounded up to one of them, so
+# renders are few and kept (a size per request would make every request a new render).
+SIDES = (THUMBNAIL_SIDE, 480, 800, PREVIEW_SIDE, 4096)
+RENDERS_AT_ONCE = 2  # decoding is CPU and memory: a few at a time, the rest wait briefly
+RENDER_WAIT_S = 10.0
 
 
 def owned_job(session: Session, job_id: str, caller: Caller) -> Job:
@@ -124,7 +130,12 @@ def image_response(
     if not job.image_path:
         raise NotFound(f"job {job.id} has no image", code="image_not_found")
     box = None if step is None else _zoom_box(job, step)
-    side = None if max_side is None else max(16, min(max_side, MAX_SIDE))
+    side = None if max_side is None else next((s for s in SIDES if s >= max_side), SIDES[-1])
+    if job.tenant is not None and not _accepted_path(job.image_path, settings):
+        # a tenant's job holds an upload or a file under image_roots; anything else (a
+        # path an older version kept for a refused job, a root since removed) is not served
+        log.warning("job %s: its image path is outside the uploads and image roots", job.id)
+        raise NotFound(f"job {job.id}'s image cannot be shown", code="image_unavailable")
     try:
         data, media_type = _rendered(job.image_path, settings, side, box)
     except ImageError as exc:
@@ -145,6 +156,14 @@ def image_response(
 _RENDERED: OrderedDict[tuple[Any, ...], tuple[bytes, str]] = OrderedDict()
 _RENDERED_MAX_BYTES = 32 * 1024 * 1024
 _rendered_lock = threading.Lock()
+_render_slots = threading.BoundedSemaphore(RENDERS_AT_ONCE)
+
+
+def _accepted_path(path: str, settings: Settings) -> bool:
+    """Whether ``path`` lies in the upload folder or an image root (symlinks resolved)."""
+    where = Path(path).resolve()
+    roots = [settings.api.upload_dir, *settings.api.image_roots]
+    return any(where.is_relative_to(root.expanduser().resolve()) for root in roots)
 
 
 def _rendered(
@@ -159,9 +178,19 @@ def _rendered(
         if key in _RENDERED:
             _RENDERED.move_to_end(key)
             return _RENDERED[key]
-    found = render_image(
-        path, settings.images, max_side=side, box=box, budget=decode_budget(settings)
-    )
+    if not _render_slots.acquire(timeout=RENDER_WAIT_S):
+        raise ApiError(
+            503,
+            "images_busy",
+            "every image renderer is busy: retry in a moment",
+            {"Retry-After": "2"},
+        )
+    try:
+        found = render_image(
+            path, settings.images, max_side=side, box=box, budget=decode_budget(settings)
+        )
+    finally:
+        _render_slots.release()
     with _rendered_lock:
         _RENDERED[key] = found
         while sum(len(data) for data, _ in _RENDERED.values()) > _RENDERED_MAX_BYTES:

@@ -121,7 +121,7 @@ class JobView(BaseModel):
             if job.confidence is None
             else GateView(
                 confidence=job.confidence,
-                threshold=(job.gate or {}).get("threshold"),
+                threshold=job.gate_threshold,
                 accepted=job.answered_by == AnsweredBy.SMALL,
             ),
             small_answer=job.small_answer,
@@ -221,7 +221,7 @@ class RowView(BaseModel):
             answer=job.final_answer,
             answered_by=job.answered_by,
             confidence=job.confidence,
-            threshold=(job.gate or {}).get("threshold"),
+            threshold=job.gate_threshold,
             error_code=job.error_code,
             expected=item.expected,
             correct=correct,

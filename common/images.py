@@ -262,6 +262,7 @@ def render_image(
     if max_side is not None and max(image.size) > max_side:
         image.thumbnail((max_side, max_side))
     out_format = source_format if source_format in _PREVIEW_FORMATS else "PNG"
+    image.info.clear()  # no profile, comment or metadata of the file passes on
     buffer = io.BytesIO()
     image.save(buffer, format=out_format, **({"quality": 90} if out_format == "JPEG" else {}))
     return buffer.getvalue(), _PREVIEW_FORMATS[out_format]
@@ -269,8 +270,11 @@ def render_image(
 
 def image_size(path: str | Path) -> tuple[int, int]:
     """(width, height) of an image file as the models see it: from its header, swapped
-    where its EXIF orientation turns it a quarter."""
-    with Image.open(path) as image:
-        width, height = image.size
-        orientation = image.getexif().get(0x0112, 1)  # EXIF Orientation
+    where its EXIF orientation turns it a quarter. ``ImageError`` if it cannot be read."""
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            orientation = image.getexif().get(0x0112, 1)  # EXIF Orientation
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises
+        raise ImageError(f"cannot read the image's header: {exc}") from None
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)

@@ -29,13 +29,13 @@ def is_correct(answer: str | None, expected: str, options: Sequence[str] | None 
     got, want = normalise(answer), normalise(expected)
     if options:
         texts = [normalise(option) for option in options]
+        letters = OPTION_LETTERS.lower()[: len(texts)]
         if want in texts:  # expected given as the option's text
-            letter = OPTION_LETTERS[texts.index(want)].lower()
-        else:  # expected given as the letter
-            letter, want = (
-                want,
-                texts[OPTION_LETTERS.lower().index(want)] if len(want) == 1 else want,
-            )
+            letter = letters[texts.index(want)]
+        elif len(want) == 1 and want in letters:  # expected given as the letter
+            letter, want = want, texts[letters.index(want)]
+        else:  # an expected answer that is no option: compared as text
+            return got == want
         return got in (letter, want) or got.startswith(f"{letter} ")
     if want in ("yes", "no"):
         return got.split(" ", 1)[0] == want if got else False

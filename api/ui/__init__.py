@@ -78,13 +78,14 @@ def error_page(
     """An error under /ui as a page (``api.errors``); for the review queue's script (it
     asks for JSON), the API's one shape; not signed in: to the sign-in page, and back to
     the page that was open."""
+    secured = {**(headers or {}), **SECURITY_HEADERS, "Vary": "Accept"}
     if "application/json" in request.headers.get("accept", ""):
-        return JSONResponse({"error": error, "detail": detail}, status, headers=headers)
+        return JSONResponse({"error": error, "detail": detail}, status, headers=secured)
     if error == "signin_required":
         target = _back_to(request)
         return RedirectResponse(f"/ui/signin?next={quote(target, safe='/')}", status_code=303)
     html = render("error.html", request, None, error=error, detail=detail, status=status)
-    return HTMLResponse(html, status_code=status, headers={**(headers or {}), **SECURITY_HEADERS})
+    return HTMLResponse(html, status_code=status, headers=secured)
 
 
 def _back_to(request: Request) -> str:

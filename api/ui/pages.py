@@ -44,7 +44,7 @@ from api.ui.session import (
 )
 from common.audit import figures_of
 from common.config import Settings
-from common.errors import InvalidInput
+from common.errors import ImageError, InvalidInput
 from common.export import result_row
 from common.images import image_size
 from common.store import reads, reviews
@@ -271,7 +271,7 @@ def job_page(
             zooms=views.zooms(job),
             produced=views.produced_images,
             tokens=views.token_bars(job),
-            threshold=views.threshold_of(job.gate),
+            threshold=job.gate_threshold,
             phases=views.phases(job),
             verdicts=views.verdicts(item, job),
             letters=[chr(ord("A") + index) for index in range(len(job.options or []))],
@@ -384,7 +384,7 @@ def _size(job: Job) -> tuple[int, int] | None:
         return None
     try:
         return image_size(job.image_path)
-    except OSError:
+    except ImageError:
         return None
 
 

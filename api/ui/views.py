@@ -100,14 +100,6 @@ def token_bars(job: Job) -> list[TokenBar]:
     ]
 
 
-def threshold_of(gate: Any) -> float | None:
-    """The gate's tau as a job's record keeps it, if it is a number."""
-    value = gate.get("threshold") if isinstance(gate, dict) else None
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
-        return float(value)
-    return None
-
-
 @dataclass(frozen=True)
 class Phase:
     name: str

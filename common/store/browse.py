@@ -13,6 +13,7 @@ is full.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from common.contracts import AnsweredBy, JobStatus
 from common.scoring import is_correct
 from common.store.analytics import ScoreTally, SplitScore, busy_of
 from common.store.reads import BatchCounts, batch_counts, batch_jobs
-from common.store.tables import BatchItem, Job
+from common.store.tables import BatchItem, Job, gate_threshold
 
 PAGE_ROWS = 50
 CHUNK_ROWS = 500  # rows fetched at once while a filter only Python can judge fills a page
@@ -260,9 +261,10 @@ def overview(session: Session, batch_id: str, counts: BatchCounts | None = None)
     found = _kept(batch_id, version)
     if found is None:
         found = _overview_pass(session, batch_id)
-        if len(_OVERVIEWS) >= _OVERVIEWS_KEPT:
-            _OVERVIEWS.popitem(last=False)  # the least recently used
-        _OVERVIEWS[batch_id] = (version, found)
+        with _overviews_lock:
+            _OVERVIEWS[batch_id] = (version, found)
+            while len(_OVERVIEWS) > _OVERVIEWS_KEPT:
+                _OVERVIEWS.popitem(last=False)  # the least recently used
     return found
 
 
@@ -282,11 +284,12 @@ def _version(session: Session, batch_id: str, counts: BatchCounts | None) -> tup
 
 
 def _kept(batch_id: str, version: tuple[Any, ...]) -> Overview | None:
-    cached = _OVERVIEWS.get(batch_id)
-    if cached is None or cached[0] != version:
-        return None
-    _OVERVIEWS.move_to_end(batch_id)
-    return cached[1]
+    with _overviews_lock:  # the server's threads share the kept overviews
+        cached = _OVERVIEWS.get(batch_id)
+        if cached is None or cached[0] != version:
+            return None
+        _OVERVIEWS.move_to_end(batch_id)
+        return cached[1]
 
 
 def _overview_pass(session: Session, batch_id: str) -> Overview:
@@ -325,8 +328,7 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
         histogram.add(row.confidence, row.answered_by == AnsweredBy.SMALL, right)
     gates = select(Job.gate).where(Job.id.in_(batch_jobs(batch_id)), Job.confidence.is_not(None))
     gate = session.scalars(gates.limit(1)).first()  # tau, as the first speculated job saw it
-    threshold = gate.get("threshold") if isinstance(gate, dict) else None
-    histogram.threshold = threshold if isinstance(threshold, int | float) else None
+    histogram.threshold = gate_threshold(gate)
     (scored, correct), splits = tally.result()
     busy = busy_of(list(times.values()))
     return Overview(
@@ -343,3 +345,4 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
 
 _OVERVIEWS: OrderedDict[str, tuple[tuple[Any, ...], Overview]] = OrderedDict()
 _OVERVIEWS_KEPT = 256  # a few KB each (a histogram, a few splits)
+_overviews_lock = threading.Lock()

@@ -72,11 +72,14 @@ def review_job(
 
 
 def option_index(answer: str, options: list[str]) -> int | None:
-    """Which option ``answer`` names (its letter A-Z, case aside, or its exact text)."""
+    """Which option ``answer`` names: its exact text first (options may be letters
+    themselves), else its letter A-Z, case aside."""
+    if answer in options:
+        return options.index(answer)
     if len(answer) == 1 and answer.isascii() and answer.isalpha():
         index = ord(answer.upper()) - ord("A")
         return index if 0 <= index < len(options) else None
-    return options.index(answer) if answer in options else None
+    return None
 
 
 @dataclass(frozen=True)

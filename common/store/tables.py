@@ -41,6 +41,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def gate_threshold(gate: Any) -> float | None:
+    """The tau in a job's gate record (``Job.gate``), if it is a number in [0, 1]."""
+    value = gate.get("threshold") if isinstance(gate, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+        return float(value)
+    return None
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -125,6 +133,12 @@ class Job(Base):
     gated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     agent_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    @property
+    def gate_threshold(self) -> float | None:
+        """The tau the gate judged this job's small answer against, if its record holds
+        one as a number in [0, 1]."""
+        return gate_threshold(self.gate)
 
     @property
     def given_answer(self) -> str | None:

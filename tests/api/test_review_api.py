@@ -22,7 +22,7 @@ def decided(api, tmp_path):
         {"answered_by": "large", "final_answer": "no", "trajectory": zoom_trajectory("no")},
         {"status": "failed", "error_code": "image_unreadable", "error_message": "corrupt"},
     ]
-    batch_id, ids = decided_batch(app.sessions, rows, picture(tmp_path), tenant="tests")
+    batch_id, ids = decided_batch(app.sessions, rows, picture(app.root), tenant="tests")
     return app, batch_id, ids
 
 
@@ -83,10 +83,12 @@ def test_the_review_queue_lists_what_is_worth_a_look(decided) -> None:
 
 def test_the_image_and_a_zooms_crop_are_served_as_decoded(decided) -> None:
     app, _, ids = decided
-    image = app.http.get(f"/v1/jobs/{ids[1]}/image", params={"max_side": 32})
+    image = app.http.get(f"/v1/jobs/{ids[1]}/image")
     assert image.headers["content-type"] == "image/png"
     assert image.headers["x-content-type-options"] == "nosniff"
-    assert max(Image.open(io.BytesIO(image.content)).size) == 32
+    assert Image.open(io.BytesIO(image.content)).size == (64, 48)  # as it is
+    small = app.http.get(f"/v1/jobs/{ids[1]}/image", params={"max_side": 20})
+    assert max(Image.open(io.BytesIO(small.content)).size) == 64  # rounded up to 160: whole
     crop = app.http.get(f"/v1/jobs/{ids[1]}/steps/0/crop")
     width, height = ZOOM_BOX[2] - ZOOM_BOX[0], ZOOM_BOX[3] - ZOOM_BOX[1]
     assert Image.open(io.BytesIO(crop.content)).size == (width, height)
@@ -126,12 +128,14 @@ def test_a_refused_server_path_is_never_served(api, tmp_path) -> None:
 
 def test_an_image_that_cannot_be_read_is_a_404_naming_no_path(decided, tmp_path) -> None:
     app, _, ids = decided
+    outside = picture(tmp_path / "outside", name="outside.png")  # a readable image
     with app.sessions.begin() as session:
-        session.get(Job, ids[0]).image_path = str(tmp_path / "gone.png")
-        broken = tmp_path / "broken.png"
+        session.get(Job, ids[0]).image_path = str(app.root / "gone.png")
+        broken = app.root / "broken.png"
         broken.write_bytes(b"not an image at all")
         session.get(Job, ids[1]).image_path = str(broken)
-    for job_id, path in ((ids[0], "gone.png"), (ids[1], "broken.png")):
+        session.get(Job, ids[2]).image_path = str(outside)  # as an older version kept one
+    for job_id, path in ((ids[0], "gone.png"), (ids[1], "broken.png"), (ids[2], "outside")):
         answer = app.http.get(f"/v1/jobs/{job_id}/image")
         assert answer.status_code == 404, answer.text
         assert answer.json()["error"] == "image_unavailable" and path not in answer.text

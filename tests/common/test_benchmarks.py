@@ -154,6 +154,15 @@ def test_reference_rules_and_ours(benchmark, answer, expected, options, referenc
     assert is_correct(answer, expected, options) is ours
 
 
+@pytest.mark.parametrize("expected", ["Z", "1", "purple", "e"])
+def test_an_expected_answer_that_is_no_option_is_compared_as_text(expected: str) -> None:
+    """A labelled row whose answer names no option (a letter past the last, a digit, a
+    text not among them) scores as text, never as an error that stops a batch's pages."""
+    options = ["cat", "dog", "cow", "hen"]
+    assert is_correct("dog", expected, options) is False
+    assert is_correct(expected, expected, options) is True
+
+
 def test_annotate_scores_each_split_both_ways(tmp_path, capsys, monkeypatch):
     from cli.main import main
 

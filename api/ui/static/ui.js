@@ -16,6 +16,10 @@ function followProgress() {
     } catch (error) {
       return; // offline a moment: try again at the next tick
     }
+    if (response.redirected || response.status === 401) { // signed out: stop asking
+      clearInterval(timer);
+      return;
+    }
     if (!response.ok) return;
     const holder = document.createElement("div");
     holder.innerHTML = await response.text(); // the server's escaped HTML, no script runs
@@ -38,7 +42,8 @@ function zoomImages() {
 // plain form, one under the other).
 //   j / k: next / previous entry; 1-9: pick that option; e: edit the answer's text;
 //   Enter: confirm (the review is sent, the entry marked, the next one shown).
-// A confirmed entry is not sent again; one review is in flight at a time.
+// One review is in flight at a time; a confirmed entry is sent again only if its answer
+// was changed since (a correction), and the queue moves on only from the entry sent.
 function reviewQueue() {
   const queue = document.querySelector("[data-queue]");
   if (!queue) return;
@@ -69,13 +74,18 @@ function reviewQueue() {
 
   async function confirm(entry) {
     if (sending) return;
-    if (entry.classList.contains("done")) { show(index + 1); return; }
     const form = entry.querySelector("form.review");
+    const body = new URLSearchParams(new FormData(form));
+    const at = entries.indexOf(entry);
+    if (entry.dataset.sent === body.toString()) { // confirmed as it stands: move on
+      if (index === at) show(at + 1);
+      return;
+    }
     sending = true;
     try {
       const response = await fetch(form.action, {
         method: "POST",
-        body: new URLSearchParams(new FormData(form)),
+        body,
         credentials: "same-origin",
         headers: { Accept: "application/json" },
       });
@@ -84,8 +94,10 @@ function reviewQueue() {
       if (response.ok && reply) {
         say(entry, "Reviewed: " + reply.final_answer, false);
         entry.classList.add("done");
-        if (index + 1 < entries.length) show(index + 1);
-        else if (finished) finished.hidden = false;
+        entry.dataset.sent = body.toString();
+        if (at + 1 < entries.length) {
+          if (index === at) show(at + 1); // not if the reviewer has moved on meanwhile
+        } else if (finished) finished.hidden = false;
       } else if (reply && reply.error === "signin_required") {
         say(entry, "Not saved: signed out. Reload the page to sign in again.", true);
       } else {
@@ -114,12 +126,13 @@ function reviewQueue() {
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const target = event.target;
-    // keys typed into a field, or Enter on a button or link, are theirs
+    // keys typed into a field are its own; Enter on a button or a link is theirs
     if (target instanceof HTMLInputElement && target.type === "text") {
       if (event.key === "Escape") target.blur();
       return; // Enter in the field submits its form (the submit handler above)
     }
-    if (target instanceof HTMLButtonElement || target instanceof HTMLAnchorElement) return;
+    const onControl = target instanceof HTMLButtonElement || target instanceof HTMLAnchorElement;
+    if (event.key === "Enter" && onControl) return;
     const entry = entries[index];
     if (event.key === "j") show(index + 1);
     else if (event.key === "k") show(index - 1);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 from markupsafe import escape
+from PIL import Image
 
 from common.store.keys import create_key, revoke_key
 from tests.helpers.reviewing import decided_batch, picture, zoom_trajectory
@@ -259,3 +260,14 @@ def test_a_zoom_box_given_corner_last_is_drawn_as_the_crop_is_cut(api, tmp_path)
     browser = TestClient(app.http.app)
     sign_in(browser, app.key)
     assert 'x="8" y="6" width="32" height="24"' in browser.get(f"/ui/jobs/{job_id}").text
+
+
+def test_a_job_page_survives_an_image_with_broken_exif(api) -> None:
+    app = api()
+    path = app.root / "exif.png"
+    Image.new("RGB", (40, 30), (1, 2, 3)).save(path, exif=b"garbage!garbage!")
+    rows = [{"status": "failed", "error_code": "image_error"}]
+    _, (job_id,) = decided_batch(app.sessions, rows, path, tenant="tests")
+    browser = TestClient(app.http.app)
+    sign_in(browser, app.key)
+    assert browser.get(f"/ui/jobs/{job_id}").status_code == 200

@@ -42,3 +42,51 @@ def test_a_database_of_something_else_is_not_taken_for_a_store(database_url):
     engine.dispose()
     with pytest.raises(ConfigurationError, match="not a job store"):
         open_store(database_url)
+
+
+def test_0011_forgets_the_paths_refused_api_jobs_kept(database_url):
+    """An older version kept the path a refused API batch job named; the upgrade forgets
+    it (the image routes would serve it), and nothing else."""
+    engine = make_engine(database_url)
+    migrate(engine, "0010")
+    job = (
+        "INSERT INTO jobs (id, idempotency_key, image_path, image_hash, question, status, "
+        "stage, attempts, created_at) VALUES (:id, :id, :path, :hash, 'q', :status, 'fast', "
+        "0, '2026-12-01 00:00:00')"
+    )
+    with engine.begin() as connection:
+        for batch, source in (("b-api", "api"), ("b-cli", "/corpus")):
+            connection.execute(
+                text(
+                    "INSERT INTO batches (id, key, name, source, config, created_at) VALUES "
+                    "(:id, :id, 'n', :source, '{}', '2026-12-01 00:00:00')"
+                ),
+                {"id": batch, "source": source},
+            )
+        rows = [  # (job, batch, path, hash, status)
+            ("refused", "b-api", "/etc/secret.png", None, "failed"),
+            ("uploaded", "b-api", "/uploads/a.png", "h1", "failed"),
+            ("waiting", "b-api", "/roots/b.png", None, "queued"),
+            ("cli", "b-cli", "/corpus/missing.png", None, "failed"),
+        ]
+        for position, (job_id, batch, path, digest, status) in enumerate(rows):
+            connection.execute(
+                text(job), {"id": job_id, "path": path, "hash": digest, "status": status}
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO batch_items (batch_id, position, item_id, job_id) "
+                    "VALUES (:batch, :position, :item, :job)"
+                ),
+                {"batch": batch, "position": position, "item": job_id, "job": job_id},
+            )
+    migrate(engine, "head")
+    with engine.connect() as connection:
+        paths = dict(connection.execute(text("SELECT id, image_path FROM jobs")).all())
+    engine.dispose()
+    assert paths == {
+        "refused": None,
+        "uploaded": "/uploads/a.png",
+        "waiting": "/roots/b.png",
+        "cli": "/corpus/missing.png",
+    }

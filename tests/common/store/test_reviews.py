@@ -67,6 +67,14 @@ def test_an_option_is_given_by_its_letter_or_its_text(sessions, image: Path) -> 
         assert session.get(Job, second).reviewed_answer == "dog"
 
 
+def test_an_option_that_is_a_letter_is_taken_as_its_text(sessions, image: Path) -> None:
+    _, (job_id,) = decided_batch(sessions, [{"final_answer": "A", "options": ["B", "A"]}], image)
+    with sessions.begin() as session:
+        review_job(session, session.get(Job, job_id), "A", "alice")  # the text "A", not B
+    with sessions() as session:
+        assert session.get(Job, job_id).reviewed_answer == "A"
+
+
 def test_the_queue_puts_disagreements_then_closest_to_tau_then_failures(
     sessions, image: Path
 ) -> None:
