@@ -31,9 +31,10 @@ def main() -> None:
         [*SPECEYES, "keys", "create", "screenshots", "--admin", *DB],
         cwd=ROOT,
         capture_output=True,
-        check=True,
         text=True,
     )
+    if made.returncode != 0:
+        sys.exit(made.stderr.strip())
     key = made.stdout.split()[0]
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -81,14 +82,17 @@ def _shoot(base: str, key: str) -> None:
         page.screenshot(path=OUT / "ui-batches.png")
         page.click("table.batches a")
         page.wait_for_selector("table.grid")
+        page.wait_for_load_state("networkidle")  # the thumbnails
         batch_url = page.url
         page.screenshot(path=OUT / "ui-batch.png", full_page=True)
         page.goto(f"{batch_url}/results?who=large")
         page.click("table.grid td.question a")
         page.wait_for_selector("rect.zoom-box")
+        page.wait_for_load_state("networkidle")  # the SVG's images load after the page
         page.screenshot(path=OUT / "ui-job.png", full_page=True)
         page.goto(f"{batch_url}/review")
         page.wait_for_selector(".entry.current")
+        page.wait_for_load_state("networkidle")
         page.screenshot(path=OUT / "ui-review.png")
         browser.close()
     print(f"wrote {', '.join(sorted(p.name for p in OUT.glob('ui-*.png')))} in {OUT}")
