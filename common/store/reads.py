@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
 from common.contracts import AnsweredBy, JobStatus
@@ -106,28 +106,22 @@ def counts_of(session: Session, job_ids: Any) -> BatchCounts:
     index of the jobs holds (``ix_jobs_summary``): a 100,000-job batch never reads its
     jobs' wide rows (trajectories, token scores) to be counted."""
     counts = BatchCounts()
-    columns = (
-        Job.status,
-        Job.answered_by,
-        Job.defer_reason,
-        Job.error_code,
-        Job.screen_needs_tools,
-        Job.confidence.is_not(None),  # speculated: the small model answered, with its score
-        Job.audit_status == AUDIT_DONE,
-        Job.audit_agrees,
-    )
-    aggregates = (
+    keys = (Job.status, Job.answered_by, Job.defer_reason, Job.error_code)
+    figures = (
         func.count(),
+        func.count(Job.screen_needs_tools),  # screened
+        _tally(Job.screen_needs_tools.is_(False)),  # called tool-free
+        func.count(Job.confidence),  # speculated: the small model answered, with its score
+        _tally(Job.audit_status == AUDIT_DONE),
+        _tally(and_(Job.audit_status == AUDIT_DONE, Job.audit_agrees.is_(True))),
         func.min(Job.fast_started_at),
         func.max(Job.finished_at),
         func.count(Job.reviewed_at),
         func.max(Job.reviewed_at),
     )
-    rows = session.execute(
-        select(*columns, *aggregates).where(Job.id.in_(job_ids)).group_by(*columns)
-    )
-    for status, answerer, reason, code, needs_tools, speculated, audited, agrees, *more in rows:
-        n, first, last, reviewed, last_reviewed = more
+    rows = session.execute(select(*keys, *figures).where(Job.id.in_(job_ids)).group_by(*keys))
+    for status, answerer, reason, code, n, screened, tool_free, speculated, *more in rows:
+        audited, agreed, first, last, reviewed, last_reviewed = more
         counts.jobs += n
         counts.by_status[status] += n
         if answerer:
@@ -136,20 +130,22 @@ def counts_of(session: Session, job_ids: Any) -> BatchCounts:
             counts.by_defer_reason[reason] += n
         if status == JobStatus.FAILED:
             counts.failures[code or "unknown"] += n
-        if needs_tools is not None:
-            counts.screened += n
-            counts.screened_tool_free += 0 if needs_tools else n
-        if speculated:
-            counts.speculated += n
-            counts.accepted += n if answerer == AnsweredBy.SMALL else 0
-        if audited:
-            counts.audited += n
-            counts.audit_agreed += n if agrees else 0
+        counts.screened += screened
+        counts.screened_tool_free += tool_free or 0
+        counts.speculated += speculated
+        counts.accepted += speculated if answerer == AnsweredBy.SMALL else 0
+        counts.audited += audited or 0
+        counts.audit_agreed += agreed or 0
         counts.first_started = _earliest(counts.first_started, first)
         counts.last_finished = _latest(counts.last_finished, last)
         counts.reviewed += reviewed
         counts.last_reviewed = _latest(counts.last_reviewed, last_reviewed)
     return counts
+
+
+def _tally(condition: Any) -> Any:
+    """How many rows of a group meet ``condition``."""
+    return func.sum(case((condition, 1), else_=0))
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
