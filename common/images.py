@@ -69,18 +69,30 @@ class ResizeRule:
 def smart_resize(
     height: int, width: int, factor: int, min_pixels: int, max_pixels: int
 ) -> tuple[int, int]:
-    """Qwen-VL's target (height, width) for an image of ``height`` x ``width``."""
-    if min(height, width) <= 0:
-        raise ImageError(f"image has no pixels ({width}x{height})")
-    if max(height, width) / min(height, width) > 200:
-        raise ImageError(f"aspect ratio above 200 is not supported ({width}x{height})")
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
+    """Qwen-VL's target (height, width) for an image of ``height`` x ``width``, by the
+    SpecEyes evaluation's rule (``eval_code_deepeyes/utils.py`` ``smart_resize``, the same
+    in ``eval_code_thyme``), which differs from transformers' in two ways:
+
+    - each side is at least ``factor`` before the pixel bounds are checked
+      (``max(factor, round(side / factor) * factor)``): a 10x500 crop is shown at 28x504,
+      where transformers' rule gives 28x420;
+    - no aspect ratio is refused (transformers' refuses over 200): a 3x2000 crop is shown
+      at 28x1988, which the model's processor then takes as it is.
+
+    A side of 0 (an empty crop) is ``factor`` wide, as there; one that must then be
+    enlarged to ``min_pixels`` has nothing to enlarge (the evaluation divides by zero):
+    ``ImageError``. Ours keeps each side at least ``factor`` when shrinking to
+    ``max_pixels`` too (the evaluation's could reach 0 there, only for shapes no decoded
+    image or crop of ours has)."""
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt((height * width) / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
         w_bar = max(factor, math.floor(width / beta / factor) * factor)
     elif h_bar * w_bar < min_pixels:
+        if min(height, width) <= 0:
+            raise ImageError(f"image has no pixels to enlarge ({width}x{height})")
         beta = math.sqrt(min_pixels / (height * width))
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor

@@ -40,6 +40,7 @@ from common.backends.base import VisionLanguageModel
 from common.chat import Conversation, Message
 from common.config import AgentSettings
 from common.contracts import Query
+from common.errors import ImageError
 from common.images import ResizeRule
 from common.protocols import Protocol
 
@@ -161,7 +162,10 @@ def _zoom(
         step.observation = f"Error: {exc}"
         return protocol.tool_response(step.observation)
     step.box_original = list(crop_box)
-    crop = model.resize_rule.apply(original.crop(crop_box))
+    try:
+        crop = model.resize_rule.apply(original.crop(crop_box))
+    except ImageError as exc:  # an empty crop too small to enlarge (the evaluation fails)
+        raise TrajectoryError(f"the crop {list(crop_box)} cannot be shown: {exc}") from None
     step.observation = f"zoomed into {crop_box}, shown at {crop.width}x{crop.height}"
     return protocol.tool_response(crop)
 
@@ -234,8 +238,10 @@ def map_box(
 
     ``truncate`` (reference): each edge scaled and truncated with ``int``, then clamped to
     the image, in the order written; ``cover``: the edges sorted, floored / ceiled, clamped.
-    A box with no area cannot be cropped: under ``reference`` that ends the trajectory (as
-    the evaluation's crop fails), otherwise it is refused like any box under the limits.
+    Under ``reference``, a reversed box (right before left, or bottom above top) ends the
+    trajectory, as the evaluation's crop raises; an empty one (a side of 0) is cropped,
+    as there: the model is shown a black image at the grid's least side (28 x N), and the
+    loop goes on. Otherwise both are refused like any box under the limits.
     """
     width, height = original_size
     view_width, view_height = rule.size_for(width, height)
@@ -252,10 +258,13 @@ def map_box(
     box_width, box_height = right - left, bottom - top
     min_side = protocol.min_box_side if limits.min_box_side is None else limits.min_box_side
     max_aspect = protocol.max_box_aspect if limits.max_box_aspect is None else limits.max_box_aspect
-    if min(box_width, box_height) <= 0 and protocol.malformed == "reference":
-        raise TrajectoryError(
-            f"the box {[left, top, right, bottom]} has no area in the original image"
-        )
+    if protocol.malformed == "reference" and min(box_width, box_height) <= 0:
+        if min(box_width, box_height) < 0:  # the evaluation's crop raises: the item ends
+            raise TrajectoryError(
+                f"the box {[left, top, right, bottom]} is reversed in the original image"
+            )
+        if min_side <= 0:  # an empty crop, shown black at the grid's least side, as there
+            return left, top, right, bottom
     if min(box_width, box_height) <= max(min_side, 0):
         raise ToolError(
             f"the box is {box_width}x{box_height} pixels of the original image; each side "

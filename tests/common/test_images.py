@@ -152,22 +152,50 @@ def test_an_animation_gives_its_first_frame():
     assert red > 200 and green < 50
 
 
-def test_smart_resize_matches_transformers():
+# (height, width) -> what eval_code_deepeyes/utils.py smart_resize returns (run on the
+# reference's own function; the same in eval_code_thyme/utils.py)
+REFERENCE_RESIZES = {
+    (10, 500): (28, 504),  # transformers' rule: (28, 420)
+    (500, 10): (504, 28),
+    (3, 2000): (28, 1988),  # transformers' refuses the aspect ratio (over 200)
+    (2000, 3): (1988, 28),
+    (0, 500): (28, 504),  # an empty crop: factor wide
+    (7, 29): (28, 140),
+    (13, 15): (56, 84),
+    (14, 14): (56, 56),
+    (1, 1): (56, 56),
+    (1200, 1600): (1204, 1596),
+    (4320, 7680): (2688, 4760),
+}
+
+
+@pytest.mark.parametrize(("size", "expected"), REFERENCE_RESIZES.items())
+def test_smart_resize_is_the_references(size, expected):
+    assert smart_resize(*size, 28, 4 * 784, 16384 * 784) == expected
+
+
+def test_an_empty_image_too_small_to_enlarge_is_an_image_error():
+    with pytest.raises(ImageError, match="no pixels to enlarge"):
+        smart_resize(0, 40, 28, 4 * 784, 16384 * 784)  # the evaluation divides by zero
+
+
+def test_smart_resize_agrees_with_transformers_where_the_rules_meet():
+    """Sides over half the factor (15 px at 28, 17 at 32: a side of 14 rounds to 0,
+    which only the reference lifts to 28) and aspect ratios up to 200: one rule."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        smart_resize as reference,
+        smart_resize as transformers_rule,
     )
 
     rng = random.Random(7)
-    sizes = [(1200, 1600), (28, 28), (10, 1000), (4000, 3000), (300, 200)]
-    sizes += [(rng.randint(10, 5000), rng.randint(10, 5000)) for _ in range(200)]
+    sizes = [(1200, 1600), (28, 28), (17, 1000), (4000, 3000), (300, 200)]
+    sizes += [(rng.randint(17, 5000), rng.randint(17, 5000)) for _ in range(200)]
     for height, width in sizes:
         if max(height, width) / min(height, width) > 200:
             continue
         for factor, low, high in [(28, 4 * 784, 16384 * 784), (32, 4096, 65536)]:
-            assert smart_resize(height, width, factor, low, high) == reference(
+            assert smart_resize(height, width, factor, low, high) == transformers_rule(
                 height, width, factor, low, high
             )
-    assert smart_resize(1200, 1600, 28, 4 * 784, 16384 * 784) == (1204, 1596)
 
 
 def test_resize_rule_gives_multiples_of_the_factor():

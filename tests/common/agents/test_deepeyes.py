@@ -242,6 +242,35 @@ REFERENCE_FATAL = {
 }
 
 
+def test_reference_an_empty_box_shows_a_black_crop_and_the_loop_goes_on():
+    """A zero-width box (int(100.2 * 450/448) = int(100.6) = 100 both sides): the
+    evaluation crops 0 x 141 pixels and shows them at its smart_resize(0, 141) = 28 x 140,
+    black."""
+    trajectory, model = run_reference([zoom([100.2, 10, 100.2, 150]), "<answer>A</answer>"])
+    assert trajectory.error_code is None and trajectory.answer == "A"
+    assert trajectory.steps[0].box_original == [100, 10, 100, 151]
+    crop = model.seen[1][-1][1]
+    assert crop.size == (28, 140) and crop.getextrema() == ((0, 0), (0, 0), (0, 0))
+
+
+def test_reference_a_sliver_is_shown_as_the_evaluation_resizes_it():
+    """A 2000 x 3 crop: the evaluation's smart_resize lifts the short side to 28 and
+    refuses no aspect ratio (transformers' would: over 200), so the loop goes on."""
+    wide = Image.new("RGB", (2100, 100), (0, 0, 255))  # shown at 2100 x 112
+    trajectory, model = run([zoom([0, 0, 2000, 3.4]), "<answer>A</answer>"], REFERENCE, wide)
+    assert trajectory.error_code is None and trajectory.answer == "A"
+    assert trajectory.steps[0].box_original == [0, 0, 2000, 3]  # int(3.4 * 100/112) = 3
+    assert model.seen[1][-1][1].size == (1988, 28)
+
+
+def test_reference_an_empty_box_too_small_to_enlarge_ends_the_trajectory():
+    """0 x 10 pixels: 28 x 28 is under the grid's least pixels, and enlarging it divides
+    by zero in the evaluation: the item ends there, and here."""
+    trajectory, _ = run_reference([zoom([100, 10, 100, 20]), "<answer>A</answer>"])
+    assert trajectory.answer is None and trajectory.error_code == "tool_call_invalid"
+    assert "cannot be shown" in (trajectory.error or "")
+
+
 @pytest.mark.parametrize("text", REFERENCE_FATAL.values(), ids=REFERENCE_FATAL.keys())
 def test_reference_a_call_it_cannot_carry_out_ends_the_trajectory(text: str):
     trajectory, model = run_reference([text, "<answer>A</answer>"])
