@@ -69,12 +69,13 @@ class VisionLanguageModel(Protocol):
         ...
 
 
-def final_answer(text: str) -> str:
-    """The small model's answer: inside ``<answer>`` tags if it wrote them (as the
-    reference does with its output), else the whole text, stripped."""
+def final_answer(text: str, *, strip: bool = True) -> str:
+    """The small model's answer: inside ``<answer>`` tags if it wrote them (stripped, as
+    the evaluation takes it), else the whole text: stripped (``strip``, ``v0``) or as it
+    came (``reference``, ``thyme``: ``pred_answer = output_text``, what they score)."""
     if "<answer>" in text and "</answer>" in text:
         return text.split("<answer>")[1].split("</answer>")[0].strip()
-    return text.strip()
+    return text.strip() if strip else text
 
 
 def plain_render(chat: Sequence[Message], continue_cut: str | None = None) -> str:

@@ -46,7 +46,7 @@ from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError, ModelError
 from common.images import ResizeRule
 from common.inference_client import Backoff, ChatClient, Refused
-from common.protocols import Protocol, screen_says_tool_free
+from common.protocols import Protocol
 from common.scores import TokenScores
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class ServerModel:
         ]
         replies = self._all(bodies)
         texts = [_text(reply, stop) for reply in replies]
-        return [ScreenResult(not screen_says_tool_free(text), text) for text in texts]
+        return [ScreenResult(not self.protocol.says_tool_free(text), text) for text in texts]
 
     def speculate(
         self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
@@ -115,7 +115,8 @@ class ServerModel:
             for query in queries
         ]
         replies = self._all(bodies)
-        return [_speculation(reply, top_k) for reply in replies]
+        strip = self.protocol.answer_strip
+        return [_speculation(reply, top_k, strip) for reply in replies]
 
     def generate(
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
@@ -233,7 +234,7 @@ def _text(reply: dict[str, Any], stop: Sequence[str]) -> str:
     return text[: min(ends)] if ends else text
 
 
-def _speculation(reply: dict[str, Any], top_k: int) -> Speculation:
+def _speculation(reply: dict[str, Any], top_k: int, strip: bool) -> Speculation:
     choice = reply["choices"][0]
     text = str((choice.get("message") or {}).get("content") or "")
     content = (choice.get("logprobs") or {}).get("content") or []
@@ -255,6 +256,6 @@ def _speculation(reply: dict[str, Any], top_k: int) -> Speculation:
                 "lower SPECEYES_GATE_TOP_K"
             )
         rows.append(values)
-    answer = final_answer(text)
+    answer = final_answer(text, strip=strip)
     scores = TokenScores(rows, [0.0] * len(rows))  # log-probabilities: normalised already
     return Speculation(answer, None, scores)  # (a server tells no token ids)

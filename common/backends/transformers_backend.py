@@ -45,7 +45,7 @@ from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError, Interrupted
 from common.images import ResizeRule
 from common.models.full_size import random_init_seed
-from common.protocols import REFERENCE, Protocol, screen_says_tool_free
+from common.protocols import REFERENCE, Protocol
 from common.scores import TokenScores
 
 
@@ -163,7 +163,7 @@ class TransformersModel:
             stop=self.protocol.screen_stop,
             end_ids=self.turn_end_ids,
         )
-        return [ScreenResult(not screen_says_tool_free(row.text), row.text) for row in rows]
+        return [ScreenResult(not self.protocol.says_tool_free(row.text), row.text) for row in rows]
 
     def speculate(
         self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
@@ -171,7 +171,11 @@ class TransformersModel:
         chats = [self.protocol.speculate_query(query) for query in queries]
         rows = self._generate(chats, max_new_tokens=max_new_tokens, top_k=top_k)
         return [
-            Speculation(final_answer(row.text), row.token_ids, row.scores or TokenScores([], []))
+            Speculation(
+                final_answer(row.text, strip=self.protocol.answer_strip),
+                row.token_ids,
+                row.scores or TokenScores([], []),
+            )
             for row in rows
         ]
 

@@ -59,9 +59,11 @@ class Protocol:
     screen_system: str | None  # None: the chat template's default system prompt
     screen_suffix: str
     screen_stop: tuple[str, ...]
+    screen_strip: bool  # white space before the verdict is dropped before it is read
     speculate_system: str | None
     speculate_suffix: str
     speculate_suffix_with_options: str
+    answer_strip: bool  # a small answer without <answer> tags is stripped (else kept whole)
     # phase IV (DeepEyes)
     agent_system: str
     agent_first_turn: str  # fields {question}, {suffix}
@@ -138,6 +140,10 @@ class Protocol:
             "user", ["<tool_response>", observation, self.agent_suffix, "</tool_response>"]
         )
 
+    def says_tool_free(self, raw_text: str) -> bool:
+        """Phase I's verdict on the screen's output (``screen_says_tool_free``)."""
+        return screen_says_tool_free(raw_text, strip=self.screen_strip)
+
     def view(self, image: Image.Image) -> Image.Image:
         """The image as handed to the processor."""
         return self.image_grid.apply(image) if self.image_grid is not None else image
@@ -168,11 +174,13 @@ def get_protocol(name: str) -> Protocol:
         raise ConfigurationError(f"unknown protocol {name!r} (known: {known})") from None
 
 
-def screen_says_tool_free(raw_text: str) -> bool:
-    """SPEC's rule: output starting with "no" (case-insensitive, stripped) is tool-free.
+def screen_says_tool_free(raw_text: str, *, strip: bool = True) -> bool:
+    """SPEC's rule: output starting with "no" (case-insensitive) is tool-free; anything
+    else, malformed or empty output included, means tools are needed.
 
-    Anything else, malformed or empty output included, means tools are needed. (The
-    reference evaluation does not strip; the brief does. Stripping only matters for
-    output that begins with white space.)
+    ``strip``: white space before it is dropped first (``v0``, and SPEC's brief). The
+    evaluation does not strip (``output_text.lower().startswith("no")`` in both
+    ``SpecEyes.py``), so under ``reference`` and ``thyme`` "\nNo" needs tools.
     """
-    return raw_text.strip().lower().startswith("no")
+    text = raw_text.strip() if strip else raw_text
+    return text.lower().startswith("no")

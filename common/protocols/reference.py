@@ -105,6 +105,8 @@ IMAGE_MAX_PIXELS = 16384 * 28 * 28
 NAME = "reference"
 STRIP_QUESTION = False
 FAST_CUT = None  # phases I and II see the whole question
+ANSWER_STRIP = False  # SpecEyes.py: pred_answer = output_text
+SCREEN_STRIP = False  # SpecEyes.py: output_text.lower().startswith("no"), unstripped
 SCREEN_STOP = STOP_STRINGS
 SPECULATE_SUFFIX_WITH_OPTIONS = SPECULATE_SUFFIX
 AGENT_STOP = STOP_STRINGS

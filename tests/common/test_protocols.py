@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.backends.base import final_answer
 from common.errors import ConfigurationError
 from common.models.registry import declared_protocol, protocol_name
 from common.protocols import REFERENCE, V0, get_protocol, screen_says_tool_free
@@ -25,6 +26,30 @@ from common.protocols import REFERENCE, V0, get_protocol, screen_says_tool_free
 )
 def test_only_output_starting_with_no_is_tool_free(raw: str, tool_free: bool):
     assert screen_says_tool_free(raw) is tool_free
+
+
+@pytest.mark.parametrize("raw", ["\nNo", " no", "\tNO."])
+def test_the_reference_reads_the_screen_unstripped_as_the_evaluation_does(raw: str):
+    """SpecEyes.py: ``output_text.lower().startswith("no")``, nothing stripped: output
+    that begins with white space needs tools there (and under ``thyme``); ``v0`` strips."""
+    assert REFERENCE.says_tool_free(raw) is False
+    assert get_protocol("thyme").says_tool_free(raw) is False
+    assert V0.says_tool_free(raw) is True
+    assert REFERENCE.says_tool_free("No.") is True
+
+
+@pytest.mark.parametrize(
+    ("raw", "strip", "answer"),
+    [
+        (" A. red\n", False, " A. red\n"),  # the evaluation scores the output as it came
+        (" A. red\n", True, "A. red"),
+        ("<think>x</think> <answer> B </answer>", False, "B"),  # tags: stripped either way
+    ],
+)
+def test_a_small_answer_without_tags_is_kept_as_the_protocol_says(raw, strip, answer):
+    assert final_answer(raw, strip=strip) == answer
+    protocol = V0 if strip else REFERENCE
+    assert protocol.answer_strip is strip
 
 
 def test_v0_letters_the_options_under_the_stripped_question():
