@@ -7,7 +7,11 @@
   appended (``"<|im_end|>"``: a server ends at its end-of-sequence tokens anyway, and a
   server that matches special tokens ends where the in-process backend does); the text
   comes back with its stop string (``include_stop_str_in_output``, or appended from
-  ``stop_reason`` when a server ignores that field).
+  ``stop_reason`` when a server ignores that field). It ends there: a server cuts at the
+  string, so the rest of the token that completed it (``>\n`` after ``</code>``), which
+  the evaluation keeps (its in-process ``generate``, as ours under ``reference`` and
+  ``thyme``), cannot be had; the next turn then reads ``</code><sandbox_output>`` where
+  the evaluation's reads ``</code>\n<sandbox_output>``.
 - Phase II asks for ``logprobs`` with ``top_logprobs: K``. The gate's score of a token is
   unchanged by a shift of its row, so the K log-probabilities give exactly the K-logit
   score (``TokenScores`` with a log-normaliser of 0). A server that caps K (vLLM's

@@ -7,7 +7,9 @@ through ``_generate``, which:
 2. runs the processor over the batch with LEFT padding (rows of different lengths line
    up at the end, so the first new token of every row comes from the same step);
 3. generates greedily, with the raw logits of every step (``output_logits``);
-4. cuts each row at its first EOS / pad token (and after a stop string, when asked);
+4. cuts each row at its first EOS / pad token (and at a stop string, when asked: after
+   the whole token that completed it under `reference` and `thyme`, as the evaluation
+   decodes it; right after the string under `v0`);
 5. reduces each step's logits to the top K and the log-sum-exp on the device, and moves
    them to the CPU once, as plain lists.
 
@@ -288,10 +290,14 @@ class TransformersModel:
         finish: FinishReason = "eos" if ended else "length"
         cut = _cut_after_stop(text, stop)
         if cut is not None:
-            text, finish = cut, "stop"
+            finish = "stop"
             # in a batch, a row that stopped early goes on (padded) while others run:
             # its tokens are those up to the one that completed the stop string
             answer = answer[: self._stop_length(answer, stop)]
+            if self.protocol.stop_keeps_token:  # that whole token, as the evaluation
+                text = self.tokenizer.decode(answer, skip_special_tokens=True)
+            else:
+                text = cut
         scores = None
         if top_values is not None and log_norm is not None:
             scores = TokenScores(

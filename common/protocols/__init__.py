@@ -60,6 +60,10 @@ class Protocol:
     screen_suffix: str
     screen_stop: tuple[str, ...]
     screen_strip: bool  # white space before the verdict is dropped before it is read
+    # a generation that stops at a stop string keeps the whole token that completed it
+    # (transformers' stop_strings, then the tokens decoded, as the evaluation does: a last
+    # token ">\n" leaves "</code>\n"); else the text is cut right after the stop string
+    stop_keeps_token: bool
     speculate_system: str | None
     speculate_suffix: str
     speculate_suffix_with_options: str

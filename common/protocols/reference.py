@@ -106,6 +106,7 @@ NAME = "reference"
 STRIP_QUESTION = False
 FAST_CUT = None  # phases I and II see the whole question
 ANSWER_STRIP = False  # SpecEyes.py: pred_answer = output_text
+STOP_KEEPS_TOKEN = True  # SpecEyes.py get_response: generate(stop_strings=...), batch_decode
 SCREEN_STRIP = False  # SpecEyes.py: output_text.lower().startswith("no"), unstripped
 SCREEN_STOP = STOP_STRINGS
 SPECULATE_SUFFIX_WITH_OPTIONS = SPECULATE_SUFFIX

@@ -116,6 +116,7 @@ JPEG_QUALITY = 95  # HR-Bench / POPE images re-saved as RGB JPEG before Thyme se
 # phase I (SpecEyes.py get_batch_response, short_answer) and phase IV end at the
 # tokenizer's eos token, <|im_end|> for Qwen2.5-VL
 ANSWER_STRIP = False  # eval_code_thyme/SpecEyes.py: the same
+STOP_KEEPS_TOKEN = True  # eval_code_thyme/SpecEyes.py: the same
 SCREEN_STRIP = False  # eval_code_thyme/SpecEyes.py: the same, unstripped
 SCREEN_STOP = ("</code>", "</answer>", "<|im_end|>")
 END_TOKENS = ("<|im_end|>",)

@@ -19,7 +19,7 @@ from common.chat import Conversation
 from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ConfigurationError
-from common.protocols import REFERENCE, V0, Protocol
+from common.protocols import REFERENCE, THYME, V0, Protocol
 from tests.helpers.models import ForceText
 
 
@@ -96,6 +96,30 @@ def test_generation_stops_right_after_a_stop_string(tiny_paths):
     assert generation.text.endswith("<answer>red</answer>")
     assert "more text" not in generation.text
     assert generation.finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "text"),
+    [
+        (REFERENCE, "The answer is yellow"),
+        (THYME, "The answer is yellow"),
+        (V0, "The answer is yell"),
+    ],
+)
+def test_a_stop_keeps_the_whole_token_that_completed_it_as_the_evaluation(
+    tiny_paths, protocol, text
+):
+    """transformers' stop_strings end generate() at the token that completes the string;
+    the evaluation decodes every generated token, so the whole of it stays (the tiny
+    tokenizer's " yellow" completes "yell"; Qwen's ">\n" completes "</code>" the same
+    way). ``v0`` cuts right after the string."""
+    model = TransformersModel(str(tiny_paths["large"]), device="cpu", protocol=protocol)
+    forced = "The answer is yellow. And more"
+    model.logits_processors = [ForceText(model.tokenizer, [forced], model.eos_ids[0])]
+    conversation = Conversation(key="x")
+    conversation.add("user", Image.new("RGB", (100, 80)), "What colour?")
+    generation = model.generate(conversation, stop=["yell"], max_new_tokens=32)
+    assert generation.text == text and generation.finish_reason == "stop"
 
 
 def test_the_length_limit_is_reported(tiny_large):
