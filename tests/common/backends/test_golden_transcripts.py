@@ -144,6 +144,55 @@ def test_deepeyes_turns_before_and_after_a_zoom(tiny_paths):
     assert trajectory.steps[0].box_original == [112, 84, 336, 252]
 
 
+def _zoomed_once(tiny_paths, image: Image.Image, box: list[int]) -> tuple:
+    """A DeepEyes trajectory that zooms on ``box`` then answers: (trajectory, the second
+    turn as rendered, the crop the model was shown, its grid through the processor)."""
+    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32")
+    zoom = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": box}}
+    zoom_text = f"<think>look</think> <tool_call>{json.dumps(zoom)}</tool_call>"
+    large.logits_processors = [
+        ForceText(large.tokenizer, [zoom_text, "<answer>B</answer>"], large.eos_ids[0])
+    ]
+    seen: list[tuple[str, list[Image.Image]]] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        images = [part for message in conversation.messages for part in message.images]
+        seen.append((large.render(conversation.messages), images))
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    trajectory = run_deepeyes(Query("q", image, CHOICE.question, CHOICE.options), large)
+    rendered, images = seen[1]
+    grid = large.processor.image_processor(images=[images[-1]], return_tensors="pt")
+    expected_turn = (
+        f"{zoom_text}<|im_end|>\n"
+        f"<|im_start|>user\n<tool_response>{IMAGE}{SUFFIX}</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert rendered.endswith(expected_turn)
+    return trajectory, images[-1], grid["image_grid_thw"].tolist()
+
+
+def test_a_zero_width_zoom_shows_a_black_28_px_crop_and_goes_on(tiny_paths):
+    """utils.py: crop((100, 10, 100, 150)) is 0 x 140; smart_resize(0, 140) = (28, 140)
+    (each side at least 28), and the loop goes on with it (a black image)."""
+    image = Image.new("RGB", (448, 336), (0, 0, 255))  # its own 28 px grid: scale 1
+    trajectory, crop, grid = _zoomed_once(tiny_paths, image, [100, 10, 100, 150])
+    assert trajectory.answer == "B" and trajectory.steps[0].box_original == [100, 10, 100, 150]
+    assert crop.size == (28, 140) and crop.getextrema() == ((0, 0), (0, 0), (0, 0))
+    assert grid == [[1, 10, 2]]  # 140 / 14 rows of 28 / 14 patches
+
+
+def test_a_10x500_crop_is_shown_at_28x504_as_the_evaluation_resizes_it(tiny_paths):
+    """utils.py smart_resize(10, 500) = (28, 504): transformers' rule would give 28x420."""
+    image = Image.new("RGB", (448, 560), (0, 0, 255))  # its own 28 px grid: scale 1
+    trajectory, crop, grid = _zoomed_once(tiny_paths, image, [100, 20, 110, 520])
+    assert trajectory.steps[0].box_original == [100, 20, 110, 520]
+    assert crop.size == (28, 504)
+    assert grid == [[1, 36, 2]]
+
+
 def test_an_8k_image_gives_each_model_the_evaluations_visual_tokens():
     """7680x4320 is resized to the 28 px grid within 16384·28² pixels before either
     processor sees it (qwen_vl_utils' fetch_image at patch 14, as the evaluation calls
