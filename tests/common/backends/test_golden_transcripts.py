@@ -295,3 +295,71 @@ def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
     # run_evaluation: the same assistant turn, continued (no generation prompt, the final
     # "<|im_end|>\n" cut off)
     assert rendered[1] == first + f"{code}<sandbox_output>{IMAGE}</sandbox_output>"
+
+
+@pytest.mark.sandbox
+def test_thyme_printed_text_comes_back_inside_its_sandbox_output(tiny_paths):
+    """utils.py run_evaluation: code that saves no image hands back its printed text
+    (``first_path``, not a file) between ``<sandbox_output>`` and ``</sandbox_output>``,
+    in the same assistant turn."""
+    from common.agents.thyme import run_thyme
+    from common.protocols import THYME
+
+    bubblewrap_or_skip()
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
+    )
+    code = (
+        "<think>measure</think><code>\n```python\nfrom PIL import Image\n"
+        "image = Image.open(image_path)\nprint(image.size[0] * 2)\n```\n</code>"
+    )
+    large.logits_processors = [
+        ForceText(large.tokenizer, [code, "<answer>B</answer>"], large.eos_ids[0])
+    ]
+    rendered: list[str] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        rendered.append(large.render(conversation.messages, conversation.continue_cut))
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
+
+    assert trajectory.answer == "B", trajectory
+    assert rendered[1].endswith(f"{code}<sandbox_output>896</sandbox_output>")
+
+
+@pytest.mark.sandbox
+def test_thyme_after_a_failed_first_execution_the_user_turn_is_continued(tiny_paths):
+    """utils.py run_evaluation: code that fails hands back no path, and the loop
+    ``continue``s with the failed segment dropped. Every iteration after the first renders
+    without a generation prompt and cuts the final ``<|im_end|>\n``: with no assistant
+    turn yet, that continues the USER turn (the evaluation's quirk, kept)."""
+    from common.agents.thyme import run_thyme
+    from common.protocols import THYME
+
+    bubblewrap_or_skip()
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
+    )
+    failing = "<think>try</think><code>\n```python\nprint(1 / 0)\n```\n</code>"
+    large.logits_processors = [
+        ForceText(large.tokenizer, [failing, "<answer>B</answer>"], large.eos_ids[0])
+    ]
+    rendered: list[str] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        rendered.append(large.render(conversation.messages, conversation.continue_cut))
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
+
+    assert trajectory.answer == "B", trajectory
+    assert len(rendered) == 2
+    assert rendered[1] == rendered[0].removesuffix("<|im_end|>\n<|im_start|>assistant\n")
+    assert rendered[1].endswith("goes here.</answer>\n") and "1 / 0" not in rendered[1]
