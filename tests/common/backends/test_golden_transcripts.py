@@ -363,3 +363,51 @@ def test_thyme_after_a_failed_first_execution_the_user_turn_is_continued(tiny_pa
     assert len(rendered) == 2
     assert rendered[1] == rendered[0].removesuffix("<|im_end|>\n<|im_start|>assistant\n")
     assert rendered[1].endswith("goes here.</answer>\n") and "1 / 0" not in rendered[1]
+
+
+def _hr_query(tmp_path) -> Query:
+    """One HR-Bench row (its TSV layout: base64 image, question, A-D, answer), read by
+    our benchmark reader as ``annotate`` reads the file."""
+    import base64
+    import io
+
+    from common.benchmarks import read_benchmark
+    from common.images import load_image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (448, 336), (0, 0, 255)).save(buffer, format="PNG")
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    header = "index\tquestion\tanswer\tcategory\tA\tB\tC\tD\timage\n"
+    row = f"0\tWhat is the color of the umbrella?\tB\tsingle\tred\tblue\tgreen\tyellow\t{encoded}\n"
+    tsv = tmp_path / "hr_bench_4k.tsv"
+    tsv.write_text(header + row)
+    (read,) = read_benchmark(tsv, tmp_path / "store")
+    image, _ = load_image(read.image_path or "")
+    return Query("hr", image, read.question, tuple(read.options or ()))
+
+
+def test_hr_bench_reaches_deepeyes_as_the_evaluation_lays_it_out(tiny_large, tmp_path):
+    """SpecEyes.py load_hrbench_data_generator: options "A. " + the A column, ...; then
+    init_messages_judge_tc's V*/HR template, the same text as a V* question."""
+    query = _hr_query(tmp_path)
+    assert query.options == ("red", "blue", "green", "yellow")
+    screen = CHOICE_PROMPT + "\nWould tools significantly improve answer reliability? yes or no."
+    assert tiny_large.render(tiny_large.protocol.screen_query(query)) == chat(SCREEN_SYSTEM, screen)
+    start = tiny_large.protocol.agent_start(query.image, query.question, query.options)
+    first = tiny_large.render(start)
+    assert first == chat(AGENT_SYSTEM, CHOICE_PROMPT + SUFFIX)
+
+
+def test_hr_bench_reaches_thyme_as_the_evaluation_lays_it_out(tiny_paths, tmp_path):
+    """eval_code_thyme/SpecEyes.py load_hrbench_data_generator: build_mc_question_text
+    over the A-D columns (lettered there), the text phases I and II cut at "Please"."""
+    from common.protocols import THYME
+
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
+    )
+    query = _hr_query(tmp_path)
+    assert THYME.question_block(query.question, query.options) == THYME_QUESTION
+    cut = THYME_QUESTION.split("Please")[0]
+    screen = cut + "\nWould tools significantly improve answer reliability? yes or no."
+    assert large.render(THYME.screen_query(query)) == chat(SCREEN_SYSTEM, screen)
