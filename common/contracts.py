@@ -88,6 +88,7 @@ class Query:
     image: Image.Image
     question: str
     options: tuple[str, ...] | None = None
+    image_path: str | None = None  # the file it was decoded from (Thyme hands a JPEG on)
 
 
 @dataclass(frozen=True)

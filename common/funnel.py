@@ -79,7 +79,7 @@ def prepare_query(
         return Failed(
             job_id, FailureCode.IMAGE_CHANGED, f"{image_path} changed since it was submitted"
         )
-    return Query(job_id, image, question, tuple(options) if options else None)
+    return Query(job_id, image, question, tuple(options) if options else None, image_path)
 
 
 def per_job(call: Callable[[list[T]], list[R]], items: list[T]) -> list[R | ModelError]:

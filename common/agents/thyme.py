@@ -3,9 +3,11 @@
 Following the SpecEyes evaluation of Thyme (``eval_code_thyme/utils.py``,
 ``run_evaluation``), with the strings of ``common.protocols.thyme``:
 
-1. The image is saved as an RGB JPEG (quality 95) in the trajectory's private sandbox
-   folder; the first user turn shows the image, the question, that file's path and its
-   size "WxH", so the code opens the file and works in original pixels.
+1. The image goes into the trajectory's private sandbox folder: the job's own file where
+   it is a JPEG (as the evaluation hands V*'s files over), else saved as an RGB JPEG at
+   quality 95 (as it saves HR-Bench's and POPE's); the first user turn shows that file,
+   the question, its path and its size "WxH", so the code opens the file and works in
+   original pixels.
 2. Each iteration generates until ``</code>`` or ``</answer>`` (or the end of the turn).
    The first renders with a generation prompt; later ones render without one and with
    the final ``<|im_end|>\\n`` cut off, so the model continues the last turn.
@@ -29,6 +31,7 @@ import hashlib
 import io
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
@@ -39,6 +42,7 @@ from common.chat import Conversation, Message, Part
 from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ImageError
+from common.images import image_suffix
 from common.protocols import Protocol
 from common.protocols import thyme as THYME
 from common.sandbox import Sandbox, SandboxSession
@@ -97,11 +101,28 @@ class _Loop:
         return self._conclude()
 
     def _place_image(self) -> Image.Image:
-        """The job's image as the sandbox's JPEG file, and as the model sees that file."""
-        buffer = io.BytesIO()
-        self.query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
-        (self.session.folder / IMAGE_NAME).write_bytes(buffer.getvalue())
-        return Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+        """The job's image as the sandbox's JPEG file, and as the model sees that file: the
+        job's own file where it is a JPEG (V*'s, which the evaluation hands to the code as
+        they are), else the image saved as an RGB JPEG at quality 95 (as the evaluation
+        saves HR-Bench's and POPE's)."""
+        data = self._own_jpeg()
+        if data is None:
+            buffer = io.BytesIO()
+            self.query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
+            data = buffer.getvalue()
+        (self.session.folder / IMAGE_NAME).write_bytes(data)
+        return Image.open(io.BytesIO(data)).convert("RGB")
+
+    def _own_jpeg(self) -> bytes | None:
+        """The bytes of the job's file, if it is a JPEG (it was decoded and checked when
+        the job was loaded); None otherwise, or if it cannot be read now."""
+        if self.query.image_path is None:
+            return None
+        try:
+            data = Path(self.query.image_path).read_bytes()
+        except OSError:
+            return None
+        return data if image_suffix(data) == ".jpeg" else None
 
     def _iterate(self, index: int) -> tuple[AgentStep, bool]:
         """One generation and what follows it; True when the trajectory is over."""

@@ -7,6 +7,7 @@ code (MAC-AutoML/SpecEyes ``eval_code_deepeyes/``: ``prompt.py``, ``SpecEyes.py`
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -16,7 +17,7 @@ from common.agents.deepeyes import run_deepeyes
 from common.backends.transformers_backend import TransformersModel
 from common.chat import Conversation
 from common.config import AgentSettings
-from common.contracts import Query
+from common.contracts import Failed, Query
 from common.images import smart_resize
 from common.protocols import REFERENCE
 from tests.helpers.models import ForceText
@@ -411,3 +412,46 @@ def test_hr_bench_reaches_thyme_as_the_evaluation_lays_it_out(tiny_paths, tmp_pa
     cut = THYME_QUESTION.split("Please")[0]
     screen = cut + "\nWould tools significantly improve answer reliability? yes or no."
     assert large.render(THYME.screen_query(query)) == chat(SCREEN_SYSTEM, screen)
+
+
+@pytest.mark.sandbox
+def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
+    """eval_code_thyme/SpecEyes.py: a V* image's own file is the code's image_path and
+    the first turn's image: not re-saved (a quality-95 copy of a quality-60 JPEG has
+    other pixels)."""
+    from common.agents.thyme import run_thyme
+    from common.funnel import prepare_query
+    from common.protocols import THYME
+
+    bubblewrap_or_skip()
+    original = tmp_path / "sa_1234.jpg"
+    noisy = Image.effect_noise((448, 336), 60).convert("RGB")
+    noisy.save(original, format="JPEG", quality=60)
+    query = prepare_query("q", str(original), CHOICE.question, CHOICE.options)
+    assert not isinstance(query, Failed)
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
+    )
+    code = (
+        "<think>check</think><code>\n```python\nimport hashlib\n"
+        "print(hashlib.sha256(open(image_path, 'rb').read()).hexdigest())\n```\n</code>"
+    )
+    large.logits_processors = [
+        ForceText(large.tokenizer, [code, "<answer>B</answer>"], large.eos_ids[0])
+    ]
+    seen: list[tuple[str, list[Image.Image]]] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        images = [part for message in conversation.messages for part in message.images]
+        seen.append((large.render(conversation.messages, conversation.continue_cut), images))
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
+
+    assert trajectory.answer == "B", trajectory
+    digest = hashlib.sha256(original.read_bytes()).hexdigest()
+    assert seen[1][0].endswith(f"<sandbox_output>{digest}</sandbox_output>")  # the file
+    shown = seen[0][1][0]
+    assert shown.tobytes() == Image.open(original).convert("RGB").tobytes()
