@@ -100,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
     if args.question is not None:  # (each row is checked as it is submitted)
         check_query(args.question, args.options, settings.requests)
     rows = read_source(
-        args.source, args.question, args.options, image_store=settings.api.upload_dir
+        args.source,
+        args.question,
+        args.options,
+        image_store=settings.api.upload_dir,
+        for_thyme=settings.agent.kind == "thyme",
     )
     for row in rows:
         if row.error is not None:

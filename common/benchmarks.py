@@ -14,7 +14,10 @@ Every row keeps its split (``vstar/direct_attributes``, ``hr/hr_bench_4k``,
 ``pope/random``), its category and its expected answer. Images inside a TSV or parquet
 file are kept like uploads, by content hash under ``image_store``; the file is read a
 row (TSV) or a small record batch (parquet) at a time, so an HR-Bench 8K file (800
-images of ~8K pixels) is never held whole, and no image is decoded here.
+images of ~8K pixels) is never held whole, and no image is decoded here, except for a
+Thyme run: the evaluation of Thyme shows every phase HR-Bench's and POPE's images as
+the quality-95 JPEG it writes for the code, so those are kept as that JPEG
+(``thyme_jpeg``), one image at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import io
 import json
 import sys
 from collections.abc import Iterator
@@ -30,10 +34,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow.parquet as pq
+from PIL import Image
 
+from common.config import ImageSettings
 from common.contracts import SourceRow
-from common.errors import InvalidInput
+from common.errors import ImageError, InvalidInput
 from common.images import image_suffix, keep_bytes
+from common.protocols.thyme import JPEG_QUALITY as THYME_JPEG_QUALITY
 
 Benchmark = Literal["vstar", "hr", "pope"]
 VSTAR_SPLITS = ("direct_attributes", "relative_position")
@@ -54,16 +61,19 @@ def detect(source: Path) -> Benchmark | None:
     return "hr" if suffix == ".tsv" else "pope" if suffix == ".parquet" else None
 
 
-def read_benchmark(source: Path, image_store: Path) -> list[SourceRow]:
-    """The rows of a benchmark source (``detect`` said which)."""
+def read_benchmark(source: Path, image_store: Path, *, for_thyme: bool = False) -> list[SourceRow]:
+    """The rows of a benchmark source (``detect`` said which). ``for_thyme``: HR-Bench's
+    and POPE's images are kept as the evaluation of Thyme writes them before any phase
+    sees them (``thyme_jpeg``); V*'s files are its own either way."""
     kind = detect(source)
+    keep = _Keeper(image_store, for_thyme)
     if kind == "vstar":
         return read_vstar(source)
     if kind == "hr":
-        return list(_numbered(_hr_rows(source, image_store)))
+        return list(_numbered(_hr_rows(source, keep)))
     if kind == "pope":
         files = sorted((source / "Full").glob("*.parquet")) if source.is_dir() else [source]
-        return list(_numbered(row for path in files for row in _pope_rows(path, image_store)))
+        return list(_numbered(row for path in files for row in _pope_rows(path, keep)))
     raise InvalidInput(f"{source} is not a V*, HR-Bench or POPE source")
 
 
@@ -100,7 +110,7 @@ def read_vstar(folder: Path) -> list[SourceRow]:
     return rows
 
 
-def _hr_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
+def _hr_rows(path: Path, keep: _Keeper) -> Iterator[SourceRow]:
     csv.field_size_limit(sys.maxsize)  # a base64 8K image is one field of many MB
     split = f"hr/{path.stem}"
     with path.open(encoding="utf-8", newline="") as handle:
@@ -111,7 +121,7 @@ def _hr_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
         for number, record in enumerate(reader):
             item_id = f"{path.stem}/{record.get('index') or number}"
             options = [record[letter] for letter in HR_OPTIONS]
-            stored = _keep_base64(record["image"], image_store)
+            stored = keep.base64(record["image"])
             row = SourceRow(
                 0,
                 item_id,
@@ -124,7 +134,7 @@ def _hr_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
             yield _with_image(row, stored)
 
 
-def _pope_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
+def _pope_rows(path: Path, keep: _Keeper) -> Iterator[SourceRow]:
     split = f"pope/{path.stem.split('-')[0]}"
     columns = ["question", "answer", "image", "question_id", "category"]
     parquet = pq.ParquetFile(path)
@@ -145,23 +155,57 @@ def _pope_rows(path: Path, image_store: Path) -> Iterator[SourceRow]:
                 category=record.get("category") or None,
                 expected=str(record["answer"]).strip() or None,
             )
-            yield _with_image(row, _keep_struct(record["image"], image_store))
+            yield _with_image(row, keep.struct(record["image"]))
 
 
-def _keep_base64(text: str, image_store: Path) -> tuple[str, str] | str:
-    """(path, hash) of a base64 image kept in the store, or why it could not be."""
+class _Keeper:
+    """Keeps a benchmark file's images in ``image_store`` by content hash: as they come,
+    or (``for_thyme``) as the evaluation of Thyme writes them (``thyme_jpeg``)."""
+
+    def __init__(self, image_store: Path, for_thyme: bool) -> None:
+        self.image_store, self.for_thyme = image_store, for_thyme
+
+    def base64(self, text: str) -> tuple[str, str] | str:
+        """(path, hash) of a base64 image kept, or why it could not be."""
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return "the image column is not valid base64"
+        return self.bytes(data) if data else "the image is empty"
+
+    def struct(self, image: Any) -> tuple[str, str] | str:
+        data = image.get("bytes") if isinstance(image, dict) else None
+        return self.bytes(data) if data else "the image struct has no bytes"
+
+    def bytes(self, data: bytes) -> tuple[str, str] | str:
+        if self.for_thyme:
+            try:
+                data = thyme_jpeg(data)
+            except ImageError as exc:
+                return str(exc)
+        return keep_bytes(data, self.image_store, image_suffix(data))
+
+
+def thyme_jpeg(data: bytes, limits: ImageSettings | None = None) -> bytes:
+    """An HR-Bench or POPE image as the evaluation of Thyme writes it before showing it to
+    any phase (``eval_code_thyme/SpecEyes.py``: ``decode_base64_to_temp_image`` and the
+    POPE loader): RGBA and P converted to RGB, other modes as they are, no EXIF turn,
+    saved as a JPEG at quality 95. ``ImageError`` for what cannot be (a broken image, one
+    over the pixel limit, a mode JPEG cannot hold)."""
+    limits = limits or ImageSettings()
     try:
-        data = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return "the image column is not valid base64"
-    return keep_bytes(data, image_store, image_suffix(data)) if data else "the image is empty"
-
-
-def _keep_struct(image: Any, image_store: Path) -> tuple[str, str] | str:
-    data = image.get("bytes") if isinstance(image, dict) else None
-    if not data:
-        return "the image struct has no bytes"
-    return keep_bytes(data, image_store, image_suffix(data))
+        with Image.open(io.BytesIO(data)) as opened:
+            width, height = opened.size
+            if width * height > limits.max_pixels:
+                raise ImageError(f"image is {width}x{height}, above the pixel limit")
+            image = opened.convert("RGB") if opened.mode in ("RGBA", "P") else opened.copy()
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=THYME_JPEG_QUALITY)
+    except ImageError:
+        raise
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises
+        raise ImageError(f"the image cannot be saved as the evaluation saves it: {exc}") from None
+    return buffer.getvalue()
 
 
 def _with_image(row: SourceRow, stored: tuple[str, str] | str) -> SourceRow:

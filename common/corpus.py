@@ -27,16 +27,19 @@ def read_source(
     options: list[str] | None = None,
     *,
     image_store: Path | None = None,
+    for_thyme: bool = False,
 ) -> list[SourceRow]:
     """The rows of ``source``. ``question`` / ``options`` apply to a folder's images and
     fill in manifest rows that have none. A benchmark in its published layout (V* folder,
     HR-Bench TSV, POPE parquet: ``common.benchmarks``) brings its own questions; images
-    inside its files are kept under ``image_store``."""
+    inside its files are kept under ``image_store`` (``for_thyme``: as the evaluation of
+    Thyme writes them)."""
     if not source.exists():
         raise InvalidInput(f"SOURCE not found: {source}")
 
     if detect(source) is not None:
-        return read_benchmark(source, image_store or Path(".speceyes-images"))
+        store = image_store or Path(".speceyes-images")
+        return read_benchmark(source, store, for_thyme=for_thyme)
     if source.is_dir():
         return _read_folder(source, question, options)
     suffix = source.suffix.lower()

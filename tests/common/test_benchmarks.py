@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from common.benchmarks import detect
+from common.benchmarks import detect, thyme_jpeg
 from common.corpus import read_source
+from common.errors import ImageError
 from common.images import content_hash
 from common.scoring import is_correct, reference_verdict
 from tests.helpers.benchmarks import write_pope
@@ -130,6 +131,46 @@ def test_pope_parquet_files_and_folders(tmp_path):
         "coco",
     )
     assert Path(first.image_path or "").suffix == ".png"
+
+
+def _saved_as_thyme_does(data: bytes) -> bytes:
+    """eval_code_thyme/SpecEyes.py decode_base64_to_temp_image (and its POPE loader):
+    RGBA / P to RGB, then JPEG at quality 95."""
+    image = Image.open(io.BytesIO(data))
+    if image.mode in ("RGBA", "P"):
+        image = image.convert("RGB")
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=95)
+    return buffer.getvalue()
+
+
+def test_for_thyme_hr_and_pope_images_are_kept_as_its_evaluation_writes_them(tmp_path):
+    """Every Thyme phase sees HR-Bench's and POPE's images as the quality-95 JPEG the
+    evaluation writes for the code; a DeepEyes run keeps the file's own bytes."""
+    path = tmp_path / "hr_bench_4k.tsv"
+    images = write_hr(path)
+    rows = read_source(path, image_store=tmp_path / "store", for_thyme=True)
+    kept = Path(rows[0].image_path or "")
+    assert kept.read_bytes() == _saved_as_thyme_does(images[0]) != images[0]
+    assert rows[0].image_hash == content_hash(kept.read_bytes())
+    pope = tmp_path / "POPE" / "Full" / "random-00000-of-00001.parquet"
+    write_pope(pope)
+    first = read_source(pope, image_store=tmp_path / "store", for_thyme=True)[0]
+    assert Path(first.image_path or "").suffix == ".jpeg"  # (the file holds a PNG)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "P", "L"])
+def test_thyme_jpeg_converts_what_the_evaluation_converts(mode: str):
+    buffer = io.BytesIO()
+    Image.new(mode, (20, 10)).save(buffer, format="PNG")
+    saved = thyme_jpeg(buffer.getvalue())
+    assert saved == _saved_as_thyme_does(buffer.getvalue())
+    assert Image.open(io.BytesIO(saved)).mode == ("L" if mode == "L" else "RGB")
+
+
+def test_thyme_jpeg_refuses_what_it_cannot_save():
+    with pytest.raises(ImageError):
+        thyme_jpeg(b"not an image")
 
 
 @pytest.mark.parametrize(
