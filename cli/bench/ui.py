@@ -1,4 +1,5 @@
-"""``speceyes bench ui``: the review UI's pages over a large batch (``lab.bench.ui``)."""
+"""``speceyes bench ui``: the review UI's pages over a large batch (``lab.bench.seeded_batch``
+writes it, ``lab.bench.ui`` times them)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from common.dispatch import StoreOnly
 from common.errors import InvalidInput
 from common.store.db import Store, open_store
 from common.store.keys import create_key
-from lab.bench import ui
+from lab.bench import seeded_batch, ui
 
 TARGET_MS = 300.0
 
@@ -71,7 +72,7 @@ def _bench(args: argparse.Namespace, sessions: Store, client: ui.Browser, folder
     with sessions.begin() as session:
         key, secret = create_key(session, "bench-ui", admin=True)
     started, cpu = time.perf_counter(), time.process_time()
-    batch_id = ui.seed_batch(sessions, args.jobs, tenant=key.tenant, image_dir=folder)
+    batch_id = seeded_batch.seed_batch(sessions, args.jobs, tenant=key.tenant, image_dir=folder)
     print(
         f"seeded batch {batch_id} in {time.perf_counter() - started:.1f} s "
         f"({time.process_time() - cpu:.1f} s CPU in this process)"

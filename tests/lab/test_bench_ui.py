@@ -14,11 +14,11 @@ from sqlalchemy import select
 from common.contracts import AnsweredBy, DeferReason, JobStatus
 from common.errors import SpecEyesError
 from common.store.tables import Batch, BatchItem, Job
-from lab.bench import ui
+from lab.bench import seeded_batch, ui
 
 
 def seeded(sessions, tmp_path: Path, seed: int) -> tuple[str, list[tuple[BatchItem, Job]]]:
-    batch_id = ui.seed_batch(sessions, 500, tenant="bench", image_dir=tmp_path, seed=seed)
+    batch_id = seeded_batch.seed_batch(sessions, 500, tenant="bench", image_dir=tmp_path, seed=seed)
     with sessions() as session:
         rows = session.execute(
             select(BatchItem, Job)
@@ -55,7 +55,7 @@ def test_a_seeded_batch_is_a_consistent_run_of_every_status(sessions, tmp_path: 
     statuses = Counter(job.status for _, job in rows)
     assert set(statuses) == set(JobStatus) and sum(statuses.values()) == 500
     assert 0.85 < statuses[JobStatus.DONE] / 500 < 0.95
-    threshold = ui.GATE["threshold"]
+    threshold = seeded_batch.GATE["threshold"]
     for _, job in rows:
         assert Path(job.image_path).is_file()
         if job.answered_by == AnsweredBy.SMALL:  # accepted: the gate's rule, tool-free
