@@ -155,6 +155,7 @@ def image_response(
 # 50 thumbnails a page, and a page is often seen again. Bounded by bytes held.
 _RENDERED: OrderedDict[tuple[Any, ...], tuple[bytes, str]] = OrderedDict()
 _RENDERED_MAX_BYTES = 32 * 1024 * 1024
+_rendered_bytes = 0  # the bytes _RENDERED holds
 _rendered_lock = threading.Lock()
 _render_slots = threading.BoundedSemaphore(RENDERS_AT_ONCE)
 
@@ -191,10 +192,13 @@ def _rendered(
         )
     finally:
         _render_slots.release()
+    global _rendered_bytes
     with _rendered_lock:
-        _RENDERED[key] = found
-        while sum(len(data) for data, _ in _RENDERED.values()) > _RENDERED_MAX_BYTES:
-            _RENDERED.popitem(last=False)
+        if key not in _RENDERED:
+            _RENDERED[key] = found
+            _rendered_bytes += len(found[0])
+        while _rendered_bytes > _RENDERED_MAX_BYTES:
+            _rendered_bytes -= len(_RENDERED.popitem(last=False)[1][0])
     return found
 
 
@@ -206,19 +210,11 @@ def _zoom_box(job: Job, step: int) -> list[int]:
     return box
 
 
-def trajectory_steps(job: Job) -> list[dict[str, Any]]:
-    """The job's trajectory steps that are steps (a trace of another shape shows none)."""
-    steps = job.trajectory.get("steps") if isinstance(job.trajectory, dict) else None
-    return [step for step in steps if isinstance(step, dict)] if isinstance(steps, list) else []
-
-
 def zoom_box_of(job: Job, step: int) -> list[int] | None:
     """The box [x1, y1, x2, y2] an agent's zoom at ``step`` cut from the original image,
     where the trace holds one (four integers), else None."""
-    steps = job.trajectory.get("steps") if isinstance(job.trajectory, dict) else None
-    if not isinstance(steps, list) or not 0 <= step < len(steps):
-        return None
-    found = steps[step].get("box_original") if isinstance(steps[step], dict) else None
+    steps = job.trace_steps or []
+    found = steps[step].get("box_original") if 0 <= step < len(steps) else None
     if isinstance(found, list) and len(found) == 4 and all(type(v) is int for v in found):
         return found
     return None

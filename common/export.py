@@ -82,7 +82,7 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "gate_confidence": job.confidence,
         "screen_needs_tools": job.screen_needs_tools,
         "defer_reason": job.defer_reason,
-        "agent_steps": agent_steps(job),
+        "agent_steps": len(steps) if (steps := job.trace_steps) is not None else None,
         "error_code": job.error_code,
         "error": job.error_message if job.status == JobStatus.FAILED else None,
         "expected": item.expected,
@@ -98,13 +98,6 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "reviewed_at": _utc(job.reviewed_at),
         "final_answer": job.given_answer,
     }
-
-
-def agent_steps(job: Job) -> int | None:
-    """How many steps the job's trajectory holds (None: no trajectory, or one whose shape
-    says nothing)."""
-    steps = job.trajectory.get("steps") if isinstance(job.trajectory, dict) else None
-    return len(steps) if isinstance(steps, list) else None
 
 
 def _utc(moment: datetime | None) -> str | None:

@@ -24,7 +24,6 @@ from api.browse import (
     owned_job,
     result_filter,
     review,
-    trajectory_steps,
 )
 from api.deps import Limiters, SessionsDep, SettingsDep, too_many
 from api.errors import ApiError
@@ -266,7 +265,7 @@ def job_page(
             item=item,
             size=size,
             preview_side=PREVIEW_SIDE,
-            steps=trajectory_steps(job),
+            steps=job.trace_steps or [],
             trajectory_error=_trajectory_error(job),
             zooms=views.zooms(job),
             produced=views.produced_images,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from api.browse import trajectory_steps, zoom_box_of
+from api.browse import zoom_box_of
 from common.scoring import is_correct, reference_verdict
 from common.store.browse import HISTOGRAM_BINS, Histogram
 from common.store.reads import BatchCounts
@@ -156,7 +156,7 @@ class Zoom:
 
 def zooms(job: Job) -> dict[int, Zoom]:
     found = {}
-    for index in range(len(trajectory_steps(job))):
+    for index in range(len(job.trace_steps or [])):
         box = zoom_box_of(job, index)
         if box is not None:
             (x1, x2), (y1, y2) = sorted((box[0], box[2])), sorted((box[1], box[3]))

@@ -141,6 +141,15 @@ class Job(Base):
         return gate_threshold(self.gate)
 
     @property
+    def trace_steps(self) -> list[dict[str, Any]] | None:
+        """The trajectory's steps in order; an entry that is no step reads as an empty one,
+        so positions stay the trace's. None: no trajectory, or none with a list of steps."""
+        steps = self.trajectory.get("steps") if isinstance(self.trajectory, dict) else None
+        if not isinstance(steps, list):
+            return None
+        return [step if isinstance(step, dict) else {} for step in steps]
+
+    @property
     def given_answer(self) -> str | None:
         """The answer this job gives: a reviewer's, where there is one, else the model's."""
         return self.reviewed_answer if self.reviewed_at is not None else self.final_answer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 import pytest
 from PIL import Image, ImageDraw
@@ -19,7 +20,7 @@ from common.chat import Conversation
 from common.config import AgentSettings
 from common.contracts import Failed, Query
 from common.images import smart_resize
-from common.protocols import REFERENCE
+from common.protocols import REFERENCE, THYME, Protocol
 from tests.helpers.models import ForceText
 from tests.helpers.sandbox import bubblewrap_or_skip
 
@@ -92,6 +93,35 @@ def chat(system: str, user: str) -> str:
     )
 
 
+@dataclass
+class Sent:
+    """One generation's input: the text the template rendered, and the images in it."""
+
+    text: str
+    images: list[Image.Image]
+
+
+def forced_agent(
+    tiny_paths, outputs: list[str], protocol: Protocol = REFERENCE
+) -> tuple[TransformersModel, list[Sent]]:
+    """The tiny agent model under ``protocol``, made to write ``outputs`` in turn, and the
+    list each of its generations appends what it was sent to."""
+    large = TransformersModel(
+        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=protocol
+    )
+    large.logits_processors = [ForceText(large.tokenizer, outputs, large.eos_ids[0])]
+    sent: list[Sent] = []
+    real_generate = large.generate
+
+    def spy(conversation: Conversation, **kwargs):
+        images = [part for message in conversation.messages for part in message.images]
+        sent.append(Sent(large.render(conversation.messages, conversation.continue_cut), images))
+        return real_generate(conversation, **kwargs)
+
+    large.generate = spy  # type: ignore[method-assign]
+    return large, sent
+
+
 @pytest.mark.parametrize(("query", "prompt"), [(CHOICE, CHOICE_PROMPT), (YES_NO, YES_NO_PROMPT)])
 def test_phase_i_asks_the_agent_model_what_the_evaluation_asks(tiny_large, query, prompt):
     expected = chat(
@@ -113,20 +143,9 @@ def test_phase_ii_asks_the_small_model_what_the_evaluation_asks(tiny_small, quer
 
 
 def test_deepeyes_turns_before_and_after_a_zoom(tiny_paths):
-    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32")
     zoom = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [112, 84, 336, 252]}}
     zoom_text = f"<think>look</think> <tool_call>{json.dumps(zoom)}</tool_call>"
-    large.logits_processors = [
-        ForceText(large.tokenizer, [zoom_text, "<answer>B</answer>"], large.eos_ids[0])
-    ]
-    rendered: list[str] = []
-    real_generate = large.generate
-
-    def spy(conversation: Conversation, **kwargs):
-        rendered.append(large.render(conversation.messages))
-        return real_generate(conversation, **kwargs)
-
-    large.generate = spy  # type: ignore[method-assign]
+    large, sent = forced_agent(tiny_paths, [zoom_text, "<answer>B</answer>"])
     image = Image.new("RGB", (448, 336), (0, 0, 255))
     ImageDraw.Draw(image).rectangle((112, 84, 335, 251), fill=(255, 0, 0))
     query = Query("q", image, CHOICE.question, CHOICE.options)
@@ -134,8 +153,8 @@ def test_deepeyes_turns_before_and_after_a_zoom(tiny_paths):
 
     assert trajectory.answer == "B"
     first = chat(AGENT_SYSTEM, CHOICE_PROMPT + SUFFIX)
-    assert rendered[0] == first
-    assert rendered[1] == (
+    assert sent[0].text == first
+    assert sent[1].text == (
         first
         + f"{zoom_text}<|im_end|>\n"
         + f"<|im_start|>user\n<tool_response>{IMAGE}{SUFFIX}</tool_response><|im_end|>\n"
@@ -148,23 +167,11 @@ def test_deepeyes_turns_before_and_after_a_zoom(tiny_paths):
 def _zoomed_once(tiny_paths, image: Image.Image, box: list[int]) -> tuple:
     """A DeepEyes trajectory that zooms on ``box`` then answers: (trajectory, the second
     turn as rendered, the crop the model was shown, its grid through the processor)."""
-    large = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32")
     zoom = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": box}}
     zoom_text = f"<think>look</think> <tool_call>{json.dumps(zoom)}</tool_call>"
-    large.logits_processors = [
-        ForceText(large.tokenizer, [zoom_text, "<answer>B</answer>"], large.eos_ids[0])
-    ]
-    seen: list[tuple[str, list[Image.Image]]] = []
-    real_generate = large.generate
-
-    def spy(conversation: Conversation, **kwargs):
-        images = [part for message in conversation.messages for part in message.images]
-        seen.append((large.render(conversation.messages), images))
-        return real_generate(conversation, **kwargs)
-
-    large.generate = spy  # type: ignore[method-assign]
+    large, sent = forced_agent(tiny_paths, [zoom_text, "<answer>B</answer>"])
     trajectory = run_deepeyes(Query("q", image, CHOICE.question, CHOICE.options), large)
-    rendered, images = seen[1]
+    rendered, images = sent[1].text, sent[1].images
     grid = large.processor.image_processor(images=[images[-1]], return_tensors="pt")
     expected_turn = (
         f"{zoom_text}<|im_end|>\n"
@@ -240,8 +247,6 @@ THYME_QUESTION = (
 
 
 def test_thyme_phases_i_and_ii_see_the_question_before_its_please(tiny_paths):
-    from common.protocols import THYME
-
     large = TransformersModel(
         str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
     )
@@ -255,29 +260,15 @@ def test_thyme_phases_i_and_ii_see_the_question_before_its_please(tiny_paths):
 @pytest.mark.sandbox
 def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
     from common.agents.thyme import run_thyme
-    from common.protocols import THYME
 
     bubblewrap_or_skip()
-    large = TransformersModel(
-        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
-    )
     code = (
         "<think>crop</think><code>\n```python\nfrom PIL import Image\n"
         "image = Image.open(image_path)\nx1, y1, x2, y2 = 112, 84, 336, 252\n"
         'processed_path = "/mnt/data/temp_processed_images/crop.png"\n'
         "image.crop((x1, y1, x2, y2)).save(processed_path)\nprint(processed_path)\n```\n</code>"
     )
-    large.logits_processors = [
-        ForceText(large.tokenizer, [code, "<answer>B</answer>"], large.eos_ids[0])
-    ]
-    rendered: list[str] = []
-    real_generate = large.generate
-
-    def spy(conversation: Conversation, **kwargs):
-        rendered.append(large.render(conversation.messages, conversation.continue_cut))
-        return real_generate(conversation, **kwargs)
-
-    large.generate = spy  # type: ignore[method-assign]
+    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
     query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
     trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
 
@@ -292,10 +283,10 @@ def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
         "<answer>Your final answer to the user's question goes here.</answer>\n"
     )
     first = chat(THYME_SYSTEM, user)
-    assert rendered[0] == first
+    assert sent[0].text == first
     # run_evaluation: the same assistant turn, continued (no generation prompt, the final
     # "<|im_end|>\n" cut off)
-    assert rendered[1] == first + f"{code}<sandbox_output>{IMAGE}</sandbox_output>"
+    assert sent[1].text == first + f"{code}<sandbox_output>{IMAGE}</sandbox_output>"
 
 
 @pytest.mark.sandbox
@@ -304,32 +295,18 @@ def test_thyme_printed_text_comes_back_inside_its_sandbox_output(tiny_paths):
     (``first_path``, not a file) between ``<sandbox_output>`` and ``</sandbox_output>``,
     in the same assistant turn."""
     from common.agents.thyme import run_thyme
-    from common.protocols import THYME
 
     bubblewrap_or_skip()
-    large = TransformersModel(
-        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
-    )
     code = (
         "<think>measure</think><code>\n```python\nfrom PIL import Image\n"
         "image = Image.open(image_path)\nprint(image.size[0] * 2)\n```\n</code>"
     )
-    large.logits_processors = [
-        ForceText(large.tokenizer, [code, "<answer>B</answer>"], large.eos_ids[0])
-    ]
-    rendered: list[str] = []
-    real_generate = large.generate
-
-    def spy(conversation: Conversation, **kwargs):
-        rendered.append(large.render(conversation.messages, conversation.continue_cut))
-        return real_generate(conversation, **kwargs)
-
-    large.generate = spy  # type: ignore[method-assign]
+    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
     query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
     trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
 
     assert trajectory.answer == "B", trajectory
-    assert rendered[1].endswith(f"{code}<sandbox_output>896</sandbox_output>")
+    assert sent[1].text.endswith(f"{code}<sandbox_output>896</sandbox_output>")
 
 
 @pytest.mark.sandbox
@@ -339,31 +316,17 @@ def test_thyme_after_a_failed_first_execution_the_user_turn_is_continued(tiny_pa
     without a generation prompt and cuts the final ``<|im_end|>\n``: with no assistant
     turn yet, that continues the USER turn (the evaluation's quirk, kept)."""
     from common.agents.thyme import run_thyme
-    from common.protocols import THYME
 
     bubblewrap_or_skip()
-    large = TransformersModel(
-        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
-    )
     failing = "<think>try</think><code>\n```python\nprint(1 / 0)\n```\n</code>"
-    large.logits_processors = [
-        ForceText(large.tokenizer, [failing, "<answer>B</answer>"], large.eos_ids[0])
-    ]
-    rendered: list[str] = []
-    real_generate = large.generate
-
-    def spy(conversation: Conversation, **kwargs):
-        rendered.append(large.render(conversation.messages, conversation.continue_cut))
-        return real_generate(conversation, **kwargs)
-
-    large.generate = spy  # type: ignore[method-assign]
+    large, sent = forced_agent(tiny_paths, [failing, "<answer>B</answer>"], THYME)
     query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
     trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
 
     assert trajectory.answer == "B", trajectory
-    assert len(rendered) == 2
-    assert rendered[1] == rendered[0].removesuffix("<|im_end|>\n<|im_start|>assistant\n")
-    assert rendered[1].endswith("goes here.</answer>\n") and "1 / 0" not in rendered[1]
+    assert len(sent) == 2
+    assert sent[1].text == sent[0].text.removesuffix("<|im_end|>\n<|im_start|>assistant\n")
+    assert sent[1].text.endswith("goes here.</answer>\n") and "1 / 0" not in sent[1].text
 
 
 def _hr_query(tmp_path) -> Query:
@@ -402,8 +365,6 @@ def test_hr_bench_reaches_deepeyes_as_the_evaluation_lays_it_out(tiny_large, tmp
 def test_hr_bench_reaches_thyme_as_the_evaluation_lays_it_out(tiny_paths, tmp_path):
     """eval_code_thyme/SpecEyes.py load_hrbench_data_generator: build_mc_question_text
     over the A-D columns (lettered there), the text phases I and II cut at "Please"."""
-    from common.protocols import THYME
-
     large = TransformersModel(
         str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
     )
@@ -421,7 +382,6 @@ def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
     other pixels)."""
     from common.agents.thyme import run_thyme
     from common.funnel import prepare_query
-    from common.protocols import THYME
 
     bubblewrap_or_skip()
     original = tmp_path / "sa_1234.jpg"
@@ -429,29 +389,15 @@ def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
     noisy.save(original, format="JPEG", quality=60)
     query = prepare_query("q", str(original), CHOICE.question, CHOICE.options)
     assert not isinstance(query, Failed)
-    large = TransformersModel(
-        str(tiny_paths["large"]), device="cpu", dtype="float32", protocol=THYME
-    )
     code = (
         "<think>check</think><code>\n```python\nimport hashlib\n"
         "print(hashlib.sha256(open(image_path, 'rb').read()).hexdigest())\n```\n</code>"
     )
-    large.logits_processors = [
-        ForceText(large.tokenizer, [code, "<answer>B</answer>"], large.eos_ids[0])
-    ]
-    seen: list[tuple[str, list[Image.Image]]] = []
-    real_generate = large.generate
-
-    def spy(conversation: Conversation, **kwargs):
-        images = [part for message in conversation.messages for part in message.images]
-        seen.append((large.render(conversation.messages, conversation.continue_cut), images))
-        return real_generate(conversation, **kwargs)
-
-    large.generate = spy  # type: ignore[method-assign]
+    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
     trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
 
     assert trajectory.answer == "B", trajectory
     digest = hashlib.sha256(original.read_bytes()).hexdigest()
-    assert seen[1][0].endswith(f"<sandbox_output>{digest}</sandbox_output>")  # the file
-    shown = seen[0][1][0]
+    assert sent[1].text.endswith(f"<sandbox_output>{digest}</sandbox_output>")  # the file
+    shown = sent[0].images[0]
     assert shown.tobytes() == Image.open(original).convert("RGB").tobytes()
