@@ -12,6 +12,9 @@ from typing import Literal
 from PIL import Image
 
 Role = Literal["system", "user", "assistant"]
+# what a generation is for: an agent step; or SpecReason's proposal (small model), its
+# score and a correction (large model), which a scripted stand-in answers differently
+Purpose = Literal["agent", "propose", "verify", "correct"]
 Part = str | Image.Image
 
 
@@ -35,6 +38,7 @@ class Conversation:
     # Thyme's later steps: render without a generation prompt and cut this end off the
     # text (``"<|im_end|>\n"``), so the model continues the last turn, whoever wrote it
     continue_cut: str | None = None
+    purpose: Purpose = "agent"
 
     def add(self, role: Role, *content: Part) -> None:
         self.messages.append(Message(role, list(content)))

@@ -98,6 +98,8 @@ def run_deepeyes(
         if answer is not None:
             closed = "</answer>" in step.text.split("<answer>", 1)[-1]
             trajectory.conclude(answer, cut=not closed and step.finish_reason == "length")
+            if not closed and protocol.malformed == "reference":
+                trajectory.scored = step.text  # the evaluation scores the whole output
             return trajectory
     trajectory.error_code = "step_limit"
     trajectory.error = f"no answer after {limits.max_steps} generations"
@@ -122,7 +124,7 @@ def _react_reference(
             follow_up = [Message("assistant", [protocol.agent_suffix])]
         else:
             step.tool_call = call if isinstance(call, dict) else {"raw": call}
-            follow_up = [_zoom(step, call, original, model, limits)]
+            follow_up = [zoom(step, call, original, model, limits)]
     elif "<answer>" not in text:
         step.observation = "no tool call and no answer: the instruction goes back"
         follow_up = [Message("user", [protocol.agent_suffix])]
@@ -142,10 +144,10 @@ def _react_observe(
         step.observation = f"Error: {exc}"
         return None, [model.protocol.tool_response(step.observation)]
     step.tool_call = call
-    return None, [_zoom(step, call, original, model, limits)]
+    return None, [zoom(step, call, original, model, limits)]
 
 
-def _zoom(
+def zoom(
     step: AgentStep,
     call: Any,
     original: Image.Image,
@@ -278,7 +280,8 @@ def map_box(
 def open_answer(text: str) -> str:
     """The answer after the first ``<answer>``, up to ``</answer>`` if it was closed.
 
-    (The evaluation stores the whole output when the tag is not closed; a service stores
-    what the model gave as its answer.)"""
+    (The evaluation scores the whole output when the tag is not closed: under
+    ``reference`` that text is kept as the trajectory's ``scored``, and this one is the
+    answer people read.)"""
     after = text.split("<answer>", 1)[1]
     return after.split("</answer>", 1)[0].strip()

@@ -82,47 +82,13 @@ class _Loop:
         self.written: list[str] = []  # the model's own text in the assistant turn
 
     def run(self) -> Trajectory:
-        image = self._place_image()
-        protocol = self.protocol
-        first_turn = protocol.agent_first_turn.format(
-            question=protocol.question_block(self.query.question, self.query.options),
-            path=self.session.inside(IMAGE_NAME),
-            size=f"{image.width}x{image.height}",
-        )
-        self.conversation.messages += [
-            Message("system", [protocol.agent_system]),
-            Message("user", [protocol.view(image), first_turn]),
-        ]
+        self.conversation.messages += start(self.query, self.protocol, self.session)
         for index in range(self.limits.max_steps):
             step, finished = self._iterate(index)
             self.trajectory.steps.append(step)
             if finished:
                 break
         return self._conclude()
-
-    def _place_image(self) -> Image.Image:
-        """The job's image as the sandbox's JPEG file, and as the model sees that file: the
-        job's own file where it is a JPEG (V*'s, which the evaluation hands to the code as
-        they are), else the image saved as an RGB JPEG at quality 95 (as the evaluation
-        saves HR-Bench's and POPE's)."""
-        data = self._own_jpeg()
-        if data is None:
-            buffer = io.BytesIO()
-            self.query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
-            data = buffer.getvalue()
-        (self.session.folder / IMAGE_NAME).write_bytes(data)
-        return Image.open(io.BytesIO(data)).convert("RGB")
-
-    def _own_jpeg(self) -> bytes | None:
-        """The bytes of the job's file, if it is a JPEG (it was decoded and checked when
-        the job was loaded); None otherwise, or if it cannot be read now."""
-        if self.query.image_path is None:
-            return None
-        try:
-            data = Path(self.query.image_path).read_bytes()
-        except OSError:
-            return None
-        return data if image_suffix(data) == ".jpeg" else None
 
     def _iterate(self, index: int) -> tuple[AgentStep, bool]:
         """One generation and what follows it; True when the trajectory is over."""
@@ -146,7 +112,7 @@ class _Loop:
         content: list[Part] = [text] if answered else []
         match = _CODE.search(text)
         if match is not None:
-            handed_back = self._execute(step, match.group(1).strip())
+            handed_back = execute(self.session, self.protocol, step, match.group(1).strip())
             if handed_back is None:
                 return step, False  # dropped: the next iteration generates again
             content += [text, THYME.SANDBOX_OPEN, *handed_back, THYME.SANDBOX_CLOSE]
@@ -155,53 +121,6 @@ class _Loop:
             return step, True
         self._extend_turn(content)
         return step, answered or generation.finish_reason == "eos"
-
-    def _execute(self, step: AgentStep, code: str) -> list[Part] | None:
-        """Run the step's code; what goes back to the model, or None when nothing does.
-        Whatever the code did, the step keeps the code and an observation."""
-        step.code = code
-        started = time.perf_counter()
-        execution = self.session.run(
-            {
-                "code": code,
-                "image_path": self.session.inside(IMAGE_NAME),
-                "output_dir": self.session.inside(OUTPUT_FOLDER),
-                "model_output_dir": THYME.OUTPUT_DIR,
-                "refused": list(THYME.REFUSED_CODE),
-                "min_crop_side": THYME.MIN_CROP_SIDE,
-            }
-        )
-        step.tool_seconds = time.perf_counter() - started
-        step.sandbox_stop = execution.stop
-        step.sandbox_cpu_s = round(execution.cpu_s, 3)
-        step.sandbox_peak_mb = round(execution.peak_bytes / 2**20, 1)
-        report = execution.report
-        if report is None:
-            step.observation = f"execution failed, step dropped: {execution.detail}"
-            return None
-        step.code_output = report.printed
-        notes = "".join(f"; {note}" for note in report.notes)
-        if report.text is not None:
-            step.observation = "printed text returned" + notes
-            return [_inert(report.text)]
-        views: list[Part] = []
-        described = []
-        for image in report.images:
-            try:
-                views.append(self.protocol.view(image))
-            except ImageError as exc:  # an image the model cannot be shown (its shape)
-                notes += f"; an image left out: {exc}"
-                continue
-            described.append(_describe(image))
-        if not views:
-            why = report.error or (
-                "its images are unreadable" if notes else "it handed nothing back"
-            )
-            step.observation = f"execution failed, step dropped: {why}{notes}"
-            return None
-        step.images = described
-        step.observation = f"{len(views)} image(s) returned{notes}"
-        return views
 
     def _extend_turn(self, content: list[Part]) -> None:
         """Start the assistant turn, or add to it (Thyme's output stays in one turn)."""
@@ -226,6 +145,95 @@ class _Loop:
                 f"(at most {self.limits.max_steps})"
             )
         return self.trajectory
+
+
+def start(query: Query, protocol: Protocol, session: SandboxSession) -> list[Message]:
+    """The system prompt and the first user turn, the job's image placed in the sandbox
+    as the file the turn names (``place_image``)."""
+    image = place_image(query, session)
+    first_turn = protocol.agent_first_turn.format(
+        question=protocol.question_block(query.question, query.options),
+        path=session.inside(IMAGE_NAME),
+        size=f"{image.width}x{image.height}",
+    )
+    return [
+        Message("system", [protocol.agent_system]),
+        Message("user", [protocol.view(image), first_turn]),
+    ]
+
+
+def place_image(query: Query, session: SandboxSession) -> Image.Image:
+    """The job's image as the sandbox's JPEG file, and as the model sees that file: the
+    job's own file where it is a JPEG (V*'s, which the evaluation hands to the code as
+    they are), else the image saved as an RGB JPEG at quality 95 (as the evaluation
+    saves HR-Bench's and POPE's)."""
+    data = _own_jpeg(query)
+    if data is None:
+        buffer = io.BytesIO()
+        query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
+        data = buffer.getvalue()
+    (session.folder / IMAGE_NAME).write_bytes(data)
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def _own_jpeg(query: Query) -> bytes | None:
+    """The bytes of the job's file, if it is a JPEG (it was decoded and checked when the
+    job was loaded); None otherwise, or if it cannot be read now."""
+    if query.image_path is None:
+        return None
+    try:
+        data = Path(query.image_path).read_bytes()
+    except OSError:
+        return None
+    return data if image_suffix(data) == ".jpeg" else None
+
+
+def execute(
+    session: SandboxSession, protocol: Protocol, step: AgentStep, code: str
+) -> list[Part] | None:
+    """Run the step's code in ``session``; what goes back to the model, or None when
+    nothing does. Whatever the code did, the step keeps the code and an observation."""
+    step.code = code
+    started = time.perf_counter()
+    execution = session.run(
+        {
+            "code": code,
+            "image_path": session.inside(IMAGE_NAME),
+            "output_dir": session.inside(OUTPUT_FOLDER),
+            "model_output_dir": THYME.OUTPUT_DIR,
+            "refused": list(THYME.REFUSED_CODE),
+            "min_crop_side": THYME.MIN_CROP_SIDE,
+        }
+    )
+    step.tool_seconds = time.perf_counter() - started
+    step.sandbox_stop = execution.stop
+    step.sandbox_cpu_s = round(execution.cpu_s, 3)
+    step.sandbox_peak_mb = round(execution.peak_bytes / 2**20, 1)
+    report = execution.report
+    if report is None:
+        step.observation = f"execution failed, step dropped: {execution.detail}"
+        return None
+    step.code_output = report.printed
+    notes = "".join(f"; {note}" for note in report.notes)
+    if report.text is not None:
+        step.observation = "printed text returned" + notes
+        return [_inert(report.text)]
+    views: list[Part] = []
+    described = []
+    for image in report.images:
+        try:
+            views.append(protocol.view(image))
+        except ImageError as exc:  # an image the model cannot be shown (its shape)
+            notes += f"; an image left out: {exc}"
+            continue
+        described.append(_describe(image))
+    if not views:
+        why = report.error or ("its images are unreadable" if notes else "it handed nothing back")
+        step.observation = f"execution failed, step dropped: {why}{notes}"
+        return None
+    step.images = described
+    step.observation = f"{len(views)} image(s) returned{notes}"
+    return views
 
 
 def _inert(text: str) -> str:

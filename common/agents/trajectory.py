@@ -8,7 +8,7 @@ from typing import Any
 
 # The tags of the agents' protocols: an answer holding one is the model's loop leaking
 # into its answer (an unclosed tool call, a second turn), not an answer.
-_PROTOCOL_TAG = re.compile(r"</?(?:tool_call|tool_response|answer|think|code|sandbox_output)>")
+PROTOCOL_TAG = re.compile(r"</?(?:tool_call|tool_response|answer|think|code|sandbox_output)>")
 UNREADABLE = "answer_unreadable"
 
 
@@ -35,6 +35,14 @@ class AgentStep:
     sandbox_stop: str | None = None
     sandbox_cpu_s: float | None = None
     sandbox_peak_mb: float | None = None
+    # SpecReason (common.agents.specreason): one step per round; who wrote the step kept
+    # ("small": its proposal passed; "large": the large model's correction), the large
+    # model's score of the proposal, whether it passed, and the rejected proposal
+    proposer: str | None = None
+    score: int | None = None
+    accepted: bool | None = None
+    proposal: str | None = None
+    proposal_tokens: int = 0  # a rejected proposal's tokens (counted, as the reference does)
 
 
 @dataclass
@@ -43,12 +51,15 @@ class Trajectory:
     answer: str | None = None
     error_code: str | None = None
     error: str | None = None
+    # the text the reference scores where it differs from ``answer`` (an unclosed
+    # <answer>: the whole output; Thyme's SpecReason: the whole last step)
+    scored: str | None = None
 
     def conclude(self, answer: str, *, cut: bool = False) -> None:
         """End with ``answer``; or, where it is not one a reader can take (empty, holding
         the protocol's tags, or ``cut`` off at the token limit before its closing tag),
         end as a failure saying why. The text stays in the steps either way."""
-        tag = _PROTOCOL_TAG.search(answer)
+        tag = PROTOCOL_TAG.search(answer)
         if not answer:
             problem = "the model's <answer> is empty"
         elif tag is not None:

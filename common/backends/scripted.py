@@ -74,6 +74,11 @@ class JobScript:
     confidence: float = 0.999  # the gate confidence its token scores give (min mode)
     agent_steps: tuple[str, ...] | None = None  # agent outputs, step by step (last repeats)
     agent_answer: str = "A"  # used when agent_steps is None: one step that answers
+    # SpecReason (common.agents.specreason), round by round (last repeats): the small
+    # model's proposals (None: the agent's steps) and the large model's scores of them
+    # (None: 9, every proposal kept); its corrections are the agent's steps
+    proposals: tuple[str, ...] | None = None
+    scores: tuple[int | str, ...] | None = None
     fail: frozenset[Phase] = frozenset()  # phases whose calls raise for this job
     crash: frozenset[Phase] = frozenset()  # phases whose calls kill the process (a segfault)
 
@@ -83,8 +88,9 @@ class JobScript:
         values = dict(fields)
         for name in ("fail", "crash"):
             values[name] = frozenset(values.get(name) or ())  # type: ignore[call-overload]
-        if values.get("agent_steps") is not None:
-            values["agent_steps"] = tuple(values["agent_steps"])  # type: ignore[arg-type]
+        for name in ("agent_steps", "proposals", "scores"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:
@@ -185,8 +191,12 @@ class ScriptedModel:
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation:
         (script,) = self._call("generate", [conversation.key])
-        steps = script.steps()
-        text = steps[min(conversation.generations, len(steps) - 1)]
+        steps: Sequence[str | int] = script.steps()
+        if conversation.purpose == "propose" and script.proposals is not None:
+            steps = script.proposals
+        elif conversation.purpose == "verify":
+            steps = script.scores if script.scores is not None else (9,)
+        text = str(steps[min(conversation.generations, len(steps) - 1)])
         ends = [text.find(s) + len(s) for s in stop if s in text]
         if ends:
             return Generation(text[: min(ends)], "stop", len(text.split()))
