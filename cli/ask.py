@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cli.options import add_funnel_flags, add_model_flags, settings_from_args
 from common.backends import check_models, load_models
-from common.contracts import Accepted, AnsweredBy, Deferred, Failed, JobStatus
+from common.contracts import Accepted, AnsweredBy, DeferReason, Deferred, Failed, JobStatus
 from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.limits import check_query
 from common.sandbox import require_code_sandbox
 
 if TYPE_CHECKING:
+    from common.agents.trajectory import AgentStep
     from common.backends.base import Generation, VisionLanguageModel
     from common.chat import Conversation
 
@@ -55,20 +56,28 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     models = load_models(settings)
-    recorder = _Recorder(models.large)
+    recorder, proposer = _Recorder(models.large), _Recorder(models.small)
     sent: dict[str, Any] = {}
+    specreason = settings.funnel.method == "specreason"
     if args.explain:
-        sent["screen"] = models.large.render(models.large.protocol.screen_query(query))
-        sent["speculate"] = models.small.render(models.small.protocol.speculate_query(query))
+        if not specreason:
+            sent["screen"] = models.large.render(models.large.protocol.screen_query(query))
+            sent["speculate"] = models.small.render(models.small.protocol.speculate_query(query))
         models.large = cast("VisionLanguageModel", recorder)
-    (outcome,) = run_fast_stage(
-        [query],
-        large=models.large,
-        small=models.small,
-        settings=settings.funnel,
-    ).outcomes
-    gate = settings.funnel.gate
-    report: dict[str, Any] = {"gate": f"{gate.mode}, K={gate.top_k}, tau={gate.threshold}"}
+        models.small = cast("VisionLanguageModel", proposer)
+    report: dict[str, Any]
+    if specreason:  # no funnel: SpecReason's rounds from the start
+        outcome: Accepted | Deferred | Failed = Deferred(job_id, DeferReason.SPECREASON)
+        report = {"method": f"specreason, score threshold {settings.funnel.specreason_threshold}"}
+    else:
+        (outcome,) = run_fast_stage(
+            [query],
+            large=models.large,
+            small=models.small,
+            settings=settings.funnel,
+        ).outcomes
+        gate = settings.funnel.gate
+        report = {"gate": f"{gate.mode}, K={gate.top_k}, tau={gate.threshold}"}
     if isinstance(outcome, Accepted):
         report |= {
             "status": JobStatus.DONE,
@@ -77,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             "confidence": outcome.confidence,
             "screen": outcome.screen.raw_text if outcome.screen else None,
         }
-        _report(report | _sent(sent, recorder, args.explain), args.json)
+        _report(report | _sent(sent, recorder, proposer, args.explain), args.json)
         return 0
     assert isinstance(outcome, Deferred)
     report |= {
@@ -86,15 +95,13 @@ def run(args: argparse.Namespace) -> int:
         "confidence": outcome.confidence,
         "screen": outcome.screen.raw_text if outcome.screen else None,
     }
-    agent = run_agent_stage(query, models.large, settings.agent)
+    pair = (models.small, settings.funnel.specreason_threshold) if specreason else None
+    agent = run_agent_stage(query, models.large, settings.agent, specreason=pair)
     report |= {
         "answered_by": AnsweredBy.LARGE,
-        "steps": [
-            {"text": step.text, "box": step.box_original, "observation": step.observation}
-            for step in agent.trajectory.steps
-        ],
+        "steps": [_step(step) for step in agent.trajectory.steps],
     }
-    report |= _sent(sent, recorder, args.explain)
+    report |= _sent(sent, recorder, proposer, args.explain)
     if agent.answer is None:
         report |= {"status": JobStatus.FAILED, "error_code": agent.error_code, "error": agent.error}
         _report(report, args.json)
@@ -119,11 +126,29 @@ class _Recorder:
         return self._model.generate(conversation, **kwargs)
 
 
-def _sent(sent: dict[str, Any], recorder: _Recorder, explain: bool) -> dict[str, Any]:
-    """What the models were sent, for the report (``--explain``)."""
+def _sent(
+    sent: dict[str, Any], recorder: _Recorder, proposer: _Recorder, explain: bool
+) -> dict[str, Any]:
+    """What the models were sent, for the report (``--explain``): the large model's agent
+    steps (SpecReason: its scoring and correcting calls), the small model's proposals."""
     if not explain:
         return {}
-    return {"sent": {**sent, **({"agent": recorder.sent} if recorder.sent else {})}}
+    more = {"agent": recorder.sent} if recorder.sent else {}
+    if proposer.sent:
+        more["proposals"] = proposer.sent
+    return {"sent": {**sent, **more}}
+
+
+def _step(step: AgentStep) -> dict[str, Any]:
+    """One step as the report shows it (SpecReason's: who wrote it, its score)."""
+    shown: dict[str, Any] = {
+        "text": step.text,
+        "box": step.box_original,
+        "observation": step.observation,
+    }
+    if step.proposer is not None:
+        shown |= {"proposer": step.proposer, "score": step.score, "accepted": step.accepted}
+    return shown
 
 
 def _report(report: dict[str, Any], as_json: bool) -> None:
@@ -136,6 +161,9 @@ def _report(report: dict[str, Any], as_json: bool) -> None:
             for index, step in enumerate(value):
                 text = step["text"] if len(step["text"]) <= 160 else step["text"][:157] + "..."
                 print(f"  step {index + 1}: {text!r}")
+                if "proposer" in step:
+                    verdict = "kept" if step["accepted"] else "rejected, the large model wrote it"
+                    print(f"          small model's step scored {step['score']}: {verdict}")
                 print(f"          -> {step['observation'] or 'answer'}")
             continue
         print(f"{key:<12} {value}")

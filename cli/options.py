@@ -35,6 +35,8 @@ FUNNEL_SETTINGS = (
     "funnel.gate.threshold",
     "funnel.screener",
     "funnel.baseline",
+    "funnel.method",
+    "funnel.specreason_threshold",
     "funnel.calibrate",
     "audit.rate",
     "audit.on_drift",

@@ -62,6 +62,7 @@ GateMode = Literal["min", "mean", "bottom20", "logprob"]
 AgentKind = Literal["deepeyes", "thyme"]
 BackendKind = Literal["transformers", "scripted", "openai"]
 Screener = Literal["large", "small", "none"]
+Method = Literal["speceyes", "specreason"]
 Isolation = Literal["bubblewrap", "gvisor", "none"]
 Role = Literal["large", "small"]
 ENV_PREFIX = "SPECEYES_"
@@ -262,6 +263,22 @@ class FunnelSettings(Group):
         "No speculation: every job runs the agent (for speedup baselines).",
         flag="--baseline",
     )
+    method: Method = setting(
+        "speceyes",
+        "'speceyes' (the funnel) or 'specreason' (the paper's comparison arm: "
+        "every job skips phases I-III and runs SpecReason's step-level speculation in the "
+        "agent stage; docs/protocols.md).",
+        flag="--method",
+    )
+    specreason_threshold: float = setting(
+        7.0,
+        "SpecReason: a small model's step the large model scores at least this (0-9) is "
+        "kept (the reference's --score_threshold).",
+        flag="--score-threshold",
+        metavar="S",
+        ge=0.0,
+        le=10.0,
+    )
     calibrate: bool = setting(
         False,
         "A calibration run: every job is speculated (keeping the top 128 logits per "
@@ -286,6 +303,15 @@ class FunnelSettings(Group):
     gate: GateSettings = group(
         lambda: GateSettings(), "Phase III: the answer-separability gate.", env_prefix="gate_"
     )
+
+    @model_validator(mode="after")
+    def _one_method(self) -> Self:
+        if self.method == "specreason" and (self.baseline or self.calibrate):
+            raise ValueError(
+                "method 'specreason' runs no funnel: it cannot be a baseline or a "
+                "calibration run as well"
+            )
+        return self
 
 
 class SandboxSettings(Group):
@@ -414,6 +440,13 @@ class ImageSettings(Group):
         "Longest side / shortest side (Qwen's smart resize refuses more).",
         env="max_image_aspect",
         gt=1.0,
+    )
+    exif_rotate: bool = setting(
+        True,
+        "Turn an image as its EXIF orientation says (right for photographs; recorded in "
+        "the job key). The reference never does: the benchmark readers keep each image "
+        "as the reference sees it, whatever this says.",
+        env="exif_rotate",
     )
 
 

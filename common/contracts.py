@@ -62,6 +62,7 @@ class DeferReason(StrEnum):
     SMALL_MODEL_ERROR = "small_model_error"  # speculation failed for this job
     SCREEN_ERROR = "screen_error"  # screening failed for this job
     BASELINE = "baseline"  # no speculation at all (speedup baselines)
+    SPECREASON = "specreason"  # SpecReason's jobs skip phases I-III (common.agents.specreason)
     CALIBRATION = "calibration"  # a calibration run: speculated AND sent to the agent
     AUDIT_PAUSED = "audit_paused"  # an audit alarm paused accepting (common.audit)
 
@@ -101,6 +102,7 @@ class Ticket:
     question: str
     options: list[str] | None
     attempts: int = 1  # claims in this stage, this one included
+    defer_reason: str | None = None  # why it waits for the agent (``specreason``: runs that)
 
 
 @dataclass(frozen=True)

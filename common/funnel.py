@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from common.agents.deepeyes import run_deepeyes
+from common.agents.specreason import run_specreason
 from common.agents.thyme import run_thyme
 from common.agents.trajectory import Trajectory
 from common.backends.base import Speculation, VisionLanguageModel
@@ -256,9 +257,15 @@ def _calibration_batch(
 
 
 def run_agent_stage(
-    query: Query, large: VisionLanguageModel, limits: AgentSettings | None = None
+    query: Query,
+    large: VisionLanguageModel,
+    limits: AgentSettings | None = None,
+    *,
+    specreason: tuple[VisionLanguageModel, float] | None = None,
 ) -> AgentOutcome:
-    """Phase IV for one job: a final answer, or a clear error (never a guess)."""
+    """Phase IV for one job: a final answer, or a clear error (never a guess).
+    ``specreason`` (the small model, the score threshold): the job runs SpecReason
+    (``common.agents.specreason``) instead of the agent alone."""
     limits = limits or AgentSettings()
     agent = run_thyme if limits.kind == "thyme" else run_deepeyes
     # a model that batches concurrent trajectories' steps (backends.lockstep) is told
@@ -266,7 +273,11 @@ def run_agent_stage(
     in_flight = getattr(large, "trajectory", nullcontext)()
     try:
         with in_flight:
-            trajectory = agent(query, large, limits)
+            if specreason is None:
+                trajectory = agent(query, large, limits)
+            else:
+                small, threshold = specreason
+                trajectory = run_specreason(query, large, small, limits, threshold=threshold)
     except RetryableError:
         raise
     except Exception as exc:

@@ -44,7 +44,7 @@ class Submitted:
 
 def run_config(settings: Settings) -> dict[str, Any]:
     """The settings that decide a job's answer (and so belong in its key)."""
-    return {
+    config: dict[str, Any] = {
         "small_model": settings.models.small.name,
         "large_model": settings.models.large.name,
         "weights": [
@@ -76,6 +76,12 @@ def run_config(settings: Settings) -> dict[str, Any]:
         ],
         "agent_max_steps": settings.agent.max_steps,
     }
+    if not settings.images.exif_rotate:  # (keys of the default stay what they were)
+        config["exif_rotate"] = False
+    if settings.funnel.method != "speceyes":
+        config["method"] = settings.funnel.method
+        config["specreason_threshold"] = settings.funnel.specreason_threshold
+    return config
 
 
 def to_item(row: SourceRow, settings: Settings) -> NewItem:
@@ -131,7 +137,9 @@ def submit_corpus(
             batch, created = get_or_create_batch(
                 outbox.session, key=batch_key, name=name, source=source, config=config
             )
-            jobs_created, items_added = submit_items(outbox.session, batch, items, config_key)
+            jobs_created, items_added = submit_items(
+                outbox.session, batch, items, config_key, settings.funnel.method
+            )
             send_waiting(outbox, batch.id)
         return Submitted(
             batch.id, created, jobs_created, items_added, len(outbox.fast), len(outbox.slow)

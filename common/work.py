@@ -388,7 +388,10 @@ class AgentWork(_Work):
         query = load_query(ticket, self.settings)
         if isinstance(query, Failed):
             return query
-        return run_agent_stage(query, self.models.large, self.settings.agent)
+        specreason = None
+        if ticket.defer_reason == DeferReason.SPECREASON:  # submitted with --method specreason
+            specreason = (self.models.small, self.settings.funnel.specreason_threshold)
+        return run_agent_stage(query, self.models.large, self.settings.agent, specreason=specreason)
 
     def run_id(self, job_id: str, *, takeover: bool = False) -> StageReport:
         """Claim the job a message named (waiting, stale or handed back) and run it."""

@@ -80,12 +80,12 @@ async def submit_batch(
                 name=batch.name or "api",
                 client_key=client_key,
                 tenant=caller.tenant,
+                method=settings.funnel.method,
             )
             if submitted.created:
                 check_in_flight(outbox.session, caller, settings, adding=len(submitted.queued))
-                outbox.to_fast(submitted.queued)
-            else:  # a retry: send what still waits again (a duplicate changes nothing)
-                send_waiting(outbox, submitted.id)
+            # (a retry sends what still waits again: a duplicate message changes nothing)
+            send_waiting(outbox, submitted.id)
         return submitted
 
     submitted = await run_in_threadpool(submission.resolving_races, create)

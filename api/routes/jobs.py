@@ -64,6 +64,7 @@ async def submit_job(
                 client_key=spec.idempotency_key,
                 batch_id=batch_id,
                 tenant=caller.tenant,
+                method=settings.funnel.method,
             )
             if job.created:
                 check_in_flight(outbox.session, caller, settings, adding=1)

@@ -131,7 +131,15 @@ def claim_ids(
     return _tickets(session.execute(statement).all())
 
 
-_TICKET_COLUMNS = (Job.id, Job.image_path, Job.image_hash, Job.question, Job.options, Job.attempts)
+_TICKET_COLUMNS = (
+    Job.id,
+    Job.image_path,
+    Job.image_hash,
+    Job.question,
+    Job.options,
+    Job.attempts,
+    Job.defer_reason,
+)
 
 
 def _tickets(rows: Sequence[Any]) -> list[Ticket]:
@@ -261,6 +269,7 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
             "status": JobStatus.DONE,
             "answered_by": AnsweredBy.LARGE,
             "final_answer": outcome.answer,
+            "scored_answer": outcome.trajectory.scored,
             "trajectory": outcome.trajectory.to_dict(),
             "error_message": None,
         }

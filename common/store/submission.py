@@ -22,8 +22,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from common.config import RequestLimits
-from common.contracts import JobStatus, SourceRow, Stage
+from common.config import Method, RequestLimits
+from common.contracts import DeferReason, JobStatus, SourceRow, Stage
 from common.errors import IdempotencyConflict, NotFound
 from common.limits import printable
 from common.store.tables import Batch, BatchItem, Job, utcnow
@@ -59,7 +59,7 @@ class SubmittedBatch:
     id: str
     job_ids: list[str]  # in row order
     created: bool  # False: the key named an existing batch
-    queued: list[str]  # jobs this submission created that wait for the fast stage
+    queued: list[str]  # jobs this submission created that wait for a stage
 
 
 def idempotency_key(*parts: Any) -> str:
@@ -121,7 +121,11 @@ def storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
 
 
 def submit_items(
-    session: Session, batch: Batch, items: Sequence[NewItem], config_key: str
+    session: Session,
+    batch: Batch,
+    items: Sequence[NewItem],
+    config_key: str,
+    method: Method = "speceyes",
 ) -> tuple[int, int]:
     """Add ``items`` to ``batch``; each gets the job its key names, created if new.
 
@@ -132,7 +136,8 @@ def submit_items(
     one about other pixels; a row whose file is broken now (gone for a while) keeps the
     answer it has. Only an id held once and submitted once is followed so: rows that
     share an id (several questions about one image) keep theirs. A broken item
-    (``error``) becomes a failed job. Returns (jobs created, items added).
+    (``error``) becomes a failed job. ``method`` is how new jobs are answered (``add_job``).
+    Returns (jobs created, items added).
     """
     held_rows = session.execute(
         select(BatchItem, Job.idempotency_key)
@@ -158,7 +163,7 @@ def submit_items(
     created = 0
     for item, key in fresh + changed:
         if key not in existing:
-            existing[key] = add_job(session, item, key, batch.tenant)
+            existing[key] = add_job(session, item, key, batch.tenant, method)
             created += 1
     session.flush()  # jobs first: items point at them (no ORM relationship orders this)
     for item, key in changed:
@@ -188,6 +193,7 @@ def submit_job(
     client_key: str | None,
     batch_id: str | None,
     tenant: str | None = None,
+    method: Method = "speceyes",
 ) -> SubmittedJob:
     """One job from a client (or the one its ``client_key`` already names in ``tenant``).
 
@@ -211,7 +217,7 @@ def submit_job(
         batch = session.get(Batch, batch_id)
         if batch is None or (tenant is not None and batch.tenant != tenant):
             raise NotFound(f"no batch {batch_id}", code="batch_not_found")
-    job_id = add_job(session, item, key, tenant)
+    job_id = add_job(session, item, key, tenant, method)
     if batch_id is not None:
         session.flush()
         session.add(
@@ -223,7 +229,7 @@ def submit_job(
                 expected=item.expected,
             )
         )
-    return SubmittedJob(job_id, JobStatus.QUEUED, created=True)
+    return SubmittedJob(job_id, waiting_status(method), created=True)
 
 
 def submit_batch(
@@ -233,6 +239,7 @@ def submit_batch(
     name: str,
     client_key: str | None,
     tenant: str | None = None,
+    method: Method = "speceyes",
 ) -> SubmittedBatch:
     """A client's batch of jobs (or the one its ``client_key`` already names in ``tenant``).
     Its jobs are the tenant's own: the same request from two tenants is two jobs."""
@@ -244,14 +251,16 @@ def submit_batch(
         session, key=batch_key, name=name, source="api", config={}, tenant=tenant
     )
     if created:
-        submit_items(session, batch, items, config_key=idempotency_key("api", *_scope(tenant)))
+        key = idempotency_key("api", *_scope(tenant))
+        submit_items(session, batch, items, config_key=key, method=method)
     rows = session.execute(
         select(BatchItem.job_id, Job.status)
         .join(Job, Job.id == BatchItem.job_id)
         .where(BatchItem.batch_id == batch.id)
         .order_by(BatchItem.position)
     ).all()
-    queued = [job_id for job_id, status in rows if status == JobStatus.QUEUED] if created else []
+    waiting = (JobStatus.QUEUED, JobStatus.DEFERRED)
+    queued = [job_id for job_id, status in rows if status in waiting] if created else []
     return SubmittedBatch(batch.id, [job_id for job_id, _ in rows], created, queued)
 
 
@@ -290,7 +299,19 @@ def _item_key(batch: Batch, item: NewItem, config_key: str) -> str:
     return idempotency_key(item.image_hash, item.question, item.options, config_key)
 
 
-def add_job(session: Session, item: NewItem, key: str, tenant: str | None = None) -> str:
+def waiting_status(method: Method) -> JobStatus:
+    """What a new job waits as: ``queued`` for the funnel; ``deferred`` (to the agent
+    stage, reason ``specreason``) for SpecReason, which skips phases I-III."""
+    return JobStatus.DEFERRED if method == "specreason" else JobStatus.QUEUED
+
+
+def add_job(
+    session: Session,
+    item: NewItem,
+    key: str,
+    tenant: str | None = None,
+    method: Method = "speceyes",
+) -> str:
     now = utcnow()  # one clock reading: a job failed at once finishes as it is created
     job = Job(
         created_at=now,
@@ -301,8 +322,9 @@ def add_job(session: Session, item: NewItem, key: str, tenant: str | None = None
         image_hash=item.image_hash,
         question=item.question,
         options=item.options,
-        status=JobStatus.QUEUED,
-        stage=Stage.FAST,
+        status=waiting_status(method),
+        stage=Stage.AGENT if method == "specreason" else Stage.FAST,
+        defer_reason=DeferReason.SPECREASON if method == "specreason" else None,
         attempts=0,
     )
     if item.error is not None:

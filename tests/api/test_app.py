@@ -401,3 +401,22 @@ def test_the_client_submits_a_folder_with_a_broken_file(api, tmp_path):
     submitted = server.client.submit_many(jobs, name="folder")
     assert [item["id"] for item in submitted["refused"]] == ["empty.png"]
     assert submitted["refused"][0]["error"] == "image_invalid"
+
+
+def test_a_server_run_with_method_specreason_sends_its_jobs_straight_to_the_agent(api):
+    """``serve --method specreason``: jobs skip phases I-III (deferred, reason specreason,
+    sent to the slow queue), one at a time or in a batch."""
+    server = api(funnel={"method": "specreason"})
+    one = upload(server, png())
+    assert one.status_code == 202, one.text
+    assert one.json()["status"] == "deferred"
+    image = base64.b64encode(png((20, 20))).decode()
+    jobs = [{"question": question, "image_base64": image} for question in ("Q1?", "Q2?")]
+    batch = server.http.post("/v1/batches", json={"jobs": jobs})
+    assert batch.status_code in (200, 201, 202), batch.text
+    with server.sessions() as session:
+        jobs = session.query(Job).all()
+    assert len(jobs) == 3
+    assert {(job.status, job.defer_reason) for job in jobs} == {("deferred", "specreason")}
+    assert sorted(server.dispatcher.sent_slow) == sorted(job.id for job in jobs)
+    assert server.enqueued == []  # nothing went to the fast stage

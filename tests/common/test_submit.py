@@ -11,7 +11,7 @@ from common.config import Settings
 from common.corpus import read_source
 from common.store.db import open_store
 from common.store.tables import Batch, BatchItem, Job
-from common.submit import submit_corpus
+from common.submit import run_config, submit_corpus
 from tests.helpers.images import write_images
 
 
@@ -52,3 +52,14 @@ def test_the_same_corpus_submitted_by_six_runs_at_once_makes_one_batch(
     assert errors == []
     assert len(found) == 6 and len(set(found)) == 1
     assert counts == [1, 40, 40]
+
+
+def test_the_job_key_names_the_exif_turn_and_the_method_only_where_they_are_not_the_default():
+    """Keys of jobs under the defaults stay what they were; turning EXIF off or running
+    SpecReason answers differently, so it is another job."""
+    default = run_config(Settings())
+    assert "exif_rotate" not in default and "method" not in default
+    unturned = run_config(Settings(images={"exif_rotate": False}))
+    assert unturned["exif_rotate"] is False
+    specreason = run_config(Settings(funnel={"method": "specreason"}))
+    assert (specreason["method"], specreason["specreason_threshold"]) == ("specreason", 7.0)
