@@ -110,16 +110,17 @@ def judge_batch(
     counts = JudgeCounts()
     with sessions() as session:
         rows = [
-            (item.position, item.split, item.expected, job.question, job.options, job.final_answer)
+            (item.position, item.split, item.expected, job.question, job.options, job.scored_text)
             for item, job in reads.batch_results(session, batch_id)
             if item.split
             and item.expected
             and item.judge_verdict is None
             and job.status == JobStatus.DONE
-            and job.final_answer is not None
+            and job.scored_text is not None
         ]
     pending: dict[str, tuple[str, str, list[int]]] = {}  # key -> (benchmark, prompt, rows)
     for position, split, expected, question, options, answer in rows:
+        assert answer is not None  # (kept only rows that have one)
         benchmark = split.split("/")[0]
         if reference_verdict(benchmark, answer, expected, options) is not None:
             continue

@@ -4,7 +4,7 @@ accuracy per split, stage costs and busy time, calibration items, per-split runs
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
@@ -59,6 +59,7 @@ def scoring_rows(session: Session, batch_id: str) -> Iterator[Any]:
             BatchItem.judge_verdict,
             Job.status,
             Job.final_answer,
+            Job.scored_answer,
             Job.options,
         )
         .join(Job, Job.id == BatchItem.job_id)
@@ -113,7 +114,8 @@ class ScoreTally:
             score.reference_correct += right
             return
         benchmark = row.split.split("/")[0]
-        verdict = reference_verdict(benchmark, row.final_answer, row.expected, row.options)
+        scored = row.final_answer if row.scored_answer is None else row.scored_answer
+        verdict = reference_verdict(benchmark, scored, row.expected, row.options)
         if verdict is None:
             verdict = row.judge_verdict  # the LLM judge's, when one was asked
         score.undecided += verdict is None
@@ -219,15 +221,43 @@ def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
 
 @dataclass
 class SplitRun:
-    """A split of one batch, for the paper-style report: accuracy, time, beta, alpha."""
+    """A split of one batch, for the paper-style report: accuracy, time, beta, alpha, and
+    what its trajectories add up to (``steps_of``)."""
 
     score: SplitScore
     seconds: float  # the split's first claim to its last result
     counts: BatchCounts
+    steps: StepTally = field(default_factory=lambda: StepTally())
 
     @property
     def seconds_per_item(self) -> float:
         return self.seconds / self.score.rows if self.score.rows else 0.0
+
+
+@dataclass
+class StepTally:
+    """The steps of a split's trajectories: how many, how many SpecReason kept from the
+    small model, and the tokens generated as the reference counts them (every agent
+    step; SpecReason's proposals and corrections, never its scoring calls)."""
+
+    trajectories: int = 0
+    steps: int = 0
+    small_steps: int = 0
+    tokens: int = 0
+
+    def add(self, trajectory: Any) -> None:
+        steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
+        if not isinstance(steps, list):
+            return
+        self.trajectories += 1
+        for step in steps:
+            if not isinstance(step, dict):
+                continue
+            self.steps += 1
+            self.small_steps += step.get("proposer") == "small"
+            for name in ("new_tokens", "proposal_tokens"):
+                value = step.get(name)
+                self.tokens += value if isinstance(value, int) else 0
 
 
 def split_runs(session: Session, batch_id: str, name: str) -> dict[str, SplitRun]:
@@ -240,12 +270,20 @@ def split_runs(session: Session, batch_id: str, name: str) -> dict[str, SplitRun
         if not score.benchmark:
             rows = rows.where(BatchItem.expected.is_not(None))
         jobs = rows.subquery()
+        # SpecReason's jobs skip the fast stage: their first claim is the agent's
+        claimed = func.coalesce(Job.fast_started_at, Job.agent_started_at)
         first, last = session.execute(
-            select(func.min(Job.fast_started_at), func.max(Job.finished_at)).where(
+            select(func.min(claimed), func.max(Job.finished_at)).where(
                 Job.id.in_(select(jobs.c.job_id))
             )
         ).one()
         seconds = (last - first).total_seconds() if first and last else 0.0
         counts = counts_of(session, select(jobs.c.job_id))
-        runs[score.split] = SplitRun(score, seconds, counts)
+        tally = StepTally()
+        trajectories = select(Job.trajectory).where(
+            Job.id.in_(select(jobs.c.job_id)), Job.trajectory.is_not(None)
+        )
+        for trajectory in session.scalars(trajectories.execution_options(yield_per=500)):
+            tally.add(trajectory)
+        runs[score.split] = SplitRun(score, seconds, counts, tally)
     return runs

@@ -303,6 +303,7 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
             Job.id,
             Job.status,
             Job.final_answer,
+            Job.scored_answer,
             Job.options,
             Job.confidence,
             Job.answered_by,

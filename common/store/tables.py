@@ -113,6 +113,9 @@ class Job(Base):
     # outcome
     answered_by: Mapped[str | None] = mapped_column(String(8))  # small | large
     final_answer: Mapped[str | None] = mapped_column(Text)
+    # the text the reference's scoring reads where it is not final_answer (an unclosed
+    # <answer>: the whole output; Thyme's SpecReason: its whole last step); None: the same
+    scored_answer: Mapped[str | None] = mapped_column(Text)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
@@ -133,6 +136,11 @@ class Job(Base):
     gated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     agent_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    @property
+    def scored_text(self) -> str | None:
+        """The text the reference's scoring reads: ``scored_answer``, else the answer."""
+        return self.final_answer if self.scored_answer is None else self.scored_answer
 
     @property
     def gate_threshold(self) -> float | None:

@@ -193,6 +193,16 @@ def test_reference_boxes_are_truncated_in_order_and_not_refused_for_size():
 def test_reference_an_open_answer_ends_the_trajectory():
     trajectory, _ = run_reference(["<think>red</think> <answer> A. red"])
     assert trajectory.answer == "A. red" and len(trajectory.steps) == 1
+    # what the reference scores is its whole output (pred_answer = output_text); the
+    # answer people read sits beside it
+    assert trajectory.scored == "<think>red</think> <answer> A. red"
+
+
+def test_a_closed_answer_and_ours_keep_no_scored_text_of_their_own():
+    trajectory, _ = run_reference(["<think>red</think> <answer>A. red</answer>"])
+    assert trajectory.answer == "A. red" and trajectory.scored is None
+    trajectory, _ = run(["<think>red</think> <answer>A. red"])  # v0: no open answers
+    assert trajectory.scored is None
 
 
 def test_an_answer_the_protocol_cannot_read_is_a_failure_with_its_reason():

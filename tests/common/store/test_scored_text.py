@@ -1,0 +1,48 @@
+"""The text the reference scores, where it is not the answer people read: recorded with a
+trajectory's end, read by the reference's rules, kept out of ours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.agents.trajectory import Trajectory
+from common.contracts import AgentOutcome, Stage
+from common.store import analytics, claims
+from common.store.tables import Job
+from tests.helpers.reviewing import decided_batch, picture
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_reference_scores_the_whole_output_and_ours_the_answer(sessions, tmp_path: Path):
+    """POPE's rule: an answer as long as the expected word must equal it, any other length
+    goes to the judge. "yes" is right by both; the whole output "<answer>yes" is the
+    reference's to leave undecided, as the evaluation leaves its pred_answer."""
+    rows = [
+        {"expected": "yes", "split": "pope/random", "final_answer": "yes"},
+        {
+            "expected": "yes",
+            "split": "pope/random",
+            "final_answer": "yes",
+            "scored_answer": "<answer>yes",
+        },
+    ]
+    batch_id, _ = decided_batch(sessions, rows, picture(tmp_path))
+    with sessions() as session:
+        (score,) = analytics.split_scores(session, batch_id)
+    assert (score.rows, score.strict_correct) == (2, 2)  # ours: both answers are "yes"
+    assert (score.reference_correct, score.undecided) == (1, 1)
+
+
+def test_a_trajectory_s_scored_text_is_recorded_beside_its_answer(sessions, tmp_path: Path):
+    _, (job_id,) = decided_batch(
+        sessions, [{"status": "running", "stage": Stage.AGENT}], picture(tmp_path)
+    )
+    trajectory = Trajectory(answer="B", scored="<think>x</think> <answer> B")
+    with sessions.begin() as session:
+        assert claims.record_agent(session, AgentOutcome(job_id, "B", trajectory))
+    with sessions() as session:
+        job = session.get(Job, job_id)
+        assert (job.final_answer, job.scored_text) == ("B", "<think>x</think> <answer> B")
