@@ -17,11 +17,18 @@ DESCRIPTION = """\
 Print accuracy and speedup per benchmark split, in the layout of the paper's main table:
 one column per split (V* attributes and positions, HR-Bench 4K and 8K, POPE adversarial,
 popular and random, then any others) and the average; one line for the baseline batches
-("agent alone", accuracy) and one for the BATCHes ("funnel", accuracy / speedup). Give
-one batch per split, or batches that hold several. Accuracy is the reference's (its
-rules, its LLM judge where asked, failed rows left out); speedup is the baseline's seconds
-per row over the funnel's, on the same split (--baseline: batches run with --baseline),
-each split timed from its first claim to its last result. Also beta and alpha per split.
+("agent alone", accuracy), one for the BATCHes ("SpecEyes", accuracy / speedup), and one
+for those of the BATCHes run with --method specreason ("SpecReason", the paper's
+comparison arm). Give one batch per split, or batches that hold several.
+
+Accuracy is the reference's (its rules, its LLM judge where asked, failed rows left out);
+speedup is the baseline's seconds per row over the line's, on the same split (--baseline:
+batches run with --baseline), each split timed from its first claim to its last result
+(the reference's latency per item). Then beta and alpha per split (SpecEyes), the small
+model's share (SpecEyes: the answers it gave; SpecReason: the steps kept from it), and
+the tokens generated per item as the reference counts them (every agent step;
+SpecReason's proposals and the large model's corrections, never its scoring calls).
+
 A batch that is not a benchmark but has known answers (a manifest's "answer" column) is
 one column of its own, named after it, scored by our rules (the reference has none for
 it). The last lines say which columns were scored how. --markdown prints the tables as
@@ -47,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--baseline", dest="baselines", nargs="+", metavar="BATCH", help="baseline batches"
     )
     parser.add_argument("--markdown", action="store_true", help="Markdown tables")
-    parser.add_argument("--label", default="funnel", help="the BATCHes' line (funnel)")
+    parser.add_argument("--label", default="SpecEyes", help="the BATCHes' line (SpecEyes)")
     parser.add_argument(
         "--scoring",
         choices=["reference", "strict"],
@@ -75,18 +82,26 @@ def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     sessions = open_store(settings_from_args(args).database_url, create=False)
 
-    def runs_of(names: list[str]) -> dict[str, SplitRun]:
+    def runs_of(names: list[str], method: str | None = None) -> dict[str, SplitRun]:
+        """The named batches' split runs (``method``: only batches run with it, or only
+        the others for "speceyes")."""
         found: dict[str, SplitRun] = {}
         with sessions() as session:
             for name in names:
                 batch = require_batch(session, name)
-                found.update(split_runs(session, batch.id, batch.name))
+                ran = (batch.config or {}).get("method", "speceyes")
+                if method is None or ran == method:
+                    found.update(split_runs(session, batch.id, batch.name))
         return found
 
     _print_audits(sessions, args)
     baselines = runs_of(args.baselines or [])
     methods = [("agent alone", baselines)] if baselines else []
-    methods.append((args.label, runs_of(args.batches)))
+    methods.append((args.label, runs_of(args.batches, "speceyes")))
+    specreason = runs_of(args.batches, "specreason")
+    if specreason:
+        methods.append(("SpecReason", specreason))
+    methods = [(name, runs) for name, runs in methods if runs or name == args.label]
     splits = sorted({s for _, runs in methods for s in runs}, key=_paper_position)
     if not splits:
         raise InvalidInput(
@@ -94,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             "manifest's 'answer' column) to score"
         )
     header = ["", *splits, "avg"]
-    table, funnel = [], []
+    table, funnel, shares, tokens = [], [], [], []
     for name, runs in methods:
         cells, accuracies, speedups = [name], [], []
         for split in splits:
@@ -114,7 +129,12 @@ def run(args: argparse.Namespace) -> int:
         if speedups:
             average += f"/{sum(speedups) / len(speedups):.2f}"
         table.append([*cells, average])
-        funnel.append([name, *(_beta_alpha(runs.get(split)) for split in splits), ""])
+        is_funnel = name == args.label
+        funnel.append(
+            [name, *(_beta_alpha(runs.get(split) if is_funnel else None) for split in splits), ""]
+        )
+        shares.append(_row(name, splits, runs, lambda run, f=is_funnel: _small_share(run, f)))
+        tokens.append(_row(name, splits, runs, _tokens_per_item))
     benchmark = [run.score.benchmark for _, runs in methods for run in runs.values()]
     scoring = f"{args.scoring} scoring"
     if not any(benchmark):
@@ -125,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
     _print(header, table, args.markdown)
     print("\nbeta / alpha (screened tool-free / speculated answers accepted)")
     _print(header, funnel, args.markdown)
+    print("\nsmall model's share % (SpecEyes: the answers it gave; SpecReason: the steps kept)")
+    _print(header, shares, args.markdown)
+    print("\ntokens per item (agent steps; SpecReason: proposals and corrections, not scoring)")
+    _print(header, tokens, args.markdown)
     print("\nscored:")
     bullet = "- " if args.markdown else "  "
     for name, runs in methods:
@@ -132,6 +156,30 @@ def run(args: argparse.Namespace) -> int:
             if split in runs:
                 print(f"{bullet}{name:<12} {split}: {_how_scored(runs[split], args.scoring)}")
     return 0
+
+
+def _row(name: str, splits: list[str], runs: dict[str, SplitRun], figure: Any) -> list[str]:
+    """A line of figures per split and their average ("-" where there is none)."""
+    values = [figure(runs[split]) if split in runs else None for split in splits]
+    known = [value for value in values if value is not None]
+    average = f"{sum(known) / len(known):.2f}" if known else "-"
+    return [name, *("-" if value is None else f"{value:.2f}" for value in values), average]
+
+
+def _small_share(run: SplitRun, funnel: bool) -> float | None:
+    """SpecEyes: the share of finished rows the small model answered; SpecReason: the
+    share of kept steps it wrote; the agent alone: 0."""
+    if funnel:
+        finished = run.counts.finished
+        return 100 * run.counts.by_answerer["small"] / finished if finished else None
+    steps = run.steps
+    return 100 * steps.small_steps / steps.steps if steps.steps else 0.0
+
+
+def _tokens_per_item(run: SplitRun) -> float | None:
+    """Tokens generated per trajectory ("-" where none ran)."""
+    steps = run.steps
+    return steps.tokens / steps.trajectories if steps.trajectories else None
 
 
 def _how_scored(run: SplitRun, scoring: str) -> str:

@@ -6,7 +6,12 @@ import json
 import re
 from pathlib import Path
 
+from sqlalchemy import select
+
 from cli.main import main
+from common.contracts import DeferReason, JobStatus
+from common.store.db import open_store
+from common.store.tables import Job
 from tests.helpers.benchmarks import write_pope
 from tests.helpers.images import write_images
 
@@ -20,17 +25,50 @@ def test_the_report_puts_accuracy_and_speedup_per_split(tmp_path: Path, capsys, 
     common = ["--backend", "scripted", "--db", db, "--no-progress"]
     assert main(["annotate", str(source), *common, "--name", "funnel"]) == 0
     assert main(["annotate", str(source), *common, "--name", "base", "--baseline"]) == 0
+    assert main(["annotate", str(source), *common, "--name", "sr", "--method", "specreason"]) == 0
     capsys.readouterr()
 
-    assert main(["report", "funnel", "--baseline", "base", "--db", db, "--markdown"]) == 0
+    assert main(["report", "funnel", "sr", "--baseline", "base", "--db", db, "--markdown"]) == 0
 
     printed = capsys.readouterr().out
     assert "| | pope/random | avg |" in printed.replace("|  |", "| |")
     # scripted answers are "A": wrong for every yes/no row, under the reference's rules
     assert "| agent alone | 0.00 | 0.00 |" in printed
-    funnel = next(line for line in printed.splitlines() if line.startswith("| funnel |"))
-    assert re.fullmatch(r"\| funnel \| 0\.00/\d+\.\d\d \| 0\.00/\d+\.\d\d \|", funnel)
-    assert "| funnel | 1.00/1.00 |" in printed  # beta / alpha: all tool-free, all accepted
+    lines = printed.splitlines()
+    for name in ("SpecEyes", "SpecReason"):  # three rows: each with accuracy / speedup
+        row = next(line for line in lines if line.startswith(f"| {name} |"))
+        assert re.fullmatch(rf"\| {name} \| 0\.00/\d+\.\d\d \| 0\.00/\d+\.\d\d \|", row)
+    assert "| SpecEyes | 1.00/1.00 |" in printed  # beta / alpha: all tool-free, all accepted
+    assert "| SpecReason | - |" in printed  # (no funnel)
+    # the small model's share: every answer (SpecEyes), every kept step (SpecReason: the
+    # scripted large model scores each proposal 9)
+    share = lines[lines.index(next(line for line in lines if "small model's share" in line)) :]
+    assert "| SpecEyes | 100.00 | 100.00 |" in share and "| SpecReason | 100.00 | 100.00 |" in share
+    assert "| agent alone | 0.00 | 0.00 |" in share
+
+
+def test_specreason_jobs_skip_phases_one_to_three_and_record_each_decision(tmp_path: Path):
+    source = tmp_path / "POPE"
+    write_pope(source / "Full" / "random-00000-of-00001.parquet")
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["--backend", "scripted", "--db", db, "--no-progress"]
+    assert main(["annotate", str(source), *common, "--method", "specreason"]) == 0
+
+    with open_store(db, create=False)() as session:
+        jobs = session.scalars(select(Job)).all()
+    assert jobs and all(job.status == JobStatus.DONE for job in jobs)
+    for job in jobs:
+        assert job.defer_reason == DeferReason.SPECREASON
+        assert job.fast_started_at is None and job.screen_needs_tools is None  # no phase I-III
+        (step,) = job.trace_steps
+        assert (step["proposer"], step["score"], step["accepted"]) == ("small", 9, True)
+
+
+def test_specreason_is_no_baseline_or_calibration_run(tmp_path: Path, capsys):
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    code = main(["annotate", str(tmp_path), "--method", "specreason", "--baseline", "--db", db])
+    assert code != 0
+    assert "method 'specreason' runs no funnel" in capsys.readouterr().err
 
 
 def test_a_batch_with_known_answers_that_is_no_benchmark_is_reported(tmp_path: Path, capsys):
@@ -56,8 +94,8 @@ def test_a_batch_with_known_answers_that_is_no_benchmark_is_reported(tmp_path: P
     header, funnel = printed.splitlines()[1:3]
     assert header.split() == ["answers.jsonl", "avg"]
     # scripted answers A: 3 of 5 right, the failed row wrong (our rules), as annotate says
-    assert funnel.split() == ["funnel", "60.00", "60.00"]
+    assert funnel.split() == ["SpecEyes", "60.00", "60.00"]
     assert (
-        "funnel       answers.jsonl: 5 rows with a known answer (1 failed), by our rules "
+        "SpecEyes     answers.jsonl: 5 rows with a known answer (1 failed), by our rules "
         "(no benchmark: the reference has no rules for these)"
     ) in printed
