@@ -66,12 +66,12 @@ def read_benchmark(source: Path, image_store: Path, *, for_thyme: bool = False) 
     and POPE's images are kept as the evaluation of Thyme writes them before any phase
     sees them (``thyme_jpeg``); V*'s files are its own either way."""
     kind = detect(source)
-    keep = _Keeper(image_store, for_thyme)
     if kind == "vstar":
-        return read_vstar(source)
+        return [_as_seen(row, _Keeper(image_store, False, "vstar")) for row in read_vstar(source)]
     if kind == "hr":
-        return list(_numbered(_hr_rows(source, keep)))
+        return list(_numbered(_hr_rows(source, _Keeper(image_store, for_thyme, "hr"))))
     if kind == "pope":
+        keep = _Keeper(image_store, for_thyme, "pope")
         files = sorted((source / "Full").glob("*.parquet")) if source.is_dir() else [source]
         return list(_numbered(row for path in files for row in _pope_rows(path, keep)))
     raise InvalidInput(f"{source} is not a V*, HR-Bench or POPE source")
@@ -159,11 +159,13 @@ def _pope_rows(path: Path, keep: _Keeper) -> Iterator[SourceRow]:
 
 
 class _Keeper:
-    """Keeps a benchmark file's images in ``image_store`` by content hash: as they come,
-    or (``for_thyme``) as the evaluation of Thyme writes them (``thyme_jpeg``)."""
+    """Keeps a benchmark file's images in ``image_store`` by content hash: as they come
+    where our loader decodes them as the reference does (``reference_view``), else as a
+    PNG of the reference's pixels; or (``for_thyme``) as the evaluation of Thyme writes
+    them (``thyme_jpeg``)."""
 
-    def __init__(self, image_store: Path, for_thyme: bool) -> None:
-        self.image_store, self.for_thyme = image_store, for_thyme
+    def __init__(self, image_store: Path, for_thyme: bool, kind: str) -> None:
+        self.image_store, self.for_thyme, self.kind = image_store, for_thyme, kind
 
     def base64(self, text: str) -> tuple[str, str] | str:
         """(path, hash) of a base64 image kept, or why it could not be."""
@@ -178,12 +180,69 @@ class _Keeper:
         return self.bytes(data) if data else "the image struct has no bytes"
 
     def bytes(self, data: bytes) -> tuple[str, str] | str:
-        if self.for_thyme:
-            try:
-                data = thyme_jpeg(data)
-            except ImageError as exc:
-                return str(exc)
+        try:
+            data = thyme_jpeg(data) if self.for_thyme else reference_view(data, self.kind)
+        except ImageError as exc:
+            return str(exc)
         return keep_bytes(data, self.image_store, image_suffix(data))
+
+
+def _as_seen(row: SourceRow, keep: _Keeper) -> SourceRow:
+    """A V* row whose file our loader would decode otherwise than the reference (an EXIF
+    turn, a palette's transparency) points at a kept PNG of the reference's pixels."""
+    if row.error is not None or row.image_path is None or not _differs(row.image_path):
+        return row
+    try:
+        data = Path(row.image_path).read_bytes()
+    except OSError:
+        return row  # (reported as the job's own error when it is loaded)
+    return _with_image(row, keep.bytes(data))
+
+
+_KEPT_MODES = ("RGB", "L", "CMYK", "YCbCr", "1")  # to RGB alike, ours and the reference's
+
+
+def _differs(image: str | Path | io.BytesIO) -> bool:
+    """Whether our loader would decode this image otherwise than the reference: it has an
+    EXIF orientation (we turn it, the reference never does) or a mode with transparency
+    or a palette (we compose transparency on white; the reference converts)."""
+    try:
+        with Image.open(image) as opened:
+            turned = opened.getexif().get(0x0112, 1) not in (None, 1)  # EXIF Orientation
+            return turned or opened.mode not in _KEPT_MODES
+    except (OSError, SyntaxError, ValueError, EOFError):
+        return False  # (not an image: the loader says why)
+
+
+def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) -> bytes:
+    """A benchmark image as the DeepEyes evaluation's models see it, where our loader would
+    decode it otherwise (``_differs``): never turned by its EXIF orientation; HR-Bench's
+    RGBA and P converted to RGB first (``decode_base64_to_image``), then everything as
+    qwen_vl_utils' ``to_rgb`` makes it (RGBA composed on white, other modes converted),
+    kept as a lossless PNG our loader decodes to those pixels. Other images as they
+    are."""
+    limits = limits or ImageSettings()
+    if not _differs(io.BytesIO(data)):
+        return data
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            width, height = opened.size
+            if width * height > limits.max_pixels:
+                raise ImageError(f"image is {width}x{height}, above the pixel limit")
+            image = opened.copy()
+        if kind == "hr" and image.mode in ("RGBA", "P"):
+            image = image.convert("RGB")
+        if image.mode == "RGBA":
+            canvas = Image.new("RGB", image.size, (255, 255, 255))
+            canvas.paste(image, mask=image.split()[3])
+            image = canvas
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="PNG")
+    except ImageError:
+        raise
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises
+        raise ImageError(f"the image cannot be read as the evaluation reads it: {exc}") from None
+    return buffer.getvalue()
 
 
 def thyme_jpeg(data: bytes, limits: ImageSettings | None = None) -> bytes:

@@ -2,7 +2,8 @@
 
 Loading checks the byte size and the pixel count *before* decoding (a small PNG can
 declare a 50,000 x 50,000 canvas), applies the EXIF orientation, keeps the first frame of
-an animation and converts every mode to RGB (transparency over white). Anything that is
+an animation and converts every mode to RGB (transparency over white). The EXIF turn is
+a setting (``images.exif_rotate``, on): the reference never turns an image. Anything that is
 not a readable image raises ``ImageError`` with the reason; nothing here raises another
 exception for bad bytes. The pixel limit is ours (``max_image_pixels``): Pillow's own
 decompression-bomb check is switched off, since every decode here applies ours first.
@@ -228,7 +229,8 @@ def _decode(
             opened.load()
             if draft:  # a check only: the orientation and colours change nothing
                 return opened
-            ImageOps.exif_transpose(opened, in_place=True)  # (no second copy)
+            if limits.exif_rotate:
+                ImageOps.exif_transpose(opened, in_place=True)  # (no second copy)
             return to_rgb(opened)
     except ImageError:
         raise
@@ -280,13 +282,14 @@ def render_image(
     return buffer.getvalue(), _PREVIEW_FORMATS[out_format]
 
 
-def image_size(path: str | Path) -> tuple[int, int]:
+def image_size(path: str | Path, *, rotate: bool = True) -> tuple[int, int]:
     """(width, height) of an image file as the models see it: from its header, swapped
-    where its EXIF orientation turns it a quarter. ``ImageError`` if it cannot be read."""
+    where its EXIF orientation turns it a quarter (and ``rotate``, the loader's
+    ``images.exif_rotate``). ``ImageError`` if it cannot be read."""
     try:
         with Image.open(path) as image:
             width, height = image.size
             orientation = image.getexif().get(0x0112, 1)  # EXIF Orientation
     except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises
         raise ImageError(f"cannot read the image's header: {exc}") from None
-    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+    return (height, width) if rotate and orientation in (5, 6, 7, 8) else (width, height)

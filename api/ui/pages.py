@@ -256,7 +256,7 @@ def job_page(
     with sessions() as session:
         job = owned_job(session, job_id, ui.caller)
         item = _item_of(session, job, batch)
-        size = _size(job)
+        size = _size(job, settings.images.exif_rotate)
         html = render(
             "job.html",
             request,
@@ -378,11 +378,11 @@ def _item_of(session: Session, job: Job, batch_id: str | None) -> BatchItem | No
     return row
 
 
-def _size(job: Job) -> tuple[int, int] | None:
+def _size(job: Job, rotate: bool) -> tuple[int, int] | None:
     if not job.image_path:
         return None
     try:
-        return image_size(job.image_path)
+        return image_size(job.image_path, rotate=rotate)
     except ImageError:
         return None
 

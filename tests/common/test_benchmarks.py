@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 
 from common.benchmarks import detect, thyme_jpeg
+from common.config import ImageSettings
 from common.corpus import read_source
 from common.errors import ImageError
-from common.images import content_hash
+from common.images import content_hash, load_image
 from common.scoring import is_correct, reference_verdict
 from tests.helpers.benchmarks import write_pope
 
@@ -58,8 +59,8 @@ def test_a_vstar_folder_keeps_the_order_its_splits_and_the_first_option_as_answe
     assert rows[3].error is not None and rows[3].error[0] == "invalid_input"  # fails alone
 
 
-def write_hr(path: Path) -> list[bytes]:
-    images = [image_bytes((i * 40, 10, 10)) for i in range(3)]
+def write_hr(path: Path, images: list[bytes] | None = None) -> list[bytes]:
+    images = images or [image_bytes((i * 40, 10, 10)) for i in range(3)]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, delimiter="\t")
         writer.writerow(
@@ -230,3 +231,74 @@ def test_annotate_scores_each_split_both_ways(tmp_path, capsys, monkeypatch):
     assert "pope/random" in printed and "reference" in printed
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {row["split"] for row in rows} == {"pope/random"} and len(rows) == 5
+
+
+def _turned_jpeg() -> bytes:
+    """A 40x30 JPEG, left half red, whose EXIF says "turn me a quarter" (orientation 6)."""
+    image = Image.new("RGB", (40, 30), (0, 0, 255))
+    image.paste((255, 0, 0), (0, 0, 20, 30))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=95, exif=exif)
+    return buffer.getvalue()
+
+
+def _qwen_to_rgb(image: Image.Image) -> Image.Image:
+    """qwen_vl_utils' to_rgb, which the evaluation's models' images pass through: RGBA
+    composed on white, anything else converted."""
+    if image.mode == "RGBA":
+        canvas = Image.new("RGB", image.size, (255, 255, 255))
+        canvas.paste(image, mask=image.split()[3])
+        return canvas
+    return image.convert("RGB")
+
+
+def _pixels(path: str | None) -> bytes:
+    return load_image(path or "")[0].tobytes()
+
+
+def test_a_benchmark_image_is_never_turned_by_its_exif_as_the_reference_never_does(tmp_path):
+    """V* (its own file) and POPE: the reference opens the file and never applies EXIF;
+    our loader turns photographs, so the readers keep those images unturned."""
+    turned = _turned_jpeg()
+    root = tmp_path / "vstar" / "direct_attributes"
+    root.mkdir(parents=True)
+    (root / "sa_1.jpg").write_bytes(turned)
+    (root / "sa_1.json").write_text(json.dumps({"question": "Q?", "options": ["a", "b"]}))
+    (root / "sa_2.jpg").write_bytes(image_bytes((10, 20, 30)))
+    (root / "sa_2.json").write_text(json.dumps({"question": "Q?", "options": ["a", "b"]}))
+    seen, plain = read_source(tmp_path / "vstar", image_store=tmp_path / "store")
+    reference = _qwen_to_rgb(Image.open(io.BytesIO(turned)))  # 40x30, unturned
+    assert _pixels(seen.image_path) == reference.tobytes()
+    assert load_image(seen.image_path or "")[0].size == (40, 30)
+    assert seen.image_hash == content_hash(Path(seen.image_path or "").read_bytes())
+    assert plain.image_path == str((root / "sa_2.jpg").resolve())  # nothing to change
+    # a user's photograph is still turned (images.exif_rotate), or not when asked
+    assert load_image(root / "sa_1.jpg")[0].size == (30, 40)
+    assert load_image(root / "sa_1.jpg", ImageSettings(exif_rotate=False))[0].size == (40, 30)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "P"])
+def test_transparency_is_converted_as_each_benchmark_s_loader_converts_it(tmp_path, mode):
+    """HR-Bench: RGBA and P converted to RGB on decoding (decode_base64_to_image, no white);
+    POPE: opened as it is, then qwen_vl_utils' to_rgb (RGBA on white, P converted)."""
+    image = Image.new("RGBA", (40, 30), (200, 10, 10, 0))  # transparent red
+    image.paste((10, 200, 10, 255), (0, 0, 20, 30))
+    if mode == "P":
+        image = image.convert("P")
+        image.info["transparency"] = image.getpixel((30, 10))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    data = buffer.getvalue()
+    opened = Image.open(io.BytesIO(data))
+
+    hr = tmp_path / "hr_bench_4k.tsv"
+    write_hr(hr, images=[data])
+    (row, *_) = read_source(hr, image_store=tmp_path / "store")
+    assert _pixels(row.image_path) == _qwen_to_rgb(opened.convert("RGB")).tobytes()
+
+    pope = tmp_path / "POPE" / "Full" / "random-00000-of-00001.parquet"
+    write_pope(pope, image=data)
+    (row, *_) = read_source(pope, image_store=tmp_path / "store")
+    assert _pixels(row.image_path) == _qwen_to_rgb(opened).tobytes()

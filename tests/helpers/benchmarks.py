@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 from tests.helpers.images import png
 
 
-def write_pope(path: Path) -> None:
-    """A POPE parquet file of five rows (yes/no questions, images as PNG bytes), in row
-    groups of two."""
+def write_pope(path: Path, image: bytes | None = None) -> None:
+    """A POPE parquet file of five rows (yes/no questions, images as PNG bytes, or all
+    ``image``), in row groups of two."""
     records = [
         {
             "id": i,
@@ -21,7 +21,7 @@ def write_pope(path: Path) -> None:
             "answer": "yes" if i % 2 else "no",
             "image_source": f"img{i}",
             "category": "coco",
-            "image": {"bytes": png((40, 30), (i, i, i)), "path": None},
+            "image": {"bytes": image or png((40, 30), (i, i, i)), "path": None},
         }
         for i in range(5)
     ]
