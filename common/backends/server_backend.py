@@ -17,12 +17,14 @@
   score (``TokenScores`` with a log-normaliser of 0). A server that caps K (vLLM's
   ``--max-logprobs``, 20 by default) refuses with a 400; that becomes one clear
   ``ConfigurationError`` saying how to raise the cap or lower K.
-- A conversation that ends with an assistant turn is continued, not answered anew:
-  ``continue_final_message: true, add_generation_prompt: false`` (vLLM's chat
-  extensions). The server's chat template cuts at the turn's last text, stripped; for
-  Thyme's continuation after a sandbox output (``</sandbox_output>``) that is exactly
-  the reference's cut. One edge differs: after a failed execution in Thyme's first step
-  the reference continues the *user* turn keeping its final newline; a server drops it.
+- A conversation Thyme continues (``Conversation.continue_cut``) that ends with an
+  assistant turn is continued, not answered anew: ``continue_final_message: true,
+  add_generation_prompt: false`` (vLLM's chat extensions); any other gets a new assistant
+  turn, as the evaluation's ``get_response`` always asks. The server's chat template
+  cuts at the turn's last text, stripped; for Thyme's continuation after a sandbox
+  output (``</sandbox_output>``) that is exactly the reference's cut. One edge differs:
+  after a failed execution in Thyme's first step the reference continues the *user*
+  turn keeping its final newline; a server drops it.
 - The requests of a micro-batch go out at once through the endpoint's one long-lived
   client (``common.inference_client``: pooled connections, at most ``concurrency`` in
   flight); 429, 5xx and connection errors are tried again by the service's one backoff
@@ -126,7 +128,9 @@ class ServerModel:
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation:
         stops = self._stops(stop)
-        (reply,) = self._all([self._body(conversation.messages, max_new_tokens, stops)])
+        proceed = conversation.continue_cut is not None
+        body = self._body(conversation.messages, max_new_tokens, stops, proceed=proceed)
+        (reply,) = self._all([body])
         choice = reply["choices"][0]
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         text = _text(reply, stops)
@@ -146,7 +150,12 @@ class ServerModel:
         return [*stop, *ends]
 
     def _body(
-        self, chat: Sequence[Message], max_tokens: int, stop: Sequence[str]
+        self,
+        chat: Sequence[Message],
+        max_tokens: int,
+        stop: Sequence[str],
+        *,
+        proceed: bool = False,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.endpoint.model,
@@ -157,7 +166,7 @@ class ServerModel:
         }
         if stop:
             body["stop"] = list(stop)
-        if chat and chat[-1].role == "assistant":
+        if proceed and chat and chat[-1].role == "assistant":
             body |= {"continue_final_message": True, "add_generation_prompt": False}
         return body
 

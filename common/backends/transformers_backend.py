@@ -190,11 +190,11 @@ class TransformersModel:
                 rendered, tokenize=False, add_generation_prompt=False
             )
             return whole.removesuffix(continue_cut)
+        # a new assistant turn, whoever wrote the last one (the evaluation's get_response:
+        # add_generation_prompt=True after its assistant-turn instruction, or SpecReason's
+        # kept steps)
         text: str = self.processor.apply_chat_template(
-            rendered,
-            tokenize=False,
-            add_generation_prompt=chat[-1].role != "assistant",
-            continue_final_message=chat[-1].role == "assistant",
+            rendered, tokenize=False, add_generation_prompt=True
         )
         return text
 

@@ -329,9 +329,9 @@ def test_thyme_after_a_failed_first_execution_the_user_turn_is_continued(tiny_pa
     assert sent[1].text.endswith("goes here.</answer>\n") and "1 / 0" not in sent[1].text
 
 
-def _hr_query(tmp_path) -> Query:
+def _hr_query(tmp_path, *, for_thyme: bool = False) -> Query:
     """One HR-Bench row (its TSV layout: base64 image, question, A-D, answer), read by
-    our benchmark reader as ``annotate`` reads the file."""
+    our benchmark reader as ``annotate`` reads the file (for a Thyme run: ``for_thyme``)."""
     import base64
     import io
 
@@ -345,9 +345,10 @@ def _hr_query(tmp_path) -> Query:
     row = f"0\tWhat is the color of the umbrella?\tB\tsingle\tred\tblue\tgreen\tyellow\t{encoded}\n"
     tsv = tmp_path / "hr_bench_4k.tsv"
     tsv.write_text(header + row)
-    (read,) = read_benchmark(tsv, tmp_path / "store")
+    (read,) = read_benchmark(tsv, tmp_path / "store", for_thyme=for_thyme)
     image, _ = load_image(read.image_path or "")
-    return Query("hr", image, read.question, tuple(read.options or ()))
+    options = tuple(read.options or ())
+    return Query("hr", image, read.question, options, read.image_path, read.shown_path)
 
 
 def test_hr_bench_reaches_deepeyes_as_the_evaluation_lays_it_out(tiny_large, tmp_path):
@@ -376,6 +377,34 @@ def test_hr_bench_reaches_thyme_as_the_evaluation_lays_it_out(tiny_paths, tmp_pa
 
 
 @pytest.mark.sandbox
+def test_thyme_names_a_benchmark_image_by_the_evaluation_s_own_path(tiny_paths, tmp_path):
+    """eval_code_thyme/SpecEyes.py load_hrbench_data_generator: the row's image is
+    re-saved as ./eval_code_thyme/_tmp_hr_images/SPLIT/{idx:08d}.jpg and
+    generate_prompt_final_qa names that path; the code opens it as written (relative to
+    its working folder)."""
+    from common.agents.thyme import run_thyme
+
+    bubblewrap_or_skip()
+    path = "./eval_code_thyme/_tmp_hr_images/hr_bench_4k/00000000.jpg"
+    code = (
+        "<think>size</think><code>\n```python\nfrom PIL import Image\n"
+        f'print(Image.open("{path}").size)\n```\n</code>'
+    )
+    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
+    query = _hr_query(tmp_path, for_thyme=True)
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
+
+    assert trajectory.answer == "B", trajectory
+    user = (
+        f"<image>\n{THYME_QUESTION}\n\n"
+        f'### User Image Path:** "{path}"\n'
+        '### User Image Size:** "448x336"\n\n'
+    )
+    assert user in sent[0].text
+    assert sent[1].text.endswith(f"{code}<sandbox_output>(448, 336)</sandbox_output>")
+
+
+@pytest.mark.sandbox
 def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
     """eval_code_thyme/SpecEyes.py: a V* image's own file is the code's image_path and
     the first turn's image: not re-saved (a quality-95 copy of a quality-60 JPEG has
@@ -401,3 +430,48 @@ def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
     assert sent[1].text.endswith(f"<sandbox_output>{digest}</sandbox_output>")  # the file
     shown = sent[0].images[0]
     assert shown.tobytes() == Image.open(original).convert("RGB").tobytes()
+
+
+def test_deepeyes_after_an_unparsable_call_answers_in_a_new_turn(tiny_paths):
+    """SpecEyes.py process_messages_to_tc: a call whose JSON does not parse gets the
+    instruction back as an assistant turn, and get_response then asks with
+    add_generation_prompt=True: a new assistant turn after it, not a continuation."""
+    broken = '<think>x</think><tool_call>{"name": "image_zoom_in_tool", {</tool_call>'
+    large, sent = forced_agent(tiny_paths, [broken, "<answer>B</answer>"])
+    trajectory = run_deepeyes(CHOICE, large, AgentSettings(max_steps=3, max_new_tokens=60))
+
+    assert trajectory.answer == "B", trajectory
+    assert sent[1].text == (
+        chat(AGENT_SYSTEM, CHOICE_PROMPT + SUFFIX)
+        + f"{broken}<|im_end|>\n<|im_start|>assistant\n{SUFFIX}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_specreason_shows_each_model_the_kept_steps_and_asks_a_new_turn(tiny_paths):
+    """SpecReason.py: the kept steps joined by "\\n" as one assistant turn, then
+    apply_chat_template(add_generation_prompt=True) for the proposal and the correction;
+    the verify prompt as the last user turn. Through the real Qwen2.5-VL template."""
+    from common.agents.specreason import run_specreason
+    from common.protocols.specreason import VERIFY_PROMPT
+
+    first, second = "<think>look</think>", "<think>seen</think> <answer>B</answer>"
+    # the one tiny model plays both: proposal, score "8", proposal, score "9"
+    model, sent = forced_agent(tiny_paths, [first, "8", second, "9"])
+    trajectory = run_specreason(
+        CHOICE, model, model, AgentSettings(max_new_tokens=60), threshold=7.0
+    )
+
+    assert trajectory.answer == "B", trajectory
+    assert [step.score for step in trajectory.steps] == [8, 9]
+    start = chat(AGENT_SYSTEM, CHOICE_PROMPT + SUFFIX)
+    assert sent[0].text == start
+    assert sent[1].text == (
+        f"{start}{first}<|im_end|>\n<|im_start|>user\n{VERIFY_PROMPT}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert sent[2].text == f"{start}{first}<|im_end|>\n<|im_start|>assistant\n"
+    assert sent[3].text == (
+        f"{start}{first}<|im_end|>\n<|im_start|>assistant\n{second}<|im_end|>\n"
+        f"<|im_start|>user\n{VERIFY_PROMPT}<|im_end|>\n<|im_start|>assistant\n"
+    )
