@@ -41,7 +41,7 @@ import re
 import time
 
 from common.agents.deepeyes import TrajectoryError, zoom
-from common.agents.thyme import execute
+from common.agents.thyme import execute, image_place
 from common.agents.thyme import start as thyme_start
 from common.agents.trajectory import PROTOCOL_TAG, AgentStep, Trajectory
 from common.backends.base import Generation, VisionLanguageModel
@@ -77,6 +77,10 @@ def run_specreason(
         return _Rounds(query, large, small, limits, threshold, start, session).run()
 
 
+class UnreadableScore(Exception):
+    """The score's first digit is one ``int`` cannot read: the evaluation's item errs."""
+
+
 def score_of(text: str) -> int:
     """The verify call's score: its first digit, 0 when it has none."""
     for char in text:
@@ -84,7 +88,7 @@ def score_of(text: str) -> int:
             try:
                 return int(char)
             except ValueError:  # a digit int() cannot read ("²"): the evaluation's int fails
-                raise TrajectoryError(f"the score {text!r} has a digit that is no number") from None
+                raise UnreadableScore(f"the score {text!r} has a digit that is no number") from None
     return 0
 
 
@@ -113,8 +117,11 @@ class _Rounds:
             self.trajectory.steps.append(step)
             try:
                 self._round(step)
-            except TrajectoryError as exc:
-                self.trajectory.error_code, self.trajectory.error = "tool_call_invalid", str(exc)
+            except (TrajectoryError, UnreadableScore) as exc:
+                code = (
+                    "score_unreadable" if isinstance(exc, UnreadableScore) else "tool_call_invalid"
+                )
+                self.trajectory.error_code, self.trajectory.error = code, str(exc)
                 step.observation = f"ended: {exc}"
                 return self.trajectory
             if self._done(self.kept[-1]):
@@ -188,8 +195,10 @@ class _Rounds:
         if self.session is not None:
             match = _CODE.search(step.text)
             if match is not None:
-                execute(self.session, self.large.protocol, step, match.group(1).strip())
-                step.observation += unseen
+                code, image = match.group(1).strip(), image_place(self.query, self.session)[1]
+                execute(self.session, self.large.protocol, step, code, image)
+                # (the step is kept whatever the code did: only its output is dropped)
+                step.observation = step.observation.replace(", step dropped", "") + unseen
             return
         if "<tool_call>" not in step.text:
             return
@@ -213,6 +222,8 @@ class _Rounds:
         if not self.thyme:
             first = next(text for text in self.kept if self._done(text))
             self.trajectory.answer = first.split("<answer>")[1].split("</answer>")[0].strip()
+            if not self.trajectory.answer:  # an empty answer: the evaluation scores the step
+                self.trajectory.scored = self.kept[-1]
             return self.trajectory
         last = self.kept[-1]
         match = _ANSWER.search(last)

@@ -45,6 +45,7 @@ class NewItem:
     expected: str | None = None  # the known right answer, for accuracy
     split: str | None = None  # a benchmark row's split ("vstar/direct_attributes", ...)
     category: str | None = None
+    shown_path: str | None = None  # (``SourceRow.shown_path``)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
         expected=keep(row.expected, limits.max_id_chars),
         split=keep(row.split, 100),  # (the columns' width)
         category=keep(row.category, 100),
+        shown_path=keep(row.shown_path, limits.max_id_chars),
     )
 
 
@@ -247,11 +249,14 @@ def submit_batch(
         batch_key = idempotency_key("client-batch", client_key, *_scope(tenant))
     else:
         batch_key = new_id()
+    config = {"method": method} if method != "speceyes" else {}  # (the report reads it)
     batch, created = get_or_create_batch(
-        session, key=batch_key, name=name, source="api", config={}, tenant=tenant
+        session, key=batch_key, name=name, source="api", config=config, tenant=tenant
     )
     if created:
-        key = idempotency_key("api", *_scope(tenant))
+        # (another method answers otherwise: another job; the funnel's keys as they were)
+        method_part = [method] if method != "speceyes" else []
+        key = idempotency_key("api", *_scope(tenant), *method_part)
         submit_items(session, batch, items, config_key=key, method=method)
     rows = session.execute(
         select(BatchItem.job_id, Job.status)
@@ -296,6 +301,9 @@ def _jobs_by_key(session: Session, keys: set[str]) -> dict[str, str]:
 def _item_key(batch: Batch, item: NewItem, config_key: str) -> str:
     if item.error is not None or item.image_hash is None:
         return idempotency_key("broken", batch.key, item.item_id, item.error)
+    if item.shown_path is not None:  # (Thyme is shown it: another text, another job)
+        key = (item.image_hash, item.question, item.options, config_key, item.shown_path)
+        return idempotency_key(*key)
     return idempotency_key(item.image_hash, item.question, item.options, config_key)
 
 
@@ -322,6 +330,7 @@ def add_job(
         image_hash=item.image_hash,
         question=item.question,
         options=item.options,
+        shown_path=item.shown_path,
         status=waiting_status(method),
         stage=Stage.AGENT if method == "specreason" else Stage.FAST,
         defer_reason=DeferReason.SPECREASON if method == "specreason" else None,

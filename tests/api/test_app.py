@@ -27,7 +27,7 @@ from common.backends.scripted import JobScript
 from common.config import Settings
 from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
-from common.store.tables import Job
+from common.store.tables import Batch, Job
 from tests.helpers.api import upload
 from tests.helpers.images import png
 from tests.helpers.waiting import wait_until
@@ -420,3 +420,6 @@ def test_a_server_run_with_method_specreason_sends_its_jobs_straight_to_the_agen
     assert {(job.status, job.defer_reason) for job in jobs} == {("deferred", "specreason")}
     assert sorted(server.dispatcher.sent_slow) == sorted(job.id for job in jobs)
     assert server.enqueued == []  # nothing went to the fast stage
+    with server.sessions() as session:  # the report tells its batch from a funnel's
+        batch = session.get(Batch, batch.json()["id"])
+        assert batch is not None and batch.config == {"method": "specreason"}

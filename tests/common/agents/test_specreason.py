@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from common.agents.deepeyes import TrajectoryError
-from common.agents.specreason import run_specreason, score_of
+from common.agents.specreason import UnreadableScore, run_specreason, score_of
 from common.backends.base import Generation
 from common.backends.scripted import JobScript, ScriptedModel
 from common.chat import Conversation
@@ -124,6 +123,11 @@ def test_deepeyes_answers_what_the_answer_tags_hold_as_the_reference_takes_it():
     held = "<think>x</think> <answer> <think>B </answer>"
     trajectory, _ = run(JobScript(proposals=(held,), scores=(9,)))
     assert trajectory.answer == "<think>B" and trajectory.error is None  # not second-guessed
+    assert trajectory.scored is None
+    # nothing inside: the evaluation's pred_answer falls back to the whole last step
+    empty = "<think>x</think> <answer> </answer>"
+    trajectory, _ = run(JobScript(proposals=(empty,), scores=(9,)))
+    assert (trajectory.answer, trajectory.scored) == ("", empty)
 
 
 @pytest.mark.parametrize(
@@ -135,8 +139,10 @@ def test_the_score_is_the_first_digit_and_zero_without_one(text, score):
 
 
 def test_a_digit_int_cannot_read_ends_the_job_as_the_reference_s_int_raises():
-    with pytest.raises(TrajectoryError):
+    with pytest.raises(UnreadableScore):
         score_of("²")
+    trajectory, _ = run(JobScript(proposals=(THINK,), scores=("²",)))
+    assert trajectory.answer is None and trajectory.error_code == "score_unreadable"
 
 
 @pytest.mark.sandbox
