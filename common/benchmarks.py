@@ -40,7 +40,10 @@ from common.config import ImageSettings
 from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
 from common.images import image_suffix, keep_bytes
+from common.protocols.thyme import HR_PATH as THYME_HR_PATH
 from common.protocols.thyme import JPEG_QUALITY as THYME_JPEG_QUALITY
+from common.protocols.thyme import POPE_PATH as THYME_POPE_PATH
+from common.protocols.thyme import VSTAR_PATH as THYME_VSTAR_PATH
 
 Benchmark = Literal["vstar", "hr", "pope"]
 VSTAR_SPLITS = ("direct_attributes", "relative_position")
@@ -67,7 +70,11 @@ def read_benchmark(source: Path, image_store: Path, *, for_thyme: bool = False) 
     sees them (``thyme_jpeg``); V*'s files are its own either way."""
     kind = detect(source)
     if kind == "vstar":
-        return [_as_seen(row, _Keeper(image_store, False, "vstar")) for row in read_vstar(source)]
+        keep = _Keeper(image_store, False, "vstar")
+        rows = read_vstar(source)
+        if for_thyme:
+            rows = [replace(row, shown_path=_vstar_shown(row)) for row in rows]
+        return [_as_seen(row, keep) for row in rows]
     if kind == "hr":
         return list(_numbered(_hr_rows(source, _Keeper(image_store, for_thyme, "hr"))))
     if kind == "pope":
@@ -122,6 +129,7 @@ def _hr_rows(path: Path, keep: _Keeper) -> Iterator[SourceRow]:
             item_id = f"{path.stem}/{record.get('index') or number}"
             options = [record[letter] for letter in HR_OPTIONS]
             stored = keep.base64(record["image"])
+            shown = THYME_HR_PATH.format(split=path.stem, index=number)
             row = SourceRow(
                 0,
                 item_id,
@@ -130,6 +138,7 @@ def _hr_rows(path: Path, keep: _Keeper) -> Iterator[SourceRow]:
                 split=split,
                 category=record.get("category") or None,
                 expected=(record["answer"] or "").strip() or None,
+                shown_path=shown if keep.for_thyme else None,
             )
             yield _with_image(row, stored)
 
@@ -145,6 +154,7 @@ def _pope_rows(path: Path, keep: _Keeper) -> Iterator[SourceRow]:
     for batch in parquet.iter_batches(batch_size=32, columns=present):
         for record in batch.to_pylist():
             item_id = f"{path.stem.split('-')[0]}/{record.get('question_id') or number}"
+            shown = THYME_POPE_PATH.format(split=split.split("/")[1], index=number)
             number += 1
             row = SourceRow(
                 0,
@@ -154,6 +164,7 @@ def _pope_rows(path: Path, keep: _Keeper) -> Iterator[SourceRow]:
                 split=split,
                 category=record.get("category") or None,
                 expected=str(record["answer"]).strip() or None,
+                shown_path=shown if keep.for_thyme else None,
             )
             yield _with_image(row, keep.struct(record["image"]))
 
@@ -185,6 +196,15 @@ class _Keeper:
         except ImageError as exc:
             return str(exc)
         return keep_bytes(data, self.image_store, image_suffix(data))
+
+
+def _vstar_shown(row: SourceRow) -> str | None:
+    """A V* row's image path as Thyme's evaluation names it (its split folder and file
+    name under the default ``data/vstar``)."""
+    if row.image_path is None or row.split is None:
+        return None
+    name = Path(row.image_path).name
+    return THYME_VSTAR_PATH.format(split=row.split.split("/")[1], name=name)
 
 
 def _as_seen(row: SourceRow, keep: _Keeper) -> SourceRow:

@@ -90,6 +90,7 @@ class Query:
     question: str
     options: tuple[str, ...] | None = None
     image_path: str | None = None  # the file it was decoded from (Thyme hands a JPEG on)
+    shown_path: str | None = None  # a benchmark image's path as Thyme's evaluation names it
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class Ticket:
     options: list[str] | None
     attempts: int = 1  # claims in this stage, this one included
     defer_reason: str | None = None  # why it waits for the agent (``specreason``: runs that)
+    shown_path: str | None = None  # Thyme's first turn names the image so (``Query``)
 
 
 @dataclass(frozen=True)
@@ -169,3 +171,5 @@ class SourceRow:
     split: str | None = None  # a benchmark row's split ("pope/random", ...)
     category: str | None = None
     image_hash: str | None = None  # known already when the reader kept the image
+    # a benchmark image's path as Thyme's evaluation names it (read for a Thyme run only)
+    shown_path: str | None = None

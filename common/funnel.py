@@ -66,6 +66,7 @@ def prepare_query(
     options: Sequence[str] | None = None,
     limits: ImageSettings | None = None,
     expected_hash: str | None = None,
+    shown_path: str | None = None,
 ) -> Query | Failed:
     """Load a job's image into a ``Query``, or fail the job with the reason.
 
@@ -80,7 +81,8 @@ def prepare_query(
         return Failed(
             job_id, FailureCode.IMAGE_CHANGED, f"{image_path} changed since it was submitted"
         )
-    return Query(job_id, image, question, tuple(options) if options else None, image_path)
+    options_ = tuple(options) if options else None
+    return Query(job_id, image, question, options_, image_path, shown_path)
 
 
 def per_job(call: Callable[[list[T]], list[R]], items: list[T]) -> list[R | ModelError]:

@@ -98,6 +98,7 @@ def load_query(ticket: Ticket, settings: Settings) -> Query | Failed:
         ticket.options,
         settings.images,
         expected_hash=ticket.image_hash,
+        shown_path=ticket.shown_path,
     )
 
 

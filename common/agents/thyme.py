@@ -7,7 +7,9 @@ Following the SpecEyes evaluation of Thyme (``eval_code_thyme/utils.py``,
    it is a JPEG (as the evaluation hands V*'s files over), else saved as an RGB JPEG at
    quality 95 (as it saves HR-Bench's and POPE's); the first user turn shows that file,
    the question, its path and its size "WxH", so the code opens the file and works in
-   original pixels.
+   original pixels. A benchmark image is placed and named as the evaluation names it
+   (``data/vstar/SPLIT/NAME.jpg``, ``./eval_code_thyme/_tmp_hr_images/SPLIT/N.jpg``,
+   relative to the code's working folder); any other is ``/mnt/data/image.jpg``.
 2. Each iteration generates until ``</code>`` or ``</answer>`` (or the end of the turn).
    The first renders with a generation prompt; later ones render without one and with
    the final ``<|im_end|>\\n`` cut off, so the model continues the last turn.
@@ -31,7 +33,7 @@ import hashlib
 import io
 import re
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from PIL import Image
@@ -80,6 +82,7 @@ class _Loop:
         self.conversation = Conversation(key=query.job_id)
         self.trajectory = Trajectory()
         self.written: list[str] = []  # the model's own text in the assistant turn
+        self.image_path = image_place(query, session)[1]  # as the code opens it
 
     def run(self) -> Trajectory:
         self.conversation.messages += start(self.query, self.protocol, self.session)
@@ -112,7 +115,9 @@ class _Loop:
         content: list[Part] = [text] if answered else []
         match = _CODE.search(text)
         if match is not None:
-            handed_back = execute(self.session, self.protocol, step, match.group(1).strip())
+            handed_back = execute(
+                self.session, self.protocol, step, match.group(1).strip(), self.image_path
+            )
             if handed_back is None:
                 return step, False  # dropped: the next iteration generates again
             content += [text, THYME.SANDBOX_OPEN, *handed_back, THYME.SANDBOX_CLOSE]
@@ -149,11 +154,11 @@ class _Loop:
 
 def start(query: Query, protocol: Protocol, session: SandboxSession) -> list[Message]:
     """The system prompt and the first user turn, the job's image placed in the sandbox
-    as the file the turn names (``place_image``)."""
+    as the file the turn names (``place_image``, ``image_place``)."""
     image = place_image(query, session)
     first_turn = protocol.agent_first_turn.format(
         question=protocol.question_block(query.question, query.options),
-        path=session.inside(IMAGE_NAME),
+        path=image_place(query, session)[0],
         size=f"{image.width}x{image.height}",
     )
     return [
@@ -172,8 +177,34 @@ def place_image(query: Query, session: SandboxSession) -> Image.Image:
         buffer = io.BytesIO()
         query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
         data = buffer.getvalue()
-    (session.folder / IMAGE_NAME).write_bytes(data)
+    place = session.folder / image_place(query, session)[2]
+    place.parent.mkdir(parents=True, exist_ok=True)
+    place.write_bytes(data)
     return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def image_place(query: Query, session: SandboxSession) -> tuple[str, str, str]:
+    """Where the job's image is: (the path the first turn names, the same as the code
+    opens it, the file in the sandbox folder). A benchmark image is named as Thyme's
+    evaluation names it (``Query.shown_path``, relative to the code's working folder,
+    which is the sandbox folder); any other, or a path that would leave the folder, is
+    ``image.jpg`` there."""
+    relative = _inside_folder(query.shown_path)
+    if relative is None:
+        return session.inside(IMAGE_NAME), session.inside(IMAGE_NAME), IMAGE_NAME
+    assert query.shown_path is not None
+    return query.shown_path, session.inside(relative), relative
+
+
+def _inside_folder(path: str | None) -> str | None:
+    """``path`` as a plain relative path below a folder ("./a/b.jpg" -> "a/b.jpg"), or
+    None where it is absolute, climbs out, or holds what a file name should not."""
+    if not path or path.startswith("/") or "\x00" in path or "\n" in path:
+        return None
+    parts = [part for part in PurePosixPath(path).parts if part != "."]
+    if not parts or any(part == ".." for part in parts):
+        return None
+    return "/".join(parts)
 
 
 def _own_jpeg(query: Query) -> bytes | None:
@@ -189,7 +220,7 @@ def _own_jpeg(query: Query) -> bytes | None:
 
 
 def execute(
-    session: SandboxSession, protocol: Protocol, step: AgentStep, code: str
+    session: SandboxSession, protocol: Protocol, step: AgentStep, code: str, image_path: str
 ) -> list[Part] | None:
     """Run the step's code in ``session``; what goes back to the model, or None when
     nothing does. Whatever the code did, the step keeps the code and an observation."""
@@ -198,7 +229,7 @@ def execute(
     execution = session.run(
         {
             "code": code,
-            "image_path": session.inside(IMAGE_NAME),
+            "image_path": image_path,
             "output_dir": session.inside(OUTPUT_FOLDER),
             "model_output_dir": THYME.OUTPUT_DIR,
             "refused": list(THYME.REFUSED_CODE),

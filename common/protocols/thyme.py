@@ -112,6 +112,13 @@ REFUSED_CODE = (  # DANGEROUS_PATTERNS, searched case-insensitively; a match is 
     r"\bos\.(rename|renames)\b",
 )
 JPEG_QUALITY = 95  # HR-Bench / POPE images re-saved as RGB JPEG before Thyme sees them
+# The path of a benchmark image as the first turn names it and the code opens it
+# (SpecEyes.py: load_vstar_data_generator with --vstar_path's default, and the re-saved
+# files of the HR-Bench and POPE loaders, {index} their row in the file); relative to
+# the code's working folder, where the image is placed
+VSTAR_PATH = "data/vstar/{split}/{name}"
+HR_PATH = "./eval_code_thyme/_tmp_hr_images/{split}/{index:08d}.jpg"
+POPE_PATH = "./eval_code_thyme/_tmp_pope_images/{split}/{index:08d}.jpg"
 
 # phase I (SpecEyes.py get_batch_response, short_answer) and phase IV end at the
 # tokenizer's eos token, <|im_end|> for Qwen2.5-VL

@@ -139,6 +139,7 @@ _TICKET_COLUMNS = (
     Job.options,
     Job.attempts,
     Job.defer_reason,
+    Job.shown_path,
 )
 
 

@@ -94,6 +94,8 @@ class Job(Base):
     image_hash: Mapped[str | None] = mapped_column(String(64))
     question: Mapped[str] = mapped_column(Text)
     options: Mapped[list[str] | None] = mapped_column(JSON)
+    # a benchmark image's path as Thyme's evaluation names it (a Thyme run's; in its key)
+    shown_path: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), index=True)
     stage: Mapped[str] = mapped_column(String(8), default=Stage.FAST)
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims in the current stage

@@ -302,3 +302,26 @@ def test_transparency_is_converted_as_each_benchmark_s_loader_converts_it(tmp_pa
     write_pope(pope, image=data)
     (row, *_) = read_source(pope, image_store=tmp_path / "store")
     assert _pixels(row.image_path) == _qwen_to_rgb(opened).tobytes()
+
+
+def test_for_thyme_each_image_is_named_by_the_evaluation_s_path(tmp_path):
+    """eval_code_thyme/SpecEyes.py: V* files under --vstar_path's default, HR-Bench's and
+    POPE's re-saved as {row:08d}.jpg in its temporary folders; a DeepEyes run names none
+    (nothing shows a path)."""
+    root = tmp_path / "vstar"
+    write_vstar(root)
+    vstar = read_source(root, image_store=tmp_path / "store", for_thyme=True)
+    assert vstar[0].shown_path == "data/vstar/direct_attributes/sa_1.jpg"
+    assert vstar[2].shown_path == "data/vstar/relative_position/sa_3.jpg"
+    hr = tmp_path / "hr_bench_8k.tsv"
+    write_hr(hr)
+    rows = read_source(hr, image_store=tmp_path / "store", for_thyme=True)
+    assert [row.shown_path for row in rows[:2]] == [
+        "./eval_code_thyme/_tmp_hr_images/hr_bench_8k/00000000.jpg",
+        "./eval_code_thyme/_tmp_hr_images/hr_bench_8k/00000001.jpg",
+    ]
+    pope = tmp_path / "POPE" / "Full" / "popular-00000-of-00001.parquet"
+    write_pope(pope)
+    rows = read_source(pope, image_store=tmp_path / "store", for_thyme=True)
+    assert rows[4].shown_path == "./eval_code_thyme/_tmp_pope_images/popular/00000004.jpg"
+    assert all(row.shown_path is None for row in read_source(root, image_store=tmp_path / "s"))

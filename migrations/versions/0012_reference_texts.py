@@ -1,6 +1,7 @@
-"""The text the reference scores, where it is not the answer people read: an unclosed
-``<answer>`` (the reference scores the whole output), Thyme's SpecReason (its whole last
-step). SpecReason's jobs are told apart by ``defer_reason`` ("specreason"): no column.
+"""Texts as the reference has them: what it scores, where that is not the answer people
+read (an unclosed ``<answer>``: the whole output; Thyme's SpecReason: its whole last
+step), and a benchmark image's path as Thyme's evaluation names it in the first turn.
+SpecReason's jobs are told apart by ``defer_reason`` ("specreason"): no column.
 
 Revision ID: 0012
 Revises: 0011
@@ -21,8 +22,10 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("scored_answer", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("shown_path", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("shown_path")
         batch.drop_column("scored_answer")
