@@ -134,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
             [name, *(_beta_alpha(runs.get(split) if is_funnel else None) for split in splits), ""]
         )
         shares.append(_row(name, splits, runs, lambda run, f=is_funnel: _small_share(run, f)))
-        tokens.append(_row(name, splits, runs, _tokens_per_item))
+        tokens.append(
+            _row(name, splits, runs, lambda run, f=is_funnel: None if f else _tokens(run))
+        )
     benchmark = [run.score.benchmark for _, runs in methods for run in runs.values()]
     scoring = f"{args.scoring} scoring"
     if not any(benchmark):
@@ -176,10 +178,11 @@ def _small_share(run: SplitRun, funnel: bool) -> float | None:
     return 100 * steps.small_steps / steps.steps if steps.steps else 0.0
 
 
-def _tokens_per_item(run: SplitRun) -> float | None:
-    """Tokens generated per trajectory ("-" where none ran)."""
-    steps = run.steps
-    return steps.tokens / steps.trajectories if steps.trajectories else None
+def _tokens(run: SplitRun) -> float | None:
+    """Tokens generated per row with a known answer (the agent's steps; SpecReason's
+    proposals and corrections). None for SpecEyes, whose small answers' tokens are not
+    kept."""
+    return run.steps.tokens / run.score.rows if run.score.rows else None
 
 
 def _how_scored(run: SplitRun, scoring: str) -> str:

@@ -45,6 +45,10 @@ def test_the_report_puts_accuracy_and_speedup_per_split(tmp_path: Path, capsys, 
     share = lines[lines.index(next(line for line in lines if "small model's share" in line)) :]
     assert "| SpecEyes | 100.00 | 100.00 |" in share and "| SpecReason | 100.00 | 100.00 |" in share
     assert "| agent alone | 0.00 | 0.00 |" in share
+    # tokens per item, as the reference counts them: none kept for SpecEyes' small answers
+    tokens = share[share.index(next(line for line in share if "tokens per item" in line)) :]
+    assert "| SpecEyes | - | - |" in tokens
+    assert re.search(r"\| SpecReason \| \d+\.\d\d \| \d+\.\d\d \|", "\n".join(tokens))
 
 
 def test_specreason_jobs_skip_phases_one_to_three_and_record_each_decision(tmp_path: Path):
