@@ -12,12 +12,19 @@ class ForceText:
     """A logits processor that makes generate() write the given texts, one per call.
 
     Each new generate() call (seen as an input that did not grow by one token) takes the
-    next text; after its tokens come EOS. Only the *processed* scores are forced: the raw
-    logits a backend records stay the model's own.
+    next text; after its tokens come EOS. (A new prompt exactly one token longer than the
+    last input would read as the same call: vary a forced text where that could happen.)
+    Only the *processed* scores are forced: the raw logits a backend records stay the
+    model's own.
     """
 
-    def __init__(self, tokenizer, texts: Sequence[str], eos_id: int) -> None:
-        self.targets = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    def __init__(self, tokenizer, texts: Sequence[str | list[int]], eos_id: int) -> None:
+        # a text is written as the tokenizer encodes it; a list of token ids as it is (to
+        # make the model write a text in tokens of a chosen cut)
+        self.targets = [
+            text if isinstance(text, list) else tokenizer.encode(text, add_special_tokens=False)
+            for text in texts
+        ]
         self.eos_id = eos_id
         self.call = -1
         self.prompt_length = 0

@@ -102,7 +102,7 @@ class Sent:
 
 
 def forced_agent(
-    tiny_paths, outputs: list[str], protocol: Protocol = REFERENCE
+    tiny_paths, outputs: list[str] | list[str | list[int]], protocol: Protocol = REFERENCE
 ) -> tuple[TransformersModel, list[Sent]]:
     """The tiny agent model under ``protocol``, made to write ``outputs`` in turn, and the
     list each of its generations appends what it was sent to."""
@@ -374,6 +374,30 @@ def test_hr_bench_reaches_thyme_as_the_evaluation_lays_it_out(tiny_paths, tmp_pa
     cut = THYME_QUESTION.split("Please")[0]
     screen = cut + "\nWould tools significantly improve answer reliability? yes or no."
     assert large.render(THYME.screen_query(query)) == chat(SCREEN_SYSTEM, screen)
+
+
+@pytest.mark.sandbox
+def test_thyme_keeps_the_whole_token_that_completed_its_stop_string(tiny_paths):
+    """The stop overrun: transformers' stop_strings fire on the token that completes
+    "</code>", and the evaluation decodes every generated token, so a last token ">\n"
+    leaves "</code>\n" in the turn, and the next prompt reads "</code>\n<sandbox_output>"."""
+    from common.agents.thyme import run_thyme
+
+    bubblewrap_or_skip()
+    body = '<think>count</think><code>\n```python\nprint("one, two")\n```\n'
+    probe = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32")
+    encode = probe.tokenizer.encode
+    cut = encode(body + "</code", add_special_tokens=False) + encode(
+        ">\n", add_special_tokens=False
+    )
+    assert probe.tokenizer.decode(cut[-1:]) == ">\n"  # the token that completes "</code>"
+    large, sent = forced_agent(tiny_paths, [cut, "<answer>B</answer>"], THYME)
+    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
+
+    assert trajectory.answer == "B", trajectory
+    assert trajectory.steps[0].text == body + "</code>\n"
+    assert sent[1].text.endswith(f"{body}</code>\n<sandbox_output>one, two</sandbox_output>")
 
 
 @pytest.mark.sandbox
