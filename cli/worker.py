@@ -21,7 +21,9 @@ Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKE
   slow   --concurrency N agent trajectories at once (default 1), one message prefetched
          per trajectory. In-process models batch the N trajectories' steps into one
          generate (lockstep, the same trajectories as one by one); with --backend
-         openai they are N requests in flight at the server.
+         openai they are N requests in flight at the server. A job submitted with
+         --method specreason runs SpecReason here (its --score-threshold is this
+         worker's); --method itself is the submitter's (annotate, serve), not a worker's.
 
 Scale out by starting more workers, on this machine or others, against the same Redis
 and database; with GPUs, one worker per GPU (--device cuda:N). A worker loads its models

@@ -17,7 +17,7 @@ from common.work import AgentWork, FastWork
 from tests.helpers.images import write_images
 
 
-def submit(sessions, tmp_path, count: int) -> list[str]:
+def submit(sessions, tmp_path, count: int, method: str = "speceyes") -> list[str]:
     paths = write_images(tmp_path / "images", count)
     from common.images import content_hash
 
@@ -28,7 +28,7 @@ def submit(sessions, tmp_path, count: int) -> list[str]:
     ]
     with sessions.begin() as session:
         batch, _ = submission.get_or_create_batch(session, key="b", name="b", source="s", config={})
-        submission.submit_items(session, batch, items, "cfg")
+        submission.submit_items(session, batch, items, "cfg", method)  # type: ignore[arg-type]
         return list(session.scalars(select(BatchItem.job_id).order_by(BatchItem.position)))
 
 
@@ -118,6 +118,24 @@ def test_an_agent_job_is_run_once_however_often_its_message_comes(sessions, tmp_
     assert model.calls["generate"] == 1
     job = jobs(sessions)[ids[0]]
     assert (job.status, job.final_answer, job.stage) == ("done", "B", Stage.AGENT)
+
+
+def test_a_specreason_job_waits_for_the_agent_stage_which_runs_specreason(sessions, tmp_path):
+    """Submitted with --method specreason: no fast stage at all; the slow stage's worker
+    (whatever its own --method) runs SpecReason's rounds on it, its threshold applied."""
+    ids = submit(sessions, tmp_path, 1, method="specreason")
+    script = JobScript(proposals=("<think>a</think>", "<answer>B</answer>"), scores=(6, 9))
+    model = ScriptedModel({ids[0]: script}, default=lambda _: script)
+    config = Settings(backend="scripted", visibility_timeout_s=60, specreason_threshold=5.0)
+    # a fast-stage delivery of it (a stray message) passes it on, deciding nothing
+    passed = FastWork(sessions, Models(model, model), config, StoreOnly()).run_ids(ids)
+    assert passed.to_slow == ids and not passed.outcomes
+    AgentWork(sessions, Models(model, model), config, StoreOnly()).run_id(ids[0])
+
+    job = jobs(sessions)[ids[0]]
+    assert (job.status, job.final_answer, job.defer_reason) == ("done", "B", "specreason")
+    assert [(s["proposer"], s["score"]) for s in job.trace_steps] == [("small", 6), ("small", 9)]
+    assert model.calls["screen"] == model.calls["speculate"] == 0
 
 
 def test_a_model_server_outage_sends_the_batch_back_without_using_attempts(sessions, tmp_path):
