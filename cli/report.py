@@ -179,10 +179,10 @@ def _small_share(run: SplitRun, funnel: bool) -> float | None:
 
 
 def _tokens(run: SplitRun) -> float | None:
-    """Tokens generated per row with a known answer (the agent's steps; SpecReason's
-    proposals and corrections). None for SpecEyes, whose small answers' tokens are not
-    kept."""
-    return run.steps.tokens / run.score.rows if run.score.rows else None
+    """Tokens generated per job that ran (the agent's steps; SpecReason's proposals and
+    corrections). None for SpecEyes, whose small answers' tokens are not kept."""
+    steps = run.steps
+    return steps.tokens / steps.trajectories if steps.trajectories else None
 
 
 def _how_scored(run: SplitRun, scoring: str) -> str:

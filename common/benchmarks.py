@@ -203,7 +203,7 @@ def _vstar_shown(row: SourceRow) -> str | None:
     name under the default ``data/vstar``)."""
     if row.image_path is None or row.split is None:
         return None
-    name = Path(row.image_path).name
+    name = row.item_id.split("/", 1)[1] + ".jpg"  # the file's own name, links not followed
     return THYME_VSTAR_PATH.format(split=row.split.split("/")[1], name=name)
 
 

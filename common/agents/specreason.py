@@ -195,7 +195,7 @@ class _Rounds:
         if self.session is not None:
             match = _CODE.search(step.text)
             if match is not None:
-                code, image = match.group(1).strip(), image_place(self.query, self.session)[1]
+                code, image = match.group(1).strip(), image_place(self.query, self.session)[0]
                 execute(self.session, self.large.protocol, step, code, image)
                 # (the step is kept whatever the code did: only its output is dropped)
                 step.observation = step.observation.replace(", step dropped", "") + unseen

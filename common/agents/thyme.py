@@ -82,7 +82,7 @@ class _Loop:
         self.conversation = Conversation(key=query.job_id)
         self.trajectory = Trajectory()
         self.written: list[str] = []  # the model's own text in the assistant turn
-        self.image_path = image_place(query, session)[1]  # as the code opens it
+        self.image_path = image_place(query, session)[0]  # as the code is handed it
 
     def run(self) -> Trajectory:
         self.conversation.messages += start(self.query, self.protocol, self.session)
@@ -184,11 +184,11 @@ def place_image(query: Query, session: SandboxSession) -> Image.Image:
 
 
 def image_place(query: Query, session: SandboxSession) -> tuple[str, str, str]:
-    """Where the job's image is: (the path the first turn names, the same as the code
-    opens it, the file in the sandbox folder). A benchmark image is named as Thyme's
-    evaluation names it (``Query.shown_path``, relative to the code's working folder,
-    which is the sandbox folder); any other, or a path that would leave the folder, is
-    ``image.jpg`` there."""
+    """Where the job's image is: (the path the first turn names and the code is handed as
+    ``image_path``, as the evaluation hands it; the same as an absolute path; the file in
+    the sandbox folder). A benchmark image is named as Thyme's evaluation names it
+    (``Query.shown_path``, relative to the code's working folder, which is the sandbox
+    folder); any other, or a path that would leave the folder, is ``image.jpg`` there."""
     relative = _inside_folder(query.shown_path)
     if relative is None:
         return session.inside(IMAGE_NAME), session.inside(IMAGE_NAME), IMAGE_NAME

@@ -58,9 +58,11 @@ def claim(
         .execution_options(synchronize_session=False)
         .where(Job.id.in_(ids), Job.audit_status == PENDING)
         .values(audit_status=RUNNING, worker=worker)
-        .returning(Job.id, Job.image_path, Job.image_hash, Job.question, Job.options)
+        .returning(
+            Job.id, Job.image_path, Job.image_hash, Job.question, Job.options, Job.shown_path
+        )
     )
-    return [Ticket(*row) for row in session.execute(statement).all()]
+    return [Ticket(*row[:5], shown_path=row.shown_path) for row in session.execute(statement).all()]
 
 
 def record(

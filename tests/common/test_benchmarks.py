@@ -325,3 +325,17 @@ def test_for_thyme_each_image_is_named_by_the_evaluation_s_path(tmp_path):
     rows = read_source(pope, image_store=tmp_path / "store", for_thyme=True)
     assert rows[4].shown_path == "./eval_code_thyme/_tmp_pope_images/popular/00000004.jpg"
     assert all(row.shown_path is None for row in read_source(root, image_store=tmp_path / "s"))
+
+
+def test_a_linked_vstar_file_is_named_by_its_own_name(tmp_path):
+    """A Hugging Face snapshot links NAME.jpg to blobs/<sha256>: the evaluation lists the
+    folder and names NAME.jpg, never the blob."""
+    root = tmp_path / "vstar" / "direct_attributes"
+    root.mkdir(parents=True)
+    blob = tmp_path / "blobs" / "3f2a9c"
+    blob.parent.mkdir()
+    blob.write_bytes(image_bytes((10, 20, 30)))
+    (root / "sa_7.jpg").symlink_to(blob)
+    (root / "sa_7.json").write_text(json.dumps({"question": "Q?", "options": ["a", "b"]}))
+    (row,) = read_source(tmp_path / "vstar", image_store=tmp_path / "store", for_thyme=True)
+    assert row.shown_path == "data/vstar/direct_attributes/sa_7.jpg"

@@ -405,14 +405,14 @@ def test_thyme_names_a_benchmark_image_by_the_evaluation_s_own_path(tiny_paths, 
     """eval_code_thyme/SpecEyes.py load_hrbench_data_generator: the row's image is
     re-saved as ./eval_code_thyme/_tmp_hr_images/SPLIT/{idx:08d}.jpg and
     generate_prompt_final_qa names that path; the code opens it as written (relative to
-    its working folder)."""
+    its working folder), and is handed it as image_path."""
     from common.agents.thyme import run_thyme
 
     bubblewrap_or_skip()
     path = "./eval_code_thyme/_tmp_hr_images/hr_bench_4k/00000000.jpg"
     code = (
         "<think>size</think><code>\n```python\nfrom PIL import Image\n"
-        f'print(Image.open("{path}").size)\n```\n</code>'
+        f'print(Image.open("{path}").size, image_path)\n```\n</code>'
     )
     large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
     query = _hr_query(tmp_path, for_thyme=True)
@@ -425,7 +425,8 @@ def test_thyme_names_a_benchmark_image_by_the_evaluation_s_own_path(tiny_paths, 
         '### User Image Size:** "448x336"\n\n'
     )
     assert user in sent[0].text
-    assert sent[1].text.endswith(f"{code}<sandbox_output>(448, 336)</sandbox_output>")
+    # the code is handed the path as the evaluation hands it (image_path, relative)
+    assert sent[1].text.endswith(f"{code}<sandbox_output>(448, 336) {path}</sandbox_output>")
 
 
 @pytest.mark.sandbox

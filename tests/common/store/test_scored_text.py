@@ -46,3 +46,19 @@ def test_a_trajectory_s_scored_text_is_recorded_beside_its_answer(sessions, tmp_
     with sessions() as session:
         job = session.get(Job, job_id)
         assert (job.final_answer, job.scored_text) == ("B", "<think>x</think> <answer> B")
+
+
+def test_an_audit_runs_the_agent_with_the_image_named_as_the_job_names_it(sessions, tmp_path: Path):
+    """An audit re-runs phase IV on an accepted job: for a Thyme benchmark job, with the
+    image path the evaluation names (``shown_path``), as the job's own agent would."""
+    from common.store import audits
+
+    shown = "./eval_code_thyme/_tmp_hr_images/hr_bench_4k/00000003.jpg"
+    _, (job_id,) = decided_batch(
+        sessions,
+        [{"answered_by": "small", "audit_status": "pending", "shown_path": shown}],
+        picture(tmp_path),
+    )
+    with sessions.begin() as session:
+        (ticket,) = audits.claim(session, [job_id])
+    assert ticket.shown_path == shown
