@@ -524,6 +524,13 @@ class RecoverySettings(Group):
         "exits non-zero, for its supervisor to restart it.",
         gt=0.0,
     )
+    consumer_resume_s: float = setting(
+        10.0,
+        "After the broker restarted, a worker whose consumer has not reconnected within "
+        "this long (a Celery consumer can stay stuck) finishes what it runs and exits "
+        "non-zero, for its supervisor to restart it.",
+        gt=0.0,
+    )
 
 
 class ApiSettings(Group):

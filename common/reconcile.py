@@ -12,7 +12,8 @@ the one process that holds the ``reconciler`` lease (any worker may: they all tr
    message on the broker is suspect; still without one ``reconcile_after_s`` later (so an
    enqueue that is on its way is never doubled) it is sent again. This heals a Redis
    restart without persistence, an enqueue that failed after its commit, a message lost
-   with a worker.
+   with a worker. After a broker restart (its run id changed: ``broker_restarted``) or a
+   worker's death (its held messages are gone with it) the next sweep sends them at once.
 
 Sending again is always safe: a job is claimed by a conditional write, so a second
 message for it changes nothing (``common.work``).
@@ -62,6 +63,13 @@ class Reconciler:
         self.holder, self.clock = holder, clock
         self._missing_since: dict[str, float] = {}  # job id -> first sweep that missed it
         self._distrust_held_until = 0.0
+        self._resend_now = False
+
+    def broker_restarted(self) -> None:
+        """The broker restarted (its run id changed): whatever it held may be gone, so the
+        next sweep sends every waiting job without a message at once, not
+        ``reconcile_after_s`` later (a duplicate of one that survived changes nothing)."""
+        self._resend_now = True
 
     def sweep(self) -> Sweep:
         """One pass; does nothing unless this process holds the lease."""
@@ -72,6 +80,7 @@ class Reconciler:
             result.leader = liveness.hold_lease(session, LEASE, self.holder, ttl)
         if not result.leader:
             self._missing_since.clear()
+            self._resend_now = False  # (the leader saw the restart too)
             return result
         with self.dispatcher.transaction(self.sessions) as outbox:
             live = liveness.live_workers(outbox.session, settings.recovery.worker_dead_after_s)
@@ -90,10 +99,15 @@ class Reconciler:
                 "%d worker(s) died; %d job(s) they ran sent again", result.died, result.released
             )
             self._distrust_held_until = now + 2 * settings.recovery.reconcile_after_s
-        self._resend_stranded(result, now)
+            # the dead held messages of their own (taken, not started): without a
+            # message of their own elsewhere, those jobs are sent again at once
+            self._resend_now = True
+        self._resend_stranded(result, now, sent={*orphans[Stage.FAST], *orphans[Stage.AGENT]})
         return result
 
-    def _resend_stranded(self, result: Sweep, now: float) -> None:
+    def _resend_stranded(self, result: Sweep, now: float, sent: set[str]) -> None:
+        """Send again the waiting jobs without a message (but those ``sent`` already by
+        this sweep)."""
         with self.sessions() as session:
             jobs = claims.waiting_jobs(session)
             waiting = {
@@ -108,15 +122,17 @@ class Reconciler:
         due: dict[Queue, list[str]] = {}
         for queue, job_ids in waiting.items():
             for job_id in job_ids:
-                if job_id in present:
+                if job_id in present or job_id in sent:
                     continue
                 first = self._missing_since.get(job_id, now)
-                if now - first >= self.settings.recovery.reconcile_after_s:
+                waited = now - first >= self.settings.recovery.reconcile_after_s
+                if waited or self._resend_now:
                     due.setdefault(queue, []).append(job_id)
                 else:
                     missing_since[job_id] = first
         self._missing_since = missing_since
         result.suspects = len(missing_since)
+        at_once, self._resend_now = self._resend_now, False
         send = {
             Queue.FAST: self.dispatcher.send_fast,
             Queue.SLOW: self.dispatcher.send_slow,
@@ -125,8 +141,9 @@ class Reconciler:
         for queue, job_ids in due.items():
             result.resent[queue] = send[queue](job_ids)
         if result.resent:
+            after = self.settings.recovery.reconcile_after_s
             log.warning(
-                "sent again %d waiting job(s) that had no message on the broker for %.0f s",
+                "sent again %d waiting job(s) that had no message on the broker %s",
                 sum(result.resent.values()),
-                self.settings.recovery.reconcile_after_s,
+                "after a restart or a death" if at_once else f"for {after:.0f} s",
             )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from celery import bootsteps
 from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
 from celery_batches import Batches, SimpleRequest
 
@@ -163,6 +164,17 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             runtime.dispatcher.send_audit([job_id], delay_s=backoff_s(settings, 1))
             return
         metrics.record_audit(report)
+
+    class ConsumerWatch(bootsteps.StartStopStep):
+        """Tells the supervisor each time the consumer (re)starts: after a lost broker
+        connection the consumer's steps start again, a stuck consumer's never do."""
+
+        requires = ("celery.worker.consumer.tasks:Tasks",)
+
+        def start(self, parent: Any) -> None:
+            runtime.supervisor.consumer_connected()
+
+    app.steps["consumer"].add(ConsumerWatch)
 
     @worker_ready.connect(weak=False)
     def start(**_: Any) -> None:

@@ -127,6 +127,19 @@ class CeleryDispatcher(Dispatcher):
         except Exception as exc:
             raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
 
+    def broker_run(self) -> str | None:
+        """The broker server's run id (Redis ``INFO server``), new at each start of it: a
+        change means it restarted, and every connection to it was dropped. None when it
+        does not answer."""
+        client = redis.Redis.from_url(self.settings.broker.url or "", socket_timeout=2)
+        try:
+            info: dict[str, Any] = client.info("server")
+            return str(info.get("run_id") or "") or None
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
     def close(self) -> None:
         self.app.close()
 

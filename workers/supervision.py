@@ -6,10 +6,20 @@ One daemon thread per worker process, every ``heartbeat_s``:
   does not answer, the worker is not ready;
 - **reconciler**: every ``reconcile_interval_s``, one sweep (``common.reconcile``); only
   the lease holder among all workers acts;
+- **broker restarts**: the broker's run id (Redis ``INFO server``) is read each tick; a
+  new one means it restarted and dropped every connection and message. The reconciler
+  is told (its next sweep, at once, sends every waiting job again), and the worker's
+  Celery consumer must reconnect: each (re)start of it is reported
+  (``consumer_connected``, a consumer bootstep in ``workers.app``). One that has not
+  reconnected ``consumer_resume_s`` after the restart was seen is stuck (celery#9054's
+  kind: its socket died under a failed ack and it never noticed), so the worker leaves;
 - **watchdog**: a worker that has started nothing for ``worker_stall_exit_s`` while its
-  queue holds messages (a consumer that never recovered from a broker restart) exits
-  with status 3, for its supervisor (compose ``restart``, Kubernetes) to start it again.
-  Its jobs are safe: the reconciler hands them to others.
+  queue holds messages (a consumer stuck some other way) leaves too.
+
+Leaving: the worker stops being healthy, lets what it runs finish (beating meanwhile),
+removes its heartbeat row, so the reconciler hands anything it still held to others at
+its next sweep, and exits with status 3 for its supervisor (compose ``restart``,
+Kubernetes) to start it again.
 
 ``serve_health`` answers ``/healthz`` (the thread is alive and the watchdog content),
 ``/readyz`` (database and broker answered at the last tick; 503 and the reason if not)
@@ -95,6 +105,12 @@ class Supervisor:
     last_active: float = field(default_factory=time.monotonic)  # a task began or ended
     last_tick: float = field(default_factory=time.monotonic)
     stalled: bool = False
+    consumer_started: float = 0.0  # the consumer's last (re)connection
+    broker_run: str | None = None  # the broker's run id, as last read
+    broker_seen: float = 0.0  # when that run id was last read
+    # a restart seen and the consumer not back since: (the old run last seen, the new seen)
+    broker_restarted: tuple[float, float] | None = None
+    leave_wait_s: float = 300.0  # the longest wait for running tasks when leaving
 
     def __post_init__(self) -> None:
         self.worker = self.worker or worker_id(self.pool)
@@ -114,6 +130,11 @@ class Supervisor:
         with self._lock:
             self.running = max(0, self.running - 1)
             self.last_active = time.monotonic()
+
+    def consumer_connected(self) -> None:
+        """The Celery consumer (re)connected to the broker and consumes."""
+        with self._lock:
+            self.consumer_started = time.monotonic()
 
     # -- the thread ------------------------------------------------------------------
     def start(self) -> None:
@@ -140,6 +161,7 @@ class Supervisor:
         self.last_tick = time.monotonic()
         self._beat()
         self._check_broker()
+        self._watch_broker_run()
         if self.last_tick >= self._next_sweep and self.ready["database"] == "ok":
             self._next_sweep = self.last_tick + self.settings.recovery.reconcile_interval_s
             try:
@@ -170,6 +192,46 @@ class Supervisor:
             self.ready["broker"] = "ok"
             self.repeated.cleared("broker", "the broker answers again")
 
+    def _watch_broker_run(self) -> None:
+        """Notice a broker restart; leave if this worker's consumer never came back."""
+        now = time.monotonic()
+        run = self.dispatcher.broker_run() if self.ready["broker"] == "ok" else None
+        if run is not None:
+            if self.broker_run is not None and run != self.broker_run:
+                log.warning(
+                    "the broker restarted: the messages it held are gone; waiting jobs are "
+                    "sent again at the next sweep, and this worker's consumer must reconnect"
+                )
+                # a consumer (re)started after the old run was last seen has reconnected
+                self.broker_restarted = (self.broker_seen, now)
+                self.reconciler.broker_restarted()
+                self._next_sweep = 0.0  # sweep now, not at the next interval
+            self.broker_run, self.broker_seen = run, now
+        if self.broker_restarted is None:
+            return
+        gone, seen = self.broker_restarted
+        with self._lock:
+            back = self.consumer_started > gone
+        if back:
+            self.broker_restarted = None
+        elif now - seen >= self.settings.recovery.consumer_resume_s:
+            self._leave(
+                "the broker restarted and this worker's consumer has not reconnected in "
+                f"{now - seen:.0f} s: it is stuck"
+            )
+
+    def _leave(self, why: str) -> None:
+        """Let running tasks finish (beating meanwhile), remove the heartbeat row, exit
+        for the supervisor to restart this worker."""
+        self.stalled = True  # /healthz says so from now on
+        log.error("%s. Leaving for the supervisor to restart this worker.", why)
+        deadline = time.monotonic() + self.leave_wait_s
+        while self.running and time.monotonic() < deadline:
+            self._beat()
+            time.sleep(0.5)
+        self.stop()
+        self.exit(STALLED_EXIT)
+
     def _watch(self) -> None:
         """Exit when messages wait, this worker is idle, and has been for too long."""
         with self._lock:
@@ -183,16 +245,10 @@ class Supervisor:
         except Exception:  # the broker check above reports it
             return
         if waiting:
-            self.stalled = True
-            log.error(
-                "%d message(s) wait on %s but this worker has taken none for %.0f s: its "
-                "consumer is stuck (a broker restart?). Exiting for the supervisor to "
-                "restart it.",
-                waiting,
-                queue,
-                idle_s,
+            self._leave(
+                f"{waiting} message(s) wait on {queue} but this worker has taken none for "
+                f"{idle_s:.0f} s: its consumer is stuck"
             )
-            self.exit(STALLED_EXIT)
         else:
             self.last_active = time.monotonic()  # nothing to take: idle is fine
 

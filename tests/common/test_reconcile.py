@@ -104,9 +104,11 @@ def test_after_a_death_held_messages_are_not_trusted(sessions):
         liveness.beat(session, "fast-1", "fast")
         session.execute(update(Worker).values(beat_at=Worker.beat_at - timedelta(seconds=60)))
     sweep = reconciler.sweep()
-    assert (sweep.died, sweep.released, sweep.suspects) == (1, 0, 1)  # now suspect
-    clock[0] += SETTINGS.recovery.reconcile_after_s
-    assert reconciler.sweep().resent == {Queue.FAST: 1} and broker.sent_fast == [a]
+    # its held messages died with it: sent again at once, not reconcile_after_s later
+    assert (sweep.died, sweep.released, sweep.resent) == (1, 0, {Queue.FAST: 1})
+    assert broker.sent_fast == [a]
+    clock[0] += 1  # only then: a message still held is trusted again after a while
+    assert reconciler.sweep().resent == {} and broker.sent_fast == [a]
 
 
 def test_a_stranded_deferred_job_goes_to_the_slow_queue(sessions):
@@ -121,3 +123,18 @@ def test_a_stranded_deferred_job_goes_to_the_slow_queue(sessions):
     clock[0] += SETTINGS.recovery.reconcile_after_s
     assert reconciler.sweep().resent == {Queue.SLOW: 1, Queue.FAST: 1}
     assert (broker.sent_slow, broker.sent_fast) == ([a], [b])
+
+
+def test_after_a_broker_restart_every_job_without_a_message_is_sent_at_once(sessions):
+    """A restart without persistence loses every message: waiting reconcile_after_s more
+    would only delay the healing (a duplicate of a message that survived is harmless)."""
+    a, b = jobs(sessions, "a", "b")
+    broker = Broker()
+    broker.present = {b}
+    clock = [0.0]
+    reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
+    reconciler.broker_restarted()
+    assert reconciler.sweep().resent == {Queue.FAST: 1} and broker.sent_fast == [a]
+    clock[0] += 1  # only that sweep: the next one waits the age again
+    broker.present = set()
+    assert reconciler.sweep().resent == {} and broker.sent_fast == [a]

@@ -220,9 +220,18 @@ RECOVERY = {
 
 
 class Run:
-    """A corpus through supervised workers on the given broker and store."""
+    """A corpus through supervised workers on the given broker and store, with
+    ``recovery`` settings (the scaled-down ``RECOVERY``; ``{}``: the defaults)."""
 
-    def __init__(self, tmp_path: Path, broker_url: str, database_url: str, **scripted) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        broker_url: str,
+        database_url: str,
+        *,
+        recovery: dict[str, str] | None = None,
+        **scripted,
+    ) -> None:
         tag = uuid.uuid4().hex[:8]
         self.env = {
             "SPECEYES_BACKEND": "scripted",
@@ -231,7 +240,7 @@ class Run:
             "SPECEYES_FAST_QUEUE": f"fast-{tag}",
             "SPECEYES_SLOW_QUEUE": f"slow-{tag}",
             "SPECEYES_DATABASE_URL": database_url,
-            **RECOVERY,
+            **(RECOVERY if recovery is None else recovery),
             **{f"SPECEYES_SCRIPTED__{k.upper()}": str(v) for k, v in scripted.items()},
         }
         self.settings = Settings(

@@ -1,5 +1,6 @@
-"""A worker's supervision without Celery: heartbeat, readiness, the stall watchdog, the
-outage backoff, errors logged once with a count, the batches' timer re-armed."""
+"""A worker's supervision without Celery: heartbeat, readiness, broker restarts and a
+stuck consumer, the stall watchdog, the outage backoff, errors logged once with a count,
+the batches' timer re-armed."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ class Broker:
 
     def __init__(self, depth: int = 0, up: bool = True) -> None:
         self.depth, self.up = depth, up
+        self.run = "run-1"  # the broker server's run id; another after a restart
+
+    def broker_run(self) -> str | None:
+        return self.run if self.up else None
 
     def check(self) -> None:
         if not self.up:
@@ -84,6 +89,49 @@ def test_an_idle_worker_with_messages_waiting_exits_for_its_supervisor(sessions)
     broker.depth = 5
     watched.tick()
     assert watched.exits == [STALLED_EXIT] and watched.health("/healthz")[0] == 503
+
+
+def test_after_a_broker_restart_a_worker_whose_consumer_reconnected_stays(sessions):
+    broker = Broker()
+    watched = supervisor(sessions, broker, consumer_resume_s=10)
+    watched.consumer_connected()
+    watched.tick()
+    broker.run = "run-2"  # restarted between two ticks: every connection dropped
+    watched.consumer_connected()  # Celery's consumer noticed, reconnected, restarted
+    with mock.patch.object(watched.reconciler, "broker_restarted") as told:
+        watched.tick()
+    told.assert_called_once()  # the next sweep sends the waiting jobs at once
+    assert watched.broker_restarted is None  # its consumer is back: nothing to watch
+    watched.tick()
+    assert watched.exits == []
+
+
+def test_after_a_broker_restart_a_stuck_consumer_makes_its_worker_leave(sessions):
+    """celery#9054's kind: the consumer's socket died under a failed ack, and it never
+    reconnected. The worker lets its running task finish, removes its heartbeat row
+    (its leftovers go to others at once) and exits for its supervisor."""
+    broker = Broker()
+    watched = supervisor(sessions, broker, consumer_resume_s=10)
+    watched.consumer_connected()
+    watched.tick()
+    broker.run = "run-2"
+    watched.tick()
+    assert watched.exits == [] and watched.broker_restarted is not None  # waits a while
+    gone, seen = watched.broker_restarted
+    watched.broker_restarted = (gone, seen - 11)  # ... 11 s later, no reconnection
+    watched.task_started()
+    finished = []
+
+    def finish_later(seconds: float) -> None:  # the running task ends while it waits
+        finished.append(seconds)
+        watched.task_finished()
+
+    with mock.patch("workers.supervision.time.sleep", side_effect=finish_later):
+        watched.tick()
+    assert finished and watched.running == 0  # waited for the running task
+    assert watched.exits == [STALLED_EXIT] and watched.health("/healthz")[0] == 503
+    with sessions() as session:
+        assert watched.worker not in liveness.live_workers(session, 30)
 
 
 def test_outage_retries_back_off_doubling_with_jitter_up_to_the_cap():
