@@ -15,7 +15,8 @@ What it measures (``SoakFigures``):
   different at the end;
 - jobs run twice: claimed more than once in their last stage (work repeated, never a
   second result);
-- per fault, the seconds from it to every job submitted before it being final;
+- per fault, the seconds from it to every job in flight when it struck or submitted
+  while it lasted (and a second after) being final;
 - each worker slot's RSS after warm-up and at the end (same process: its growth);
 - worker log lines per minute, all and WARNING or worse (a storm would show here);
 - submit-to-done p50 / p99 of the jobs that lived outside every fault window.
@@ -56,7 +57,8 @@ FINAL = (JobStatus.DONE, JobStatus.FAILED)
 class Fault:
     kind: str
     at: float  # seconds into the soak
-    before: int  # jobs submitted before it (positions below)
+    before: int  # jobs submitted up to a second after it ended (positions below): the
+    # jobs in flight when it struck or sent while it lasted
     recovered_s: float | None = None  # from it to every one of those final
     outage_s: float = 0.0  # how long the service it hit was away (a pause, a restart)
 
@@ -177,6 +179,9 @@ class Soak:
             self._settle_faults()
             if time.monotonic() >= next_fault:
                 answers.update(self._answers())
+                # (a random moment of the second, so faults do not strike in step with
+                # the submissions, always between two of them)
+                time.sleep(self.random.random())
                 kind = self.kinds.pop(0) if self.kinds else self.random.choice(FAULTS)
                 self._inject(kind)
                 if self.kinds == []:
@@ -263,6 +268,8 @@ class Soak:
             time.sleep(20.0)
             self.redis.process.send_signal(signal.SIGCONT)
         fault.outage_s = time.monotonic() - self.started - fault.at
+        time.sleep(1.0)
+        fault.before = self._submitted
 
     def _settle_faults(self) -> None:
         """A fault is settled once every job submitted before it is final."""

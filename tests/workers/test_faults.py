@@ -201,7 +201,7 @@ def test_a_soak_with_every_kind_of_fault_loses_and_changes_nothing():
     seed = int(os.environ.get("SPECEYES_SOAK_SEED", str(int(time.time()))))
     kinds = random.Random(seed).sample(FAULTS, len(FAULTS))
     gap = seconds / (len(kinds) + 1)
-    figures = soak(seconds, rate=10, fault_every=(gap * 0.8, gap * 1.2), seed=seed, kinds=kinds)
+    figures = soak(seconds, rate=5, fault_every=(gap * 0.8, gap * 1.2), seed=seed, kinds=kinds)
     report = "\n".join([f"seed {seed}", *figures.lines()])
     print(report)
     assert figures.lost == 0 and figures.changed == 0, report
