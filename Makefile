@@ -3,13 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup lock sandbox browser demo browse test test-fast lint format bench bench-gpu gpu-wheels clean
+.PHONY: help setup lock sandbox browser demo browse test test-fast soak lint format bench bench-gpu gpu-wheels clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
 	@echo "make browse  the review pages over the demo's results (http://127.0.0.1:8000/ui)"
 	@echo "make test    set up and run the test suite (parallel, then the sandbox's tests)"
 	@echo "make test-fast  the unit tests only, in parallel: the inner loop (< 1 min)"
+	@echo "make soak    five minutes of load with every kind of fault (Redis, PostgreSQL, workers)"
 	@echo "make lint    ruff + mypy"
 	@echo "make docs    the documentation site (MkDocs, --strict) into site/"
 	@echo "make bench   fast stage against batch size, the embedded funnel, the synth report (CPU)"
@@ -95,12 +96,16 @@ browse: setup
 # leftovers). TEST_WORKERS: parallel pytest-xdist workers. ARGS: more pytest arguments.
 TEST_WORKERS ?= 4
 test: setup
-	$(PY) -m pytest -m "not sandbox" -n $(TEST_WORKERS) $(ARGS)
+	$(PY) -m pytest -m "not sandbox and not soak" -n $(TEST_WORKERS) $(ARGS)
 	$(PY) -m pytest -m sandbox $(ARGS)
 
 # The inner loop: unit tests only (no service, no sandbox, nothing long), in parallel.
 test-fast: setup
 	$(PY) -m pytest -m "unit and not slow" -n 2 $(ARGS)
+
+# Five minutes of load with every kind of fault (docs/operations.md: the 30-minute run).
+soak: setup
+	$(PY) -m pytest -m soak -s $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

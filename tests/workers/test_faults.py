@@ -191,6 +191,8 @@ def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
         redis.stop()
 
 
+@pytest.mark.soak
+@pytest.mark.timeout(900)
 def test_a_soak_with_every_kind_of_fault_loses_and_changes_nothing():
     """Five minutes of steady load at the default recovery settings, each kind of fault
     once in a random order (SIGKILL of the fast and of a slow worker, SIGTERM of one, a
