@@ -27,8 +27,9 @@ from api.intake import decode_budget
 from common.config import Settings
 from common.contracts import JobStatus
 from common.errors import ImageError, InvalidInput, NotFound
-from common.images import render_image
+from common.images import content_hash, render_image
 from common.limits import check_text
+from common.locations import is_local_file, read_located
 from common.store import reads, reviews
 from common.store.browse import SORTS, WHO, ResultFilter
 from common.store.tables import Batch, Job
@@ -137,7 +138,7 @@ def image_response(
         log.warning("job %s: its image path is outside the uploads and image roots", job.id)
         raise NotFound(f"job {job.id}'s image cannot be shown", code="image_unavailable")
     try:
-        data, media_type = _rendered(job.image_path, settings, side, box)
+        data, media_type = _rendered(job.image_path, settings, side, box, job.image_hash)
     except ImageError as exc:
         log.warning("job %s: its image cannot be shown: %s", job.id, exc)
         raise NotFound(
@@ -162,19 +163,29 @@ _render_slots = threading.BoundedSemaphore(RENDERS_AT_ONCE)
 
 def _accepted_path(path: str, settings: Settings) -> bool:
     """Whether ``path`` lies in the upload folder or an image root (symlinks resolved)."""
+    if not is_local_file(path):
+        return False
     where = Path(path).resolve()
     roots = [settings.api.upload_dir, *settings.api.image_roots]
     return any(where.is_relative_to(root.expanduser().resolve()) for root in roots)
 
 
 def _rendered(
-    path: str, settings: Settings, side: int | None, box: list[int] | None
+    path: str,
+    settings: Settings,
+    side: int | None,
+    box: list[int] | None,
+    digest: str | None = None,
 ) -> tuple[bytes, str]:
-    try:
-        stat = os.stat(path)
-    except OSError:
-        raise ImageError("the image file is not there") from None
-    key = (path, stat.st_mtime_ns, stat.st_size, side, tuple(box) if box else None)
+    if is_local_file(path):
+        try:
+            stat = os.stat(path)
+        except OSError:
+            raise ImageError("the image file is not there") from None
+        version: tuple[int | str | None, ...] = (stat.st_mtime_ns, stat.st_size)
+    else:  # a tar member, a table row, an object: what the job read, by its digest
+        version = (digest,)
+    key = (path, *version, side, tuple(box) if box else None)
     with _rendered_lock:
         if key in _RENDERED:
             _RENDERED.move_to_end(key)
@@ -187,8 +198,11 @@ def _rendered(
             {"Retry-After": "2"},
         )
     try:
+        data = read_located(path, settings.images)
+        if not is_local_file(path) and digest is not None and content_hash(data) != digest:
+            raise ImageError("the image changed since its job was submitted")
         found = render_image(
-            path, settings.images, max_side=side, box=box, budget=decode_budget(settings)
+            data, settings.images, max_side=side, box=box, budget=decode_budget(settings)
         )
     finally:
         _render_slots.release()

@@ -46,6 +46,7 @@ from common.images import (
     read_image_bytes,
 )
 from common.limits import OverLimit, check_id, check_name, check_query
+from common.locations import is_reference
 from common.store import reads
 from common.store.submission import NewItem, storable_item
 
@@ -104,6 +105,13 @@ def image_from_path(path: str, settings: Settings) -> StoredImage:
             "server_paths_disabled",
             "this server accepts no server-side image paths (image_roots is empty); "
             "upload the image instead",
+        )
+    if "://" in path or is_reference(path):  # the server fetches nothing for a client
+        raise ApiError(
+            422,
+            "url_fetching_disabled",
+            "image_path names a file of this server (under image_roots); URLs and other "
+            "locators are not fetched: upload the image instead",
         )
     if ".." in Path(path).parts:
         raise ApiError(422, "path_traversal", "image_path may not contain '..'")

@@ -7,7 +7,7 @@ import logging
 import os
 import shlex
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
@@ -15,13 +15,22 @@ from tqdm import tqdm
 from cli.compose import make_dispatcher
 from cli.options import add_pipeline_flags, add_settings, settings_from_args
 from common.audit import describe
-from common.contracts import AnsweredBy, JobStatus
-from common.corpus import read_source
+from common.contracts import AnsweredBy, JobStatus, SourceRow
+from common.corpus import Corpus, open_source
 from common.dispatch import Watch
-from common.errors import ConfigurationError
-from common.export import batch_rows, check_format, write_rows
+from common.errors import ConfigurationError, InvalidInput
+from common.export import (
+    LAYOUTS,
+    Output,
+    batch_rows,
+    check_labelled,
+    check_output,
+    export,
+    write_labelled,
+)
 from common.judge import Judge, judge_batch
 from common.limits import check_name, check_query
+from common.locations import name_of
 from common.logs import JOBS
 from common.runner import EmbeddedRunner
 from common.store.analytics import batch_scores
@@ -29,6 +38,7 @@ from common.store.db import Store, open_store
 from common.store.reads import batch_counts
 from common.store.tables import Batch
 from common.submit import submit_corpus
+from common.webdataset import Columns
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -42,15 +52,39 @@ Annotate a corpus: every image + question goes through the SpecEyes funnel (scre
 speculate with the small model, gate, and the agent for the rest), on this machine, with
 the job store in a database (a SQLite file by default).
 
-SOURCE is a folder of images (searched recursively; needs --question), or a manifest:
-JSONL with one {"image": ..., "question": ..., "options": [...], "id": ...} per line, or
-CSV with the same columns (options as a JSON list). Image paths are relative to the
-manifest. A row's optional "answer" (the right option's text or letter, or yes/no) adds
-an accuracy line to the summary. Broken rows are reported, recorded as failed jobs, and
-the rest goes on. The paper's benchmarks are read in their published layouts, detected
-from the path: a V* folder (direct_attributes/, relative_position/), an HR-Bench .tsv, a
-POPE .parquet or POPE folder (Full/*.parquet); the summary then scores each split by our
-rules and by the reference's (--judge-url / --judge-model: its LLM judge for the rest).
+SOURCE is one of:
+  a folder of images (searched recursively; needs --question);
+  a manifest: JSONL with one {"image": ..., "question": ..., "options": [...], "id": ...}
+    per line, or CSV with the same columns (options as a JSON list); image paths are
+    relative to the manifest;
+  WebDataset shards: a .tar, or a brace pattern 'shards/{00000..00127}.tar' (quote it);
+    each sample's jpg/png/webp is its image, its .json holds question, options, answer
+    (else -q, else its .txt), its key is the row id;
+  a Hugging Face dataset: a save_to_disk folder, or .parquet / .arrow files (a brace
+    pattern too) with an image column (bytes, datasets' Image, or a path); name the
+    columns with --image-column, --question-column, --options-column, --id-column,
+    --answer-column;
+  the paper's benchmarks in their published layouts: a V* folder (direct_attributes/,
+    relative_position/), an HR-Bench .tsv, a POPE .parquet or folder (Full/*.parquet);
+    the summary then scores each split by our rules and by the reference's
+    (--judge-url / --judge-model: its LLM judge for the rest).
+Any of these may be a URL: s3://bucket/prefix/, gs://..., https://... (credentials from
+each store's usual environment: AWS_*, GOOGLE_APPLICATION_CREDENTIALS).
+
+Nothing is copied: a job refers to its image where it lies (a file, a tar member, a
+table row, an object) with its digest, and the workers read it from there; content that
+changed since fails its job with image_changed. --copy-images copies every image into
+the upload store instead, for sources the workers cannot reach. Rows are read, hashed
+and written a chunk at a time: memory stays flat whatever the corpus's size.
+
+A row's optional answer (the right option's text or letter, or yes/no) adds an accuracy
+line to the summary. Broken rows (a sample without an image, bad JSON, no question) are
+reported, recorded as failed jobs naming the file and line or the shard and key, and the
+rest goes on.
+
+--out writes the results: FILE.jsonl or FILE.parquet; DIR/ or s3://bucket/prefix/ for
+Parquet parts of --shard-rows rows; with --out-format webdataset (a WebDataset SOURCE),
+new shards that keep every sample and add its KEY.speceyes.json.
 
 Running the same command again resumes: finished jobs are kept, the rest is done. The
 exit code is 0 when every job succeeded, 1 when any failed, 2 for bad usage, 130 when
@@ -67,12 +101,42 @@ apply. Ctrl-C stops following; the jobs go on.
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("source", type=Path, metavar="SOURCE", help="folder, .jsonl or .csv")
-    parser.add_argument("--question", "-q", help="question for every image of a folder")
-    parser.add_argument("--options", nargs="+", metavar="OPTION", help="options for a folder")
+    parser.add_argument(
+        "source", metavar="SOURCE", help="folder, manifest, shards, dataset, table or URL"
+    )
+    parser.add_argument(
+        "--question", "-q", help="question for every image that brings none (a folder's)"
+    )
+    parser.add_argument(
+        "--options", nargs="+", metavar="OPTION", help="options for rows that bring none"
+    )
     parser.add_argument("--name", help="batch name (default: the SOURCE's name)")
-    parser.add_argument("--out", type=Path, help="write results to FILE (.jsonl or .parquet)")
-    add_settings(parser, "funnel.fast_batch_size", "agent.workers")
+    columns = parser.add_argument_group(
+        "columns", "which column of a table (or field of a sample's .json) holds what"
+    )
+    columns.add_argument(
+        "--image-column", metavar="NAME", help="default: 'image', else the first of bytes"
+    )
+    for part, default in (("question", "question"), ("options", "options"), ("answer", "answer")):
+        columns.add_argument(
+            f"--{part}-column", metavar="NAME", default=default, help=f"default: '{default}'"
+        )
+    columns.add_argument(
+        "--id-column", metavar="NAME", help="default: 'id', else the sample key or row number"
+    )
+    add_settings(parser, "sources.copy_images")
+    parser.add_argument(
+        "--out",
+        metavar="TARGET",
+        help="write results to FILE.jsonl, FILE.parquet, DIR/ or a URL (see above)",
+    )
+    parser.add_argument(
+        "--out-format",
+        choices=LAYOUTS,
+        default="auto",
+        help="auto: by --out's name; webdataset: labelled shards of a WebDataset SOURCE",
+    )
+    add_settings(parser, "sources.export_shard_rows", "funnel.fast_batch_size", "agent.workers")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_settings(parser, "judge.url", "judge.model")
     parser.add_argument(
@@ -94,39 +158,60 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             "--distributed needs a broker: --broker redis://HOST:6379/0 or SPECEYES_BROKER_URL"
         )
-    if args.out is not None:
-        check_format(args.out)
-    check_name(args.name or args.source.name, settings.requests)
+    output = check_output(args.out, args.out_format) if args.out is not None else None
     if args.question is not None:  # (each row is checked as it is submitted)
         check_query(args.question, args.options, settings.requests)
-    rows = read_source(
+    corpus = open_source(
         args.source,
         args.question,
         args.options,
-        image_store=settings.api.upload_dir,
+        settings=settings,
+        columns=Columns(
+            image=args.image_column,
+            question=args.question_column,
+            options=args.options_column,
+            id=args.id_column,
+            answer=args.answer_column,
+        ),
         for_thyme=settings.agent.kind == "thyme",
     )
-    for row in rows:
-        if row.error is not None:
-            print(f"speceyes: {row.error[1]} (recorded as a failed job)", file=sys.stderr)
+    name = args.name or name_of(corpus.location)
+    check_name(name, settings.requests)
+    if output is not None and output.layout == "webdataset":
+        if corpus.kind != "webdataset":
+            raise InvalidInput("--out-format webdataset needs WebDataset shards as the SOURCE")
+        check_labelled(corpus.shards, output.target)
     sessions = open_store(settings.database_url)
     # A model that cannot be had or a broker that does not answer fails now, before any
     # job is created.
     dispatcher = make_dispatcher(settings, sessions, say=_say)
     dispatcher.check()
-    source = str(args.source.resolve())
-    with _bar(len(rows), "hashing", args.no_progress) as bar:
+    with _bar(corpus.total, "submitting", args.no_progress, unit="row") as bar:
+        read = 0
+
+        def counted() -> Iterator[SourceRow]:
+            nonlocal read
+            for row in corpus.rows:
+                if row.error is not None:
+                    bar.write(f"speceyes: {row.error[1]} (recorded as a failed job)", sys.stderr)
+                read += 1
+                yield row
+
         submitted = submit_corpus(
             sessions,
-            rows,
-            source=source,
-            name=args.name or args.source.name,
+            counted(),
+            source=corpus.location,
+            name=name,
             settings=settings,
             dispatcher=dispatcher,
             on_item=lambda: bar.update(1),
         )
+        rate = bar.format_dict["rate"]
     verb = "created" if submitted.batch_created else "resumed"
-    print(f"batch {submitted.batch_id} {verb}: {len(rows)} rows, {submitted.jobs_created} new jobs")
+    pace = f" ({rate:.0f} rows/s)" if rate else ""
+    print(
+        f"batch {submitted.batch_id} {verb}: {read} rows, {submitted.jobs_created} new jobs{pace}"
+    )
     if settings.broker.url:
         print(
             f"sent {submitted.sent_fast} jobs to the fast queue and {submitted.sent_slow} to "
@@ -136,13 +221,13 @@ def run(args: argparse.Namespace) -> int:
         result = _wait(dispatcher, sessions, submitted.batch_id, args.no_progress)
     finally:
         dispatcher.close()
-    _print_summary(result, args.name or args.source.name)
+    _print_summary(result, name)
     _print_audit(sessions, submitted.batch_id, settings)
     if settings.judge.url and not result.interrupted:
         _judge(sessions, submitted.batch_id, settings)
     _print_accuracy(sessions, submitted.batch_id)
-    if args.out is not None:
-        _export(sessions, submitted.batch_id, args.out)
+    if output is not None:
+        _export(sessions, submitted.batch_id, output, corpus, settings)
     if result.interrupted:
         if settings.broker.url:
             print("stopped following: the workers go on; run the same command to follow again")
@@ -215,12 +300,12 @@ def _postfix(now: BatchCounts) -> str:
     )
 
 
-def _bar(total: int, label: str, disabled: bool, initial: int = 0) -> Any:
+def _bar(total: int | None, label: str, disabled: bool, initial: int = 0, unit: str = "job") -> Any:
     return tqdm(
         total=total,
         initial=initial,
         desc=label,
-        unit="job",
+        unit=unit,
         disable=disabled,
         file=sys.stderr,
         dynamic_ncols=True,
@@ -296,7 +381,29 @@ def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
         )
 
 
-def _export(sessions: sessionmaker[Session], batch_id: str, out: Path) -> None:
+def _export(
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    output: Output,
+    corpus: Corpus,
+    settings: Settings,
+) -> None:
     with sessions() as session:
-        count = write_rows(batch_rows(session, batch_id), out)
-    print(f"wrote {count} rows to {out}")
+        if output.layout == "webdataset":
+            shards, samples, labelled = write_labelled(
+                session, batch_id, corpus.shards, output.target
+            )
+            print(
+                f"wrote {shards} shards to {output.target}: {samples} samples, {labelled} "
+                "with a speceyes.json"
+            )
+            return
+        count, files = export(
+            batch_rows(session, batch_id), output, settings.sources.export_shard_rows
+        )
+    where = (
+        f"{files} Parquet files under {output.target}"
+        if output.layout == "parquet"
+        else output.target
+    )
+    print(f"wrote {count} rows to {where}")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from cli.options import add_store_flags, settings_from_args
+from cli.options import add_settings, add_store_flags, settings_from_args
 from cli.output import say
-from common.export import batch_rows, check_format, write_rows
+from common.export import batch_rows, check_output, export
 from common.store.db import open_store
 from common.store.reads import require_batch
 
@@ -18,7 +17,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "answer, answered_by (small / large), confidence, defer_reason, error."
     )
     parser.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
-    parser.add_argument("--out", type=Path, required=True, help="FILE.jsonl or FILE.parquet")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="TARGET",
+        help="FILE.jsonl, FILE.parquet, or DIR/ (or s3://bucket/prefix/): Parquet parts of "
+        "--shard-rows rows; a URL is written through fsspec",
+    )
+    add_settings(parser, "sources.export_shard_rows")
     parser.add_argument(
         "--audit-disagreements",
         action="store_true",
@@ -29,11 +35,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_format(args.out)
-    sessions = open_store(settings_from_args(args).database_url, create=False)
+    output = check_output(args.out)
+    settings = settings_from_args(args)
+    sessions = open_store(settings.database_url, create=False)
     with sessions() as session:
         batch = require_batch(session, args.batch)
         rows = batch_rows(session, batch.id, audit_disagreements=args.audit_disagreements)
-        count = write_rows(rows, args.out)
-    say(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {args.out}")
+        count, files = export(rows, output, settings.sources.export_shard_rows)
+    where = f"{files} Parquet files under {args.out}" if output.layout == "parquet" else args.out
+    say(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {where}")
     return 0

@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
@@ -61,7 +62,21 @@ def detect(source: Path) -> Benchmark | None:
             return "pope"
         return None
     suffix = source.suffix.lower()
-    return "hr" if suffix == ".tsv" else "pope" if suffix == ".parquet" else None
+    if suffix == ".tsv":
+        return "hr"
+    return "pope" if suffix == ".parquet" and _pope_columns(source) else None
+
+
+# A Parquet file is POPE's (lmms-lab/POPE) when it has POPE's columns; any other is a
+# table with an image column (``common.hfdata``).
+POPE_COLUMNS = {"question_id", "question", "answer", "image", "category"}
+
+
+def _pope_columns(path: Path) -> bool:
+    try:
+        return set(pq.read_schema(path).names) >= POPE_COLUMNS
+    except (OSError, pa.ArrowException):
+        return False
 
 
 def read_benchmark(source: Path, image_store: Path, *, for_thyme: bool = False) -> list[SourceRow]:

@@ -450,6 +450,31 @@ class ImageSettings(Group):
     )
 
 
+class SourceSettings(Group):
+    """Corpora read by ``annotate`` (``common.corpus``) and exported back."""
+
+    copy_images: bool = setting(
+        False,
+        "Copy every image of a corpus into the upload store (api.upload_dir) as it is "
+        "submitted, for sources the workers cannot reach. Off: a job refers to its image "
+        "where it lies (a file, a tar member, a table row, a remote object).",
+        env="copy_images",
+        flag="--copy-images",
+    )
+    submit_rows: int = setting(
+        5000,
+        "Rows read, hashed and written to the store per transaction while submitting "
+        "(memory holds one such chunk; its jobs are sent once it commits).",
+        ge=1,
+    )
+    export_shard_rows: int = setting(
+        100_000,
+        "Rows per Parquet file when results go to a folder or prefix (--out DIR/).",
+        flag="--shard-rows",
+        ge=1,
+    )
+
+
 class RequestLimits(Group):
     """What one job's texts may hold (``common.limits`` checks them; API and CLI)."""
 
@@ -667,6 +692,7 @@ class Settings(BaseSettings):
     agent: AgentSettings = group(AgentSettings, "Phase IV: the agent.", env_prefix="agent_")
     images: ImageSettings = group(ImageSettings, "Images before they are decoded.")
     requests: RequestLimits = group(RequestLimits, "What a job's texts may hold.")
+    sources: SourceSettings = group(SourceSettings, "Corpora in and results out.")
     broker: BrokerSettings = group(
         BrokerSettings, "The distributed pipeline's broker.", env_prefix="broker_"
     )

@@ -75,6 +75,12 @@ class BackendUnavailable(RetryableError):
     code = "backend_unavailable"
 
 
+class SourceUnavailable(RetryableError):
+    """A corpus's store (S3, GCS, a web server) did not answer: its jobs wait and retry."""
+
+    code = "source_unavailable"
+
+
 class Interrupted(RetryableError):
     """A model call cut short because the process is stopping; its job is put back to
     wait, with no attempt counted."""

@@ -44,7 +44,8 @@ from common.contracts import (
 )
 from common.errors import ImageError, ModelError, RetryableError
 from common.gate import score_answers
-from common.images import load_image
+from common.images import content_hash, decode_image
+from common.locations import describe, read_located
 from common.scores import REPLAY_K, GateResult
 
 log = logging.getLogger(__name__)
@@ -73,14 +74,17 @@ def prepare_query(
     With ``expected_hash``, an image file that changed since the job was submitted fails
     the job rather than answering a question about other pixels.
     """
+    limits = limits or ImageSettings()
+    where = describe(image_path)
     try:
-        image, digest = load_image(image_path, limits)
+        data = read_located(image_path, limits)
+        if expected_hash is not None and content_hash(data) != expected_hash:
+            return Failed(
+                job_id, FailureCode.IMAGE_CHANGED, f"{where} changed since it was submitted"
+            )
+        image = decode_image(data, limits)
     except ImageError as exc:
-        return Failed(job_id, exc.code, f"{image_path}: {exc}")
-    if expected_hash is not None and digest != expected_hash:
-        return Failed(
-            job_id, FailureCode.IMAGE_CHANGED, f"{image_path} changed since it was submitted"
-        )
+        return Failed(job_id, exc.code, f"{where}: {exc}")
     options_ = tuple(options) if options else None
     return Query(job_id, image, question, options_, image_path, shown_path)
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -171,7 +172,7 @@ class PixelBudget:
                 self._changed.notify_all()
 
 
-def image_pixels(path: str | Path) -> int:
+def image_pixels(path: str | Path | IO[bytes]) -> int:
     """The pixel count an image file declares (its header only); 0 if it cannot be read
     (decoding it later gives the reason)."""
     try:
@@ -252,20 +253,19 @@ _PREVIEW_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/web
 
 
 def render_image(
-    path: str | Path,
+    data: bytes,
     limits: ImageSettings,
     *,
     max_side: int | None = None,
     box: Sequence[int] | None = None,
     budget: PixelBudget | None = None,
 ) -> tuple[bytes, str]:
-    """An image file as a person is shown it: decoded as the models saw it (validated,
+    """An image's bytes as a person is shown them: decoded as the models saw it (validated,
     first frame, EXIF-rotated; within ``budget``'s pixels at once), cut to ``box``
     ([x1, y1, x2, y2] in those pixels, corners in any order) and scaled to fit
     ``max_side``; encoded in its own format where that is JPEG, PNG or WebP, else PNG.
     Returns (bytes, media type). Nothing of the file passes unparsed; whatever is wrong
     with it is an ``ImageError``."""
-    data = read_image_bytes(path, limits)
     image = decode_image(data, limits, budget)  # an ImageError for anything not an image
     with Image.open(io.BytesIO(data)) as probe:  # decoded above: this reads its header
         source_format = probe.format or ""
@@ -282,7 +282,7 @@ def render_image(
     return buffer.getvalue(), _PREVIEW_FORMATS[out_format]
 
 
-def image_size(path: str | Path, *, rotate: bool = True) -> tuple[int, int]:
+def image_size(path: str | Path | IO[bytes], *, rotate: bool = True) -> tuple[int, int]:
     """(width, height) of an image file as the models see it: from its header, swapped
     where its EXIF orientation turns it a quarter (and ``rotate``, the loader's
     ``images.exif_rotate``). ``ImageError`` if it cannot be read."""

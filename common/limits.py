@@ -16,6 +16,7 @@ replaced, cut to the limit), so one bad row never stops the others.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from common.config import RequestLimits
@@ -88,9 +89,8 @@ def check_name(value: str, limits: RequestLimits) -> str:
 def printable(value: str, limit: int) -> str:
     """``value`` made safe to store beside its failure: NULs and lone surrogates replaced,
     cut to ``limit`` characters (marked with an ellipsis)."""
-    cleaned = "".join(REPLACEMENT if _unstorable(char) else char for char in value)
+    cleaned = _UNSTORABLE.sub(REPLACEMENT, value)
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "\u2026"
 
 
-def _unstorable(char: str) -> bool:
-    return char == "\x00" or "\ud800" <= char <= "\udfff"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL and lone surrogates

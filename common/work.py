@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.audit import agrees as audit_agrees
 from common.audit import check_drift, sampled
 from common.backends import Models
-from common.config import GateSettings, Settings
+from common.config import GateSettings, ImageSettings, Settings
 from common.contracts import (
     Accepted,
     AgentOutcome,
@@ -54,7 +54,7 @@ from common.contracts import (
 from common.dispatch import Dispatcher
 from common.errors import Interrupted, RetryableError
 from common.funnel import prepare_query, run_agent_stage, run_fast_stage
-from common.images import image_pixels
+from common.locations import located_pixels
 from common.logs import job_failed
 from common.store import audits, claims
 from common.store.tables import Job
@@ -102,14 +102,18 @@ def load_query(ticket: Ticket, settings: Settings) -> Query | Failed:
     )
 
 
-def pixel_groups(tickets: list[Ticket], budget: int) -> list[list[Ticket]]:
+def pixel_groups(
+    tickets: list[Ticket], budget: int, limits: ImageSettings | None = None
+) -> list[list[Ticket]]:
     """``tickets`` in order, in groups whose images hold at most ``budget`` pixels together
     (read from their headers; a group has one ticket at least), so a batch of large images
     never holds more decoded at once than the budget."""
     groups: list[list[Ticket]] = []
     held = budget  # start a new group at the first ticket
     for ticket in tickets:
-        pixels = image_pixels(ticket.image_path) if ticket.image_path else 0
+        pixels = (
+            located_pixels(ticket.image_path, limits or ImageSettings()) if ticket.image_path else 0
+        )
         if held + pixels > budget or not groups:
             groups.append([])
             held = 0
@@ -234,7 +238,7 @@ class FastWork(_Work):
         with self.sessions.begin() as session:
             tickets = self._fail_exhausted(session, tickets, report)
         fresh = [ticket for ticket in tickets if ticket.attempts == 1]
-        groups = pixel_groups(fresh, self.settings.funnel.fast_batch_pixels)
+        groups = pixel_groups(fresh, self.settings.funnel.fast_batch_pixels, self.settings.images)
         if groups and self._split_next:
             self._split_next = False
             groups[:1] = halves(groups[0])

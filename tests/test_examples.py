@@ -14,8 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fsspec
+import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.corpora import object_store, write_parquet, write_saved_dataset, write_shards
 from tests.helpers.images import write_images
 from tests.helpers.ports import reserved_port
 
@@ -61,6 +64,19 @@ def _corpus(folder: Path) -> None:
     shutil.move(synth / "images", folder / "images")
     rows = [json.loads(line) for line in (synth / "manifest.jsonl").read_text().splitlines()]
     (folder / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    # corpora where they live: shards, a save_to_disk folder, a table (its own column names)
+    write_shards(folder / "shards", shards=2, per_shard=2)
+    saved = write_saved_dataset(folder / "pets-dataset", 3)
+    saved.rename(folder / "saved")
+    import datasets  # (a dev dependency: the test writes the format)
+
+    renamed = datasets.load_from_disk(str(folder / "saved")).rename_column("question", "prompt")
+    renamed.save_to_disk(str(folder / "pets-dataset"))
+    write_parquet(folder / "pets-table.parquet", 3)
+    table = pq.read_table(folder / "pets-table.parquet").rename_columns(
+        ["id", "picture", "question", "options", "answer"]
+    )
+    pq.write_table(table.drop_columns(["question"]), folder / "pets.parquet")
 
 
 def test_the_readmes_examples_run_as_written(tmp_path: Path):
@@ -68,7 +84,20 @@ def test_the_readmes_examples_run_as_written(tmp_path: Path):
     assert len(blocks) == 1, "a new README block: run it here, or say in NOT_RUN why not"
     _corpus(tmp_path)
     commands = [line for line in blocks[0].splitlines() if line and not line.startswith("#")]
-    assert len(commands) == 5
+    assert len(commands) == 9
+    # s3:// is an S3-compatible server on 127.0.0.1 (moto: no real S3 here), AWS_* set
+    with object_store() as store:
+        store.upload(tmp_path / "shards", "corpora/shards")
+        _run_all(commands, tmp_path)
+        written = sorted(fsspec.filesystem("s3").ls("corpora/labels"))
+    assert [name.rsplit("/", 1)[-1] for name in written] == ["part-00000.parquet"]
+    assert (tmp_path / "answers.jsonl").is_file() and (tmp_path / "answers.parquet").is_file()
+    assert sorted(p.name for p in (tmp_path / "labelled").iterdir()) == ["00000.tar", "00001.tar"]
+    assert (tmp_path / "results" / "part-00000.parquet").is_file()
+    assert len((tmp_path / "pets.jsonl").read_text().splitlines()) == 3
+
+
+def _run_all(commands: list[str], tmp_path: Path) -> None:
     for command in commands:
         done = subprocess.run(
             ["bash", "-c", command],
@@ -82,7 +111,6 @@ def test_the_readmes_examples_run_as_written(tmp_path: Path):
         assert done.returncode in (0, 1), (command, done.stderr[-3000:])
         assert "Traceback" not in done.stderr, (command, done.stderr[-3000:])
         assert "batch " in done.stdout and "jobs " in done.stdout, (command, done.stdout)
-    assert (tmp_path / "answers.jsonl").is_file() and (tmp_path / "answers.parquet").is_file()
 
 
 def test_the_apis_examples_run_as_written(tmp_path: Path):

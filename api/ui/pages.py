@@ -4,6 +4,7 @@ queue. Each reads through ``api.browse`` and the store's read models, as /v1 doe
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import uuid
 from collections.abc import Iterator
@@ -42,10 +43,11 @@ from api.ui.session import (
     start_session,
 )
 from common.audit import figures_of
-from common.config import Settings
+from common.config import ImageSettings, Settings
 from common.errors import ImageError, InvalidInput
 from common.export import result_row
 from common.images import image_size
+from common.locations import is_local_file, read_located
 from common.store import reads, reviews
 from common.store.browse import BadCursor, kept_overview, overview, results_page
 from common.store.keys import check_key
@@ -382,7 +384,10 @@ def _size(job: Job, rotate: bool) -> tuple[int, int] | None:
     if not job.image_path:
         return None
     try:
-        return image_size(job.image_path, rotate=rotate)
+        if is_local_file(job.image_path):
+            return image_size(job.image_path, rotate=rotate)
+        data = read_located(job.image_path, ImageSettings())
+        return image_size(io.BytesIO(data), rotate=rotate)
     except ImageError:
         return None
 

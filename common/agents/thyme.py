@@ -33,7 +33,7 @@ import hashlib
 import io
 import re
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from PIL import Image
@@ -41,10 +41,11 @@ from PIL import Image
 from common.agents.trajectory import AgentStep, Trajectory
 from common.backends.base import VisionLanguageModel
 from common.chat import Conversation, Message, Part
-from common.config import AgentSettings
+from common.config import AgentSettings, ImageSettings
 from common.contracts import Query
-from common.errors import ImageError
+from common.errors import ImageError, SourceUnavailable
 from common.images import image_suffix
+from common.locations import read_located
 from common.protocols import Protocol
 from common.protocols import thyme as THYME
 from common.sandbox import Sandbox, SandboxSession
@@ -212,9 +213,9 @@ def _own_jpeg(query: Query) -> bytes | None:
     job was loaded); None otherwise, or if it cannot be read now."""
     if query.image_path is None:
         return None
-    try:
-        data = Path(query.image_path).read_bytes()
-    except OSError:
+    try:  # (a file, a tar member, a table cell or a remote object: common.locations)
+        data = read_located(query.image_path, ImageSettings())
+    except (ImageError, SourceUnavailable):  # (re-encoded from the decoded image instead)
         return None
     return data if image_suffix(data) == ".jpeg" else None
 

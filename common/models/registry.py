@@ -17,7 +17,6 @@ from huggingface_hub import HfApi, constants, try_to_load_from_cache
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
 from common.errors import ConfigurationError
-from common.models.tiny import ensure_tiny
 
 Role = Literal["small", "large"]
 
@@ -28,6 +27,10 @@ SYNTH_WEIGHTS = Path(__file__).resolve().parent / "weights" / "synth"
 def resolve_model(spec: str, role: Role, cache_dir: Path) -> str:
     """The path or hub id to load for ``spec`` in the given role."""
     if spec == "tiny":
+        # (here, not at the top: building them needs torch; naming a model does not, and
+        # a corpus is submitted without torch in memory)
+        from common.models.tiny import ensure_tiny
+
         return str(ensure_tiny(cache_dir)[role])
     if spec == "synth":
         if not (SYNTH_WEIGHTS / role / "model.safetensors").is_file():

@@ -66,3 +66,8 @@ def hold_lease(session: Session, name: str, holder: str, ttl_s: float) -> bool:
     except IntegrityError:  # another process created it first: theirs
         return False
     return True
+
+
+def release_lease(session: Session, name: str, holder: str) -> None:
+    """Give up ``name`` if ``holder`` holds it."""
+    session.execute(delete(Lease).where(Lease.name == name, Lease.holder == holder))

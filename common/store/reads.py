@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -257,9 +257,14 @@ def list_batches(
 
 
 def batch_results(
-    session: Session, batch_id: str, *, status: str | None = None
+    session: Session,
+    batch_id: str,
+    *,
+    status: str | None = None,
+    item_ids: Sequence[str] | None = None,
 ) -> Iterator[tuple[BatchItem, Job]]:
-    """A batch's rows in order, each with its job (only jobs in ``status``, if given)."""
+    """A batch's rows in order, each with its job (only jobs in ``status``, only rows
+    with ``item_ids``, if given)."""
     query = (
         select(BatchItem, Job)
         .join(Job, Job.id == BatchItem.job_id)
@@ -268,5 +273,7 @@ def batch_results(
     )
     if status is not None:
         query = query.where(Job.status == status)
+    if item_ids is not None:
+        query = query.where(BatchItem.item_id.in_(item_ids))
     for item, job in session.execute(query.execution_options(yield_per=500)):  # noqa: UP028
         yield item, job

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
-from collections import Counter
+import secrets
+import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, text
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -68,8 +71,19 @@ def idempotency_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+_last_micros = 0
+_id_lock = threading.Lock()
+
+
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """A new id: 32 hex digits, microseconds since the epoch then 72 random bits, so ids
+    made by one process sort in the order they were made (jobs written in one statement
+    share ``created_at``: claims take them in id order, which is the corpus's)."""
+    global _last_micros
+    with _id_lock:
+        _last_micros = max(time.time_ns() // 1000, _last_micros + 1)
+        micros = _last_micros
+    return f"{micros:014x}{secrets.token_hex(9)}"
 
 
 def client_job_key(client_key: str, tenant: str | None) -> str:
@@ -122,70 +136,193 @@ def storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
     )
 
 
+@dataclass
+class Held:
+    """What a batch held before this run and which of those rows this run has matched.
+
+    ``before``: the rows at positions below it are from earlier runs (None: every row
+    of the batch; 0: a new batch, nothing is looked up). ``matched`` marks, by position,
+    the held rows an item of this run has taken already, so a corpus submitted in
+    chunks matches each held row once, in corpus order, whichever chunk its id is in."""
+
+    before: int | None = None
+    matched: bytearray = field(default_factory=bytearray)
+
+    def take(self, position: int) -> None:
+        byte, bit = divmod(position, 8)
+        if byte >= len(self.matched):
+            self.matched.extend(bytes(byte + 1 - len(self.matched)))
+        self.matched[byte] |= 1 << bit
+
+    def taken(self, position: int) -> bool:
+        byte, bit = divmod(position, 8)
+        return byte < len(self.matched) and bool(self.matched[byte] >> bit & 1)
+
+
 def submit_items(
     session: Session,
     batch: Batch,
     items: Sequence[NewItem],
     config_key: str,
     method: Method = "speceyes",
+    *,
+    held: Held | None = None,
+    created_jobs: list[tuple[str, str]] | None = None,
 ) -> tuple[int, int]:
     """Add ``items`` to ``batch``; each gets the job its key names, created if new.
 
-    An item whose ``item_id`` the batch already holds keeps its row: submitting the same
-    corpus again adds nothing, and a grown corpus adds only its new rows (at the end).
-    But a held row whose item now reads differently (its image's bytes were replaced, a
-    broken file was mended) is pointed at the job of its new key, so its answer is never
-    one about other pixels; a row whose file is broken now (gone for a while) keeps the
-    answer it has. Only an id held once and submitted once is followed so: rows that
-    share an id (several questions about one image) keep theirs. A broken item
-    (``error``) becomes a failed job. ``method`` is how new jobs are answered (``add_job``).
-    Returns (jobs created, items added).
+    Each item takes the first row the batch already holds with its ``item_id`` that no
+    earlier item took (``held``), and keeps it: submitting the same corpus again adds
+    nothing, and a grown corpus adds only its new rows (at the end). But a held row
+    whose item now reads differently (its image's bytes were replaced, a broken file was
+    mended, its question is another) is pointed at the job of its new key, so its
+    answer is never one about other pixels; a row whose file is broken now (gone for a
+    while) keeps the answer it has. An item no held row is left for is a new row. A
+    broken item (``error``) becomes a failed job. ``method`` is how new jobs are
+    answered (``add_job``). Rows and jobs are written in bulk. ``created_jobs``
+    collects (id, status) of each job created. Returns (jobs created, items added).
     """
-    held_rows = session.execute(
-        select(BatchItem, Job.idempotency_key)
-        .join(Job, Job.id == BatchItem.job_id)
-        .where(BatchItem.batch_id == batch.id)
-    ).all()
-    held_ids = Counter(row.item_id for row, _ in held_rows)
-    submitted_ids = Counter(item.item_id for item in items)
-    held = {row.item_id: (row, key) for row, key in held_rows if held_ids[row.item_id] == 1}
+    held = held if held is not None else Held()
     keys = [_item_key(batch, item, config_key) for item in items]
-    fresh = [
-        (item, key) for item, key in zip(items, keys, strict=True) if item.item_id not in held_ids
-    ]
-    changed = [
-        (item, key)
-        for item, key in zip(items, keys, strict=True)
-        if item.item_id in held
-        and submitted_ids[item.item_id] == 1
-        and item.error is None
-        and held[item.item_id][1] != key
-    ]
-    existing = _jobs_by_key(session, {key for _, key in fresh + changed})
-    created = 0
-    for item, key in fresh + changed:
-        if key not in existing:
-            existing[key] = add_job(session, item, key, batch.tenant, method)
-            created += 1
-    session.flush()  # jobs first: items point at them (no ORM relationship orders this)
-    for item, key in changed:
-        row = held[item.item_id][0]
+    candidates: dict[str, list[tuple[BatchItem, str]]] = {}
+    if held.before != 0:
+        for row, key in sorted(
+            _held_rows(session, batch.id, items, held.before), key=lambda found: found[0].position
+        ):
+            if not held.taken(row.position):
+                candidates.setdefault(row.item_id, []).append((row, key))
+    fresh: list[tuple[NewItem, str]] = []
+    changed: list[tuple[NewItem, str, BatchItem]] = []
+    for item, key in zip(items, keys, strict=True):
+        waiting = candidates.get(item.item_id)
+        if not waiting:
+            fresh.append((item, key))
+            continue
+        row, held_key = waiting.pop(0)
+        held.take(row.position)
+        if item.error is None and held_key != key:
+            changed.append((item, key, row))
+    # Jobs first (items point at them), each inserted unless its key names one already:
+    # the unique index decides, in the same statement, with no lookup that the planner
+    # may turn into a scan of a table that grew since it was last analyzed. Only the
+    # keys found taken are then read.
+    now = utcnow()
+    proposed: dict[str, dict[str, Any]] = {}
+    for item, key in [*fresh, *((item, key) for item, key, _ in changed)]:
+        if key not in proposed:
+            proposed[key] = _job_row(item, key, batch.tenant, method, now)
+    inserted = _insert_jobs(session, list(proposed.values()))
+    new_jobs = [job for key, job in proposed.items() if key in inserted]
+    existing = {key: job["id"] for key, job in proposed.items() if key in inserted}
+    existing.update(_jobs_by_key(session, set(proposed) - inserted))
+    if created_jobs is not None:
+        created_jobs.extend((job["id"], job["status"]) for job in new_jobs)
+    for item, key, row in changed:
         row.job_id = existing[key]
         row.expected, row.split, row.category = item.expected, item.split, item.category
     first_position = next_position(session, batch.id)
-    for position, (item, key) in enumerate(fresh, first_position):
-        item_row = BatchItem(
-            batch_id=batch.id,
-            position=position,
-            item_id=item.item_id,
-            expected=item.expected,
-            split=item.split,
-            category=item.category,
-        )
-        item_row.job_id = existing[key]
-        session.add(item_row)
+    new_rows = [
+        {
+            "batch_id": batch.id,
+            "position": position,
+            "item_id": item.item_id,
+            "expected": item.expected,
+            "split": item.split,
+            "category": item.category,
+            "job_id": existing[key],
+        }
+        for position, (item, key) in enumerate(fresh, first_position)
+    ]
+    if new_rows:
+        session.execute(insert(BatchItem), new_rows)
     session.flush()
-    return created, len(fresh)
+    return len(new_jobs), len(fresh)
+
+
+# A chunk of jobs in one statement: each column one array, the rows unnested on the
+# server (one small statement to parse and plan, whatever the chunk's size).
+_JOB_COLUMNS = {
+    "created_at": "timestamptz",
+    "tenant": "text",
+    "id": "text",
+    "idempotency_key": "text",
+    "image_path": "text",
+    "image_hash": "text",
+    "question": "text",
+    "options": "json",
+    "shown_path": "text",
+    "status": "text",
+    "stage": "text",
+    "defer_reason": "text",
+    "attempts": "integer",
+    "error_code": "text",
+    "error_message": "text",
+    "finished_at": "timestamptz",
+}
+_UNNESTED_INSERT = text(
+    f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) SELECT "
+    + ", ".join(
+        f"CAST(c_{name} AS json)" if kind == "json" else f"c_{name}"
+        for name, kind in _JOB_COLUMNS.items()
+    )
+    + " FROM unnest("
+    + ", ".join(
+        f"CAST(:{name} AS {'text' if kind == 'json' else kind}[])"
+        for name, kind in _JOB_COLUMNS.items()
+    )
+    + f") AS rows({', '.join(f'c_{name}' for name in _JOB_COLUMNS)})"
+    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
+)
+
+
+def _insert_jobs(session: Session, rows: list[dict[str, Any]]) -> set[str]:
+    """Insert the job ``rows`` whose idempotency keys are free; the keys inserted. The
+    unique index decides (ON CONFLICT DO NOTHING), in the statement that inserts: no
+    lookup first, which PostgreSQL may plan as a scan of a table that grew since it
+    was last analyzed (a first bulk load)."""
+    if not rows:
+        return set()
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        columns = {
+            name: [
+                json.dumps(row[name]) if kind == "json" and row[name] is not None else row[name]
+                for row in rows
+            ]
+            for name, kind in _JOB_COLUMNS.items()
+        }
+        return set(session.scalars(_UNNESTED_INSERT, columns))
+    if dialect == "sqlite":
+        statement = (
+            sqlite_insert(Job)
+            .on_conflict_do_nothing(index_elements=[Job.idempotency_key])
+            .returning(Job.idempotency_key)
+        )
+        return set(session.scalars(statement, rows))
+    taken = _jobs_by_key(session, {row["idempotency_key"] for row in rows})  # (another one)
+    free = [row for row in rows if row["idempotency_key"] not in taken]
+    if free:
+        session.execute(insert(Job), free)
+    return {row["idempotency_key"] for row in free}
+
+
+def _held_rows(
+    session: Session, batch_id: str, items: Sequence[NewItem], held_before: int | None
+) -> list[Any]:
+    """The batch's rows (with their jobs' keys) that have the ids of ``items``, at
+    positions below ``held_before`` (None: any)."""
+    ids = sorted({item.item_id for item in items})
+    rows: list[Any] = []
+    for start in range(0, len(ids), 500):
+        query = (
+            select(BatchItem, Job.idempotency_key)
+            .join(Job, Job.id == BatchItem.job_id)
+            .where(BatchItem.batch_id == batch_id, BatchItem.item_id.in_(ids[start : start + 500]))
+        )
+        if held_before is not None:
+            query = query.where(BatchItem.position < held_before)
+        rows.extend(session.execute(query).all())
+    return rows
 
 
 def submit_job(
@@ -320,24 +457,32 @@ def add_job(
     tenant: str | None = None,
     method: Method = "speceyes",
 ) -> str:
-    now = utcnow()  # one clock reading: a job failed at once finishes as it is created
-    job = Job(
-        created_at=now,
-        tenant=tenant,
-        id=new_id(),
-        idempotency_key=key,
-        image_path=item.image_path,
-        image_hash=item.image_hash,
-        question=item.question,
-        options=item.options,
-        shown_path=item.shown_path,
-        status=waiting_status(method),
-        stage=Stage.AGENT if method == "specreason" else Stage.FAST,
-        defer_reason=DeferReason.SPECREASON if method == "specreason" else None,
-        attempts=0,
-    )
-    if item.error is not None:
-        job.status, (job.error_code, job.error_message) = JobStatus.FAILED, item.error
-        job.finished_at = now
-    session.add(job)
-    return job.id
+    row = _job_row(item, key, tenant, method, utcnow())
+    session.add(Job(**row))
+    return str(row["id"])
+
+
+def _job_row(
+    item: NewItem, key: str, tenant: str | None, method: Method, now: datetime
+) -> dict[str, Any]:
+    """A new job's columns. A broken item's job is failed at once: it finishes as it is
+    created (one clock reading, ``now``)."""
+    failed = item.error is not None
+    return {
+        "created_at": now,
+        "tenant": tenant,
+        "id": new_id(),
+        "idempotency_key": key,
+        "image_path": item.image_path,
+        "image_hash": item.image_hash,
+        "question": item.question,
+        "options": item.options,
+        "shown_path": item.shown_path,
+        "status": JobStatus.FAILED if failed else waiting_status(method),
+        "stage": Stage.AGENT if method == "specreason" else Stage.FAST,
+        "defer_reason": DeferReason.SPECREASON if method == "specreason" else None,
+        "attempts": 0,
+        "error_code": item.error[0] if item.error else None,
+        "error_message": item.error[1] if item.error else None,
+        "finished_at": now if failed else None,
+    }

@@ -167,6 +167,9 @@ class Job(Base):
 
 class BatchItem(Base):
     __tablename__ = "batch_items"
+    # a row found by its id when a corpus is submitted again (a hash index in PostgreSQL:
+    # an id may be longer than a B-tree entry may hold)
+    __table_args__ = (Index("ix_batch_items_item_id", "item_id", postgresql_using="hash"),)
 
     batch_id: Mapped[str] = mapped_column(
         String(32), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True

@@ -95,6 +95,13 @@ def test_json_jobs_take_base64_or_a_path_inside_the_roots_only(api, tmp_path):
         str(server.root / "link.png"): (403, "path_outside_roots"),  # a symlink out
         str(server.root / ".." / "secret.png"): (422, "path_traversal"),
         str(server.root / "missing.png"): (404, "image_missing"),
+        # the command line's locators and URLs: never fetched for a client
+        "s3://bucket/a.png": (422, "url_fetching_disabled"),
+        "https://example.org/a.png": (422, "url_fetching_disabled"),
+        '{"tar": "/etc/passwd", "member": "x.png", "offset": 0, "size": 10}': (
+            422,
+            "url_fetching_disabled",
+        ),
     }
     for path, (status, error) in cases.items():
         response = server.http.post("/v1/jobs", json={"question": "Q?", "image_path": path})

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import io
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from api.browse import image_response
+from common.config import Settings
+from common.errors import NotFound
+from common.images import content_hash
+from common.locations import _GROUPS, _RECENT, parquet_row
 from common.store.tables import Job
+from tests.helpers.corpora import image_bytes
 from tests.helpers.reviewing import ZOOM_BOX, decided_batch, picture, zoom_trajectory
 
 
@@ -155,3 +163,22 @@ def test_rows_refuse_what_no_column_holds(decided, params: dict) -> None:
     app, batch_id, _ = decided
     answer = app.http.get(f"/v1/batches/{batch_id}/rows", params=params)
     assert answer.status_code == 422 and set(answer.json()) == {"error", "detail"}
+
+
+def test_a_referenced_image_is_shown_only_as_its_job_read_it(tmp_path) -> None:
+    """A job of a corpus read where it lies (a Parquet row here): the page shows those
+    pixels, checked by the job's digest; a table rewritten since shows nothing."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": [image_bytes(1)]}), table)
+    job = Job(
+        id="j" * 32,
+        image_path=parquet_row(str(table), "image", 0, 0),
+        image_hash=content_hash(image_bytes(1)),
+    )
+    shown = image_response(job, Settings())
+    assert shown.status_code == 200 and Image.open(io.BytesIO(shown.body)).size == (40, 30)
+    pq.write_table(pa.table({"image": [image_bytes(2)]}), table)  # other rows, same place
+    _GROUPS.clear(), _RECENT.clear()
+    with pytest.raises(NotFound) as refused:
+        image_response(job, Settings(), max_side=64)  # (not the one rendered above)
+    assert refused.value.code == "image_unavailable"

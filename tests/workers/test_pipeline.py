@@ -16,11 +16,12 @@ from sqlalchemy import select
 from common.backends.scripted import JobScript
 from common.config import Settings
 from common.contracts import JobStatus, Stage
-from common.corpus import read_source
+from common.corpus import open_source, read_source
 from common.dispatch import follow_store, send_waiting
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from common.submit import submit_corpus
+from tests.helpers.corpora import object_store, write_parquet, write_shards
 from tests.helpers.images import write_images
 from tests.helpers.routes import ROUTES
 from tests.helpers.sandbox import bubblewrap_or_skip
@@ -538,3 +539,48 @@ def test_sigterm_lets_a_slow_workers_trajectory_finish_then_exits_0(tmp_path, de
     slow.process.send_signal(signal.SIGTERM)
     assert slow.process.wait(timeout=60) == 0
     assert [job.status for job in made.jobs().values()] == [JobStatus.DONE]  # finished first
+
+
+def test_workers_read_referenced_images_where_they_lie_checked_by_digest(tmp_path, deployment):
+    """Shards and a table on an S3-compatible server (moto: no real S3 here): the workers
+    read each image from its tar member or Parquet row, nothing is copied into the
+    upload store, and the member replaced after submission fails its job alone."""
+    uploads = tmp_path / "uploads"
+    setup = deployment(fast_batch_size="4", upload_dir=str(uploads))
+    write_shards(tmp_path / "corpus" / "shards", shards=2, per_shard=3)
+    write_parquet(tmp_path / "corpus" / "t.parquet", 5, row_group_size=2)
+    with object_store() as store:
+        base = store.upload(tmp_path / "corpus", "corpus")
+        batches = []
+        for source in (f"{base}/shards/{{00000..00001}}.tar", f"{base}/t.parquet"):
+            corpus = open_source(source, settings=setup.settings)
+            submitted = submit_corpus(
+                setup.sessions,
+                corpus.rows,
+                source=corpus.location,
+                name="t",
+                settings=setup.settings,
+            )
+            batches.append(submitted.batch_id)
+        shard = bytearray((tmp_path / "corpus" / "shards" / "00001.tar").read_bytes())
+        with setup.sessions() as session:
+            job = session.scalar(
+                select(Job).where(Job.image_path.contains('"member":"000004.png"'))
+            )
+            place = json.loads(job.image_path)
+        shard[place["offset"] : place["offset"] + 8] = b"replaced"  # same size, other bytes
+        store.put("corpus/shards/00001.tar", bytes(shard))
+        setup.start("fast")
+        setup.start("slow")
+
+        shard_counts = setup.run(batches[0]).counts
+        table_counts = setup.run(batches[1]).counts
+
+    assert shard_counts.jobs == 6 and shard_counts.failures == {"image_changed": 1}
+    assert table_counts.jobs == 5 and not table_counts.failures
+    changed = setup.jobs()[job.id]
+    assert (
+        changed.error_message
+        == "s3://corpus/shards/00001.tar member 000004.png changed since it was submitted"
+    )
+    assert not uploads.exists()
