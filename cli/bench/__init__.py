@@ -31,6 +31,10 @@ COMMANDS = {
         "cli.bench.pipeline",
         "the distributed pipeline end to end: jobs/s and submit-to-done latency",
     ),
+    "submit": (
+        "cli.bench.submit",
+        "a corpus of a million rows into PostgreSQL: rows/s and peak memory",
+    ),
     "synth": (
         "cli.bench.synth",
         "the SpecEyes-Synth report: accuracy, gates, speedup (trained tiny models)",

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from PIL import Image
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 from common.backends.scripted import ScriptedSettings
 from common.config import Settings
@@ -39,6 +38,7 @@ from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from lab.bench.embedded import EmbeddedFigures
 from lab.bench.schedule import run_draws
+from lab.bench.scratch import scratch_database
 from workers.queues import CeleryDispatcher
 
 Log = Callable[[str], None]
@@ -250,28 +250,3 @@ def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> 
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-
-
-@contextmanager
-def scratch_database(url: str) -> Iterator[str]:
-    """A new database on the PostgreSQL server of ``url``, dropped afterwards."""
-    parsed = make_url(url)
-    if not parsed.drivername.startswith("postgresql"):
-        raise ConfigurationError(
-            "bench pipeline needs PostgreSQL: --db postgresql+psycopg://USER@HOST:5432/DB "
-            "(a scratch database is created beside DB and dropped afterwards)"
-        )
-    name = f"speceyes_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        admin.dispose()
-        raise ConfigurationError(f"cannot create a scratch database: {exc}") from None
-    try:
-        yield parsed.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
