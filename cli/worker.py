@@ -14,10 +14,12 @@ DESCRIPTION = """\
 Start a worker of the distributed pipeline. Jobs arrive on Redis (SPECEYES_BROKER_URL or
 --broker); results go to the job store (--db, PostgreSQL for more than one machine).
 
-  fast   phases I-III in micro-batches: flushes at --batch-size messages or after
-         SPECEYES_FAST_MAX_WAIT_S; accepted answers are written at once, the rest are
-         sent to the slow queue. One process, one batch at a time; it prefetches two
-         batches' worth of messages so the next batch fills while this one runs.
+  fast   phases I-III in micro-batches: a message carries a micro-batch of job ids
+         (a submission packs them) and runs as one; single ids are gathered, flushed
+         at --batch-size messages or after SPECEYES_FAST_MAX_WAIT_S; accepted
+         answers are written at once, the rest are sent to the slow queue. One
+         process, one batch at a time; it prefetches two batches' worth of messages
+         so the next batch fills while this one runs.
   slow   --concurrency N agent trajectories at once (default 1), one message prefetched
          per trajectory. In-process models batch the N trajectories' steps into one
          generate (lockstep, the same trajectories as one by one); with --backend

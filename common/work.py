@@ -231,6 +231,7 @@ class FastWork(_Work):
     def __init__(self, *args: Any, split_first: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._split_next = split_first
+        self._claimed_controls: dict[str, Any] | None = None  # read with run_ids's claim
 
     def run(self, tickets: list[Ticket]) -> StageReport:
         """Run claimed jobs: the fresh ones as one group, each one tried before alone."""
@@ -259,10 +260,15 @@ class FastWork(_Work):
             tickets = claims.claim_ids(
                 session, job_ids, Stage.FAST, stale_after_s=None, worker=self.worker
             )
+            # (read with the claim: one transaction less per batch; as fresh as the claim)
+            self._claimed_controls = audits.controls(session)
             claimed = {ticket.job_id for ticket in tickets}
             unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
             others = claims.statuses(session, unclaimed) if unclaimed else {}
-        report = self.run(tickets)
+        try:
+            report = self.run(tickets)
+        finally:
+            self._claimed_controls = None
         # Deferred by an earlier delivery of this message that died before sending them
         # on: send them again (a duplicate slow message changes nothing).
         deferred = [job_id for job_id, status in others.items() if status == JobStatus.DEFERRED]
@@ -323,8 +329,10 @@ class FastWork(_Work):
     ) -> tuple[list[FastOutcome], dict[str, float], GateSettings]:
         """The group's outcomes, the seconds per phase, and the gate they were judged by
         (an audit alarm may have raised tau, or paused accepting: ``common.audit``)."""
-        with self.sessions() as session:
-            controls = audits.controls(session)
+        controls = self._claimed_controls
+        if controls is None:
+            with self.sessions() as session:
+                controls = audits.controls(session)
         funnel = self.settings.funnel
         if "gate_threshold" in controls:
             raised = funnel.gate.model_copy(update={"threshold": controls["gate_threshold"]})

@@ -1,9 +1,12 @@
 """The workers' Celery app: the fast (batched) and slow tasks, thin over ``common.work``.
 
-- ``speceyes.fast`` is a celery-batches task: messages (one job id each) are buffered
-  until ``fast_batch_size`` of them arrived or ``fast_max_wait_s`` passed, then the ids go
-  to ``FastWork.run_ids`` as one batch. Deferred jobs are sent to the slow queue after
-  their batch is committed (by the work unit, through the dispatcher).
+- ``speceyes.fast`` is a celery-batches task: messages (each a micro-batch of job ids,
+  as ``CeleryDispatcher.send_fast`` packs them, or one id) are buffered until
+  ``fast_batch_size`` of them arrived or ``fast_max_wait_s`` passed; their ids then go to
+  ``FastWork.run_ids`` in micro-batches of ``fast_batch_size``. A bulk submission's full
+  messages run at once; ids trickling in one by one (the API) are gathered as before.
+  Deferred jobs are sent to the slow queue after their batch is committed (by the work
+  unit, through the dispatcher).
 - ``speceyes.slow`` runs one trajectory per message (``AgentWork.run_id``).
 
 Both acknowledge late, and the conditional writes make a second delivery harmless. A
@@ -32,7 +35,7 @@ from common.config import Settings
 from common.gate import warm_up
 from common.inference_client import Backoff
 from common.store.db import open_store
-from common.work import AgentWork, FastWork
+from common.work import AgentWork, FastWork, StageReport
 from workers import metrics
 from workers.queues import AUDIT_TASK, FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
 from workers.supervision import Repeated, Supervisor, serve_health
@@ -54,6 +57,12 @@ class TimedBatches(Batches):
     def Strategy(self, task: Any, app: Any, consumer: Any) -> Any:
         self._tref = None
         return super().Strategy(task, app, consumer)
+
+
+def _ids(request: SimpleRequest) -> list[str]:
+    """The job ids a fast message carries: a micro-batch's list, or one id."""
+    payload = request.args[0]
+    return [str(one) for one in payload] if isinstance(payload, list) else [str(payload)]
 
 
 def backoff_s(settings: Settings, retries: int) -> float:
@@ -122,14 +131,19 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         acks_late=True,
     )
     def fast(requests: list[SimpleRequest]) -> None:
-        job_ids = list(dict.fromkeys(str(request.args[0]) for request in requests))
-        takeover = {str(r.args[0]) for r in requests if (r.kwargs or {}).get("takeover")}
+        job_ids = list(dict.fromkeys(i for request in requests for i in _ids(request)))
+        takeover = {i for r in requests if (r.kwargs or {}).get("takeover") for i in _ids(r)}
         retries = max((int((r.kwargs or {}).get("retries", 0)) for r in requests), default=0)
+        size = settings.funnel.fast_batch_size
         try:
             with lock:
-                report = runtime.fast.run_ids([i for i in job_ids if i not in takeover])
-                if takeover:
-                    report.merge(runtime.fast.run_ids(sorted(takeover), takeover=True))
+                fresh = [i for i in job_ids if i not in takeover]
+                report = StageReport()
+                for start in range(0, len(fresh), size):
+                    report.merge(runtime.fast.run_ids(fresh[start : start + size]))
+                held = sorted(takeover)
+                for start in range(0, len(held), size):
+                    report.merge(runtime.fast.run_ids(held[start : start + size], takeover=True))
         except Exception:
             # The store failed outside any one job's work (the database went away). The
             # messages are acknowledged anyway (celery-batches), so send the ids again,

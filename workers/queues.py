@@ -1,6 +1,11 @@
 """The Celery queues: job ids onto the fast, slow or audit queue, by task name.
 
-Messages carry job ids only; the job row in the store holds everything else. Tasks are
+Messages carry job ids only; the job row in the store holds everything else. A fast
+message carries a micro-batch of ids (up to ``fast_batch_size``): the broker's cost
+(a push, a pop, the unacked bookkeeping and the ack, each a Redis round trip) is paid
+per message, so per batch, not per job. Slow and audit messages carry one id: a
+trajectory takes seconds, and one job per message lets slow workers share the queue
+job by job. Tasks are
 sent by name, so whoever enqueues (``speceyes annotate``, the API, a worker passing jobs
 on) never imports the task code (``workers.app``) or a model; this module imports
 celery only inside its functions.
@@ -91,10 +96,15 @@ class CeleryDispatcher(Dispatcher):
         takeover: bool = False,
         retries: int = 0,
     ) -> int:
-        """One message per job id. ``takeover`` is for a worker sending back jobs it holds
-        (the next worker may claim them although they look running)."""
+        """One message per micro-batch of up to ``fast_batch_size`` ids; returns the ids
+        sent. ``takeover`` is for a worker sending back jobs it holds (the next worker may
+        claim them although they look running)."""
         options = _options(takeover, retries)
-        return self._send(FAST_TASK, self.settings.broker.fast_queue, job_ids, delay_s, options)
+        ids = list(job_ids)
+        size = self.settings.funnel.fast_batch_size
+        batches = [ids[start : start + size] for start in range(0, len(ids), size)]
+        self._send(FAST_TASK, self.settings.broker.fast_queue, batches, delay_s, options)
+        return len(ids)
 
     def send_slow(
         self,
@@ -147,18 +157,19 @@ class CeleryDispatcher(Dispatcher):
         self,
         task: str,
         queue: str,
-        job_ids: Iterable[str],
+        payloads: Iterable[str | list[str]],
         countdown: float | None,
         options: dict[str, Any] | None,
         priority: int | None = None,
     ) -> int:
+        """One message per payload (a job id, or a list of them); returns the messages."""
         sent = 0
         try:
             with self.app.producer_or_acquire() as producer:
-                for job_id in job_ids:
+                for payload in payloads:
                     self.app.send_task(
                         task,
-                        args=[job_id],
+                        args=[payload],
                         kwargs=options,
                         queue=queue,
                         countdown=countdown,
@@ -190,7 +201,7 @@ class CeleryDispatcher(Dispatcher):
             raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
         finally:
             client.close()
-        return {job_id for job_id in map(_job_id, raw) if job_id}
+        return {job_id for message in raw for job_id in _job_ids(message)}
 
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting per queue (not counting those a worker holds)."""
@@ -240,9 +251,10 @@ def _held_message(value: bytes) -> bytes:
         return b""
 
 
-def _job_id(raw: bytes) -> str | None:
-    """The job id a kombu message on Redis carries (Celery protocol 2: the body is the
-    base64 JSON of [args, kwargs, embed]; args[0] is the id)."""
+def _job_ids(raw: bytes) -> list[str]:
+    """The job ids a kombu message on Redis carries (Celery protocol 2: the body is the
+    base64 JSON of [args, kwargs, embed]; args[0] is an id, or a fast micro-batch's list
+    of them)."""
 
     try:
         message = json.loads(raw)
@@ -250,6 +262,9 @@ def _job_id(raw: bytes) -> str | None:
         if message.get("properties", {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
         args = json.loads(body)[0]
-        return str(args[0]) if args else None
     except (ValueError, KeyError, IndexError, TypeError):
-        return None
+        return []
+    if not args:
+        return []
+    payload = args[0]
+    return [str(one) for one in payload] if isinstance(payload, list) else [str(payload)]

@@ -510,11 +510,12 @@ def test_sigterm_hands_a_fast_workers_buffered_messages_back_and_exits_0(tmp_pat
             and len(made.dispatcher.message_ids()) == 5
         ),
         deadline_s=30,
-        what="the worker to take the 5 messages",
+        what="the worker to take the message of 5 jobs",
     )
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(timeout=60) == 0
-    assert made.dispatcher.queue_depths()[made.settings.broker.fast_queue] == 5  # back on the queue
+    assert made.dispatcher.queue_depths()[made.settings.broker.fast_queue] == 1  # back: 1 message
+    assert len(made.dispatcher.message_ids(held=False)) == 5  # (of 5 ids)
     assert {job.status for job in made.jobs().values()} == {JobStatus.QUEUED}
 
 
@@ -584,3 +585,15 @@ def test_workers_read_referenced_images_where_they_lie_checked_by_digest(tmp_pat
         == "s3://corpus/shards/00001.tar member 000004.png changed since it was submitted"
     )
     assert not uploads.exists()
+
+
+def test_a_submission_sends_one_fast_message_per_micro_batch(deployment):
+    """The broker's cost is paid per batch: 70 ids at a batch size of 32 are 3 messages,
+    and the reconciler still reads every id in them."""
+    made = deployment(fast_batch_size="32")
+    ids = [f"{n:032x}" for n in range(70)]
+    assert made.dispatcher.send_fast(ids) == 70
+    assert made.dispatcher.queue_depths()[made.settings.broker.fast_queue] == 3
+    assert made.dispatcher.message_ids(held=False) == set(ids)
+    made.dispatcher.send_slow(ids[:2])
+    assert made.dispatcher.queue_depths()[made.settings.broker.slow_queue] == 2  # one each
