@@ -35,7 +35,7 @@ from common.config import Settings
 from common.gate import warm_up
 from common.inference_client import Backoff
 from common.store.db import open_store
-from common.work import AgentWork, FastWork, StageReport
+from common.work import AgentWork, FastWork
 from workers import metrics
 from workers.queues import AUDIT_TASK, FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
 from workers.supervision import Repeated, Supervisor, serve_health
@@ -138,12 +138,12 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         try:
             with lock:
                 fresh = [i for i in job_ids if i not in takeover]
-                report = StageReport()
-                for start in range(0, len(fresh), size):
-                    report.merge(runtime.fast.run_ids(fresh[start : start + size]))
                 held = sorted(takeover)
-                for start in range(0, len(held), size):
-                    report.merge(runtime.fast.run_ids(held[start : start + size], takeover=True))
+                chunks = [(fresh[n : n + size], False) for n in range(0, len(fresh), size)]
+                chunks += [(held[n : n + size], True) for n in range(0, len(held), size)]
+                for chunk, taken_over in chunks:
+                    report = runtime.fast.run_ids(chunk, takeover=taken_over)
+                    metrics.record_fast(len(chunk), report)  # (per micro-batch, as run)
         except Exception:
             # The store failed outside any one job's work (the database went away). The
             # messages are acknowledged anyway (celery-batches), so send the ids again,
@@ -153,7 +153,6 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             runtime.dispatcher.send_fast(job_ids, delay_s=delay, takeover=True, retries=retries + 1)
             return
         repeated.cleared("fast", "fast batches are recorded again")
-        metrics.record_fast(len(job_ids), report)
 
     @app.task(name=SLOW_TASK, acks_late=True)
     def slow(job_id: str, takeover: bool = False, retries: int = 0) -> None:

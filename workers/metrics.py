@@ -97,7 +97,9 @@ class QueueDepth(Collector):
 
     def collect(self) -> Iterator[Any]:
         family = GaugeMetricFamily(
-            "speceyes_queue_depth", "Messages waiting in the queue.", labels=["queue"]
+            "speceyes_queue_depth",
+            "Messages waiting in the queue (a fast message holds up to a batch of jobs).",
+            labels=["queue"],
         )
         try:
             depths = self.broker.queue_depths()

@@ -261,10 +261,9 @@ def _job_ids(raw: bytes) -> list[str]:
         body = message["body"]
         if message.get("properties", {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
-        args = json.loads(body)[0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return []
-    if not args:
-        return []
-    payload = args[0]
-    return [str(one) for one in payload] if isinstance(payload, list) else [str(payload)]
+        payload = json.loads(body)[0][0]
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return []  # (not one of ours: a foreign or malformed message names no job)
+    if isinstance(payload, list):
+        return [str(one) for one in payload if isinstance(one, str)]
+    return [payload] if isinstance(payload, str) else []
