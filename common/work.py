@@ -258,7 +258,12 @@ class FastWork(_Work):
         """
         with self.sessions.begin() as session:
             tickets = claims.claim_ids(
-                session, job_ids, Stage.FAST, stale_after_s=None, worker=self.worker
+                session,
+                job_ids,
+                Stage.FAST,
+                stale_after_s=None,
+                worker=self.worker,
+                untried_only=True,
             )
             # (read with the claim: one transaction less per batch; as fresh as the claim)
             self._claimed_controls = audits.controls(session)
@@ -275,11 +280,12 @@ class FastWork(_Work):
         if deferred:
             self.dispatcher.send_slow(deferred)
             report.to_slow += deferred
-        # Running: a live worker's (left alone) or a dead one's (claimed once stale). Each
-        # is claimed only when it runs, alone: a job that kills its worker uses up its own
+        # Running: a live worker's (left alone) or a dead one's (claimed once stale); or
+        # waiting after a try (handed back when its worker died, or a retry). Each is
+        # claimed only when it runs, alone: a job that kills its worker uses up its own
         # attempts, never those of the jobs that were delivered with it.
         for job_id, status in others.items():
-            if status == JobStatus.RUNNING:
+            if status in (JobStatus.RUNNING, JobStatus.QUEUED):
                 held = self._claim_named([job_id], takeover)
                 if held:
                     report.merge(self.run(held))

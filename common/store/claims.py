@@ -95,6 +95,7 @@ def claim_ids(
     stale_after_s: float | None,
     takeover: bool = False,
     worker: str | None = None,
+    untried_only: bool = False,
 ) -> list[Ticket]:
     """Claim the named jobs for ``stage`` (a message carried their ids).
 
@@ -106,10 +107,14 @@ def claim_ids(
     release it). Jobs that are finished, waiting for the other stage, or running elsewhere
     right now are left alone. Each claim counts one attempt; the tickets carry the count.
     ``worker`` names the claiming worker on the job (its heartbeat vouches for it).
+    ``untried_only``: only waiting jobs never claimed in the stage (a job tried before,
+    handed back when its worker died, is claimed on its own: ``FastWork.run_ids``).
     """
     started = _started(stage)
     now = utcnow()
     claimable: Any = Job.status == WAITING_FOR[stage]
+    if untried_only:
+        claimable = and_(claimable, Job.attempts == 0)
     if takeover or stale_after_s is not None:
         stale = now - timedelta(seconds=0 if takeover else stale_after_s or 0)
         held = and_(Job.status == JobStatus.RUNNING, Job.stage == stage, started <= stale)

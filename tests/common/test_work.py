@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import select, update
 
 from common.backends import Models
@@ -172,3 +173,30 @@ def test_a_batch_of_large_images_runs_in_groups_within_the_pixel_budget(tmp_path
         ["j4", "broken"],  # an unreadable one counts nothing
     ]
     assert [len(group) for group in pixel_groups(tickets, budget=5_000)] == [1] * 6  # alone
+
+
+def test_jobs_handed_back_after_a_try_are_claimed_and_run_one_at_a_time(
+    sessions, tmp_path, monkeypatch
+):
+    """Jobs a dead worker held come back queued with their attempt used (the reconciler's
+    ``release_orphans``): each is claimed only when it runs, alone, so a job that kills
+    its worker uses up its own attempts, never those of the jobs delivered with it."""
+    ids = submit(sessions, tmp_path, 4)
+    with sessions.begin() as session:
+        session.execute(update(Job).where(Job.id.in_(ids[2:])).values(attempts=1))
+    fast, model = stage(sessions, {})
+    screen = model.screen
+
+    def kills_its_worker(queries, **kwargs):
+        if any(query.job_id == ids[2] for query in queries):
+            raise SystemExit("the worker died")  # (nothing of the process's code runs on)
+        return screen(queries, **kwargs)
+
+    monkeypatch.setattr(model, "screen", kills_its_worker)
+    with pytest.raises(SystemExit):
+        fast.run_ids(ids)
+
+    after = jobs(sessions)
+    assert [after[i].status for i in ids[:2]] == [JobStatus.DONE] * 2  # the untried batch
+    assert (after[ids[2]].status, after[ids[2]].attempts) == (JobStatus.RUNNING, 2)  # its own
+    assert (after[ids[3]].status, after[ids[3]].attempts) == (JobStatus.QUEUED, 1)  # untouched
