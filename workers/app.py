@@ -28,6 +28,7 @@ from typing import Any
 
 from celery import bootsteps
 from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
+from celery.worker import state as worker_state
 from celery_batches import Batches, SimpleRequest
 
 from common.backends import Models, load_models
@@ -141,7 +142,10 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
                 held = sorted(takeover)
                 chunks = [(fresh[n : n + size], False) for n in range(0, len(fresh), size)]
                 chunks += [(held[n : n + size], True) for n in range(0, len(held), size)]
-                for chunk, taken_over in chunks:
+                for number, (chunk, taken_over) in enumerate(chunks):
+                    if worker_state.should_stop is not None:  # a warm shutdown (SIGTERM)
+                        _hand_back(chunks[number:])
+                        break
                     report = runtime.fast.run_ids(chunk, takeover=taken_over)
                     metrics.record_fast(len(chunk), report)  # (per micro-batch, as run)
         except Exception:
@@ -153,6 +157,14 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             runtime.dispatcher.send_fast(job_ids, delay_s=delay, takeover=True, retries=retries + 1)
             return
         repeated.cleared("fast", "fast batches are recorded again")
+
+    def _hand_back(chunks: list[tuple[list[str], bool]]) -> None:
+        """The micro-batches of a flush not started when the worker was told to stop: sent
+        again (they were not claimed) before the flush's messages are acknowledged, so a
+        stopping worker finishes the batch it runs, not all 32 of a flush."""
+        for chunk, taken_over in chunks:
+            runtime.dispatcher.send_fast(chunk, takeover=taken_over)
+        log.info("stopping: %d micro-batches handed back to the queue", len(chunks))
 
     @app.task(name=SLOW_TASK, acks_late=True)
     def slow(job_id: str, takeover: bool = False, retries: int = 0) -> None:

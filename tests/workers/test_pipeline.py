@@ -520,6 +520,32 @@ def test_sigterm_hands_a_fast_workers_buffered_messages_back_and_exits_0(tmp_pat
 
 
 @pytest.mark.faults
+def test_sigterm_mid_flush_finishes_the_running_batch_and_hands_the_rest_back(tmp_path, deployment):
+    """A flush of full messages is many micro-batches: a SIGTERM lets the running one
+    finish and sends the others back, unclaimed, before the flush is acknowledged."""
+    import signal
+
+    made = deployment(fast_batch_size="2", fast_max_wait_s="0.2", scripted__fast_batch_s="1")
+    folder = tmp_path / "imgs"
+    write_images(folder, 4)  # one flush: 2 messages of 2 ids, 2 micro-batches of 1 s
+    batch_id = made.submit(folder)
+    worker = made.start("fast")
+    made.send(batch_id)
+    wait_until(
+        lambda: any(job.status == JobStatus.RUNNING for job in made.jobs().values()),
+        deadline_s=30,
+        what="the first micro-batch to run",
+    )
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(timeout=60) == 0
+    statuses = sorted(job.status for job in made.jobs().values())
+    assert statuses == [JobStatus.DONE] * 2 + [JobStatus.QUEUED] * 2
+    queued = {job.id for job in made.jobs().values() if job.status == JobStatus.QUEUED}
+    assert made.dispatcher.message_ids(held=False) == queued  # handed back, still waiting
+    assert all(job.attempts == 0 for job in made.jobs().values() if job.id in queued)
+
+
+@pytest.mark.faults
 def test_sigterm_lets_a_slow_workers_trajectory_finish_then_exits_0(tmp_path, deployment):
     import signal
 
