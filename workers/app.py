@@ -136,12 +136,13 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         takeover = {i for r in requests if (r.kwargs or {}).get("takeover") for i in _ids(r)}
         retries = max((int((r.kwargs or {}).get("retries", 0)) for r in requests), default=0)
         size = settings.funnel.fast_batch_size
+        fresh = [i for i in job_ids if i not in takeover]
+        held = sorted(takeover)
+        chunks = [(fresh[n : n + size], False) for n in range(0, len(fresh), size)]
+        chunks += [(held[n : n + size], True) for n in range(0, len(held), size)]
+        number = 0  # the micro-batch running
         try:
             with lock:
-                fresh = [i for i in job_ids if i not in takeover]
-                held = sorted(takeover)
-                chunks = [(fresh[n : n + size], False) for n in range(0, len(fresh), size)]
-                chunks += [(held[n : n + size], True) for n in range(0, len(held), size)]
                 for number, (chunk, taken_over) in enumerate(chunks):
                     if worker_state.should_stop is not None:  # a warm shutdown (SIGTERM)
                         _hand_back(chunks[number:])
@@ -150,11 +151,15 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
                     metrics.record_fast(len(chunk), report)  # (per micro-batch, as run)
         except Exception:
             # The store failed outside any one job's work (the database went away). The
-            # messages are acknowledged anyway (celery-batches), so send the ids again,
-            # marked: some of them may be claimed by this worker and stuck as running.
+            # messages are acknowledged anyway (celery-batches), so send the ids of this
+            # micro-batch and the ones after it again (those before are recorded),
+            # marked: some may be claimed by this worker and stuck as running.
             repeated.error("fast", "a fast batch failed outside its jobs; sending it again")
             delay = backoff_s(settings, retries)
-            runtime.dispatcher.send_fast(job_ids, delay_s=delay, takeover=True, retries=retries + 1)
+            unfinished = [i for chunk, _ in chunks[number:] for i in chunk]
+            runtime.dispatcher.send_fast(
+                unfinished, delay_s=delay, takeover=True, retries=retries + 1
+            )
             return
         repeated.cleared("fast", "fast batches are recorded again")
 
