@@ -30,6 +30,7 @@ from common.benchmarks import detect, read_benchmark
 from common.config import Settings
 from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
+from common.fields import given_text, is_options
 from common.hfdata import (
     TABLE_SUFFIXES,
     TableFile,
@@ -340,9 +341,7 @@ def _row(
     if not isinstance(question, str) or not question.strip():
         return _broken(position, where, "missing question", item_id)
     options = record.get("options", default_options)
-    if options is not None and (
-        not isinstance(options, list) or not all(isinstance(o, str) for o in options)
-    ):
+    if options is not None and not is_options(options):
         return _broken(position, where, "options must be a list of strings", item_id, question)
     image = record.get("image")
     if not isinstance(image, str) or not image.strip():
@@ -358,8 +357,7 @@ def _row(
         return _broken(position, where, reason, item_id, question)
     else:  # (the operator's own file: any path on this machine, as always)
         image_path = join(base, image)
-    expected = record.get("answer")  # (kept on a failed row too: it is scored, as wrong)
-    expected = str(expected) if expected not in (None, "") else None
+    expected = given_text(record.get("answer"))  # (kept on a failed row too: scored wrong)
     if not is_url(image_path) and not Path(image_path).is_file():
         return SourceRow(
             position,

@@ -245,19 +245,12 @@ def write_parts(rows: Iterable[dict[str, Any]], prefix: str, shard_rows: int) ->
 
 
 def _remove_parts_from(prefix: str, first: int) -> None:
-    """Remove the parts numbered ``first`` and on under ``prefix``."""
-    if is_url(prefix):
-        filesystem, root = fsspec.core.url_to_fs(prefix)
-        found = [name.rsplit("/", 1)[-1] for name in filesystem.glob(f"{root.rstrip('/')}/part-*")]
-    else:
-        found = [path.name for path in Path(prefix).glob("part-*")] if Path(prefix).is_dir() else []
-    for name in found:
-        number = name.removeprefix("part-").removesuffix(".parquet")
+    """Remove the parts numbered ``first`` and on under ``prefix`` (a folder or URL)."""
+    filesystem, root = fsspec.core.url_to_fs(prefix)
+    for path in filesystem.glob(f"{root.rstrip('/')}/part-*.parquet"):
+        number = path.rsplit("/", 1)[-1].removeprefix("part-").removesuffix(".parquet")
         if number.isdigit() and int(number) >= first:
-            if is_url(prefix):
-                filesystem.rm(f"{root.rstrip('/')}/{name}")
-            else:
-                (Path(prefix) / name).unlink(missing_ok=True)
+            filesystem.rm(path)
 
 
 def check_labelled(shards: list[str], prefix: str) -> None:

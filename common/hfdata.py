@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from common.config import ImageSettings
 from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
+from common.fields import given_text, is_options
 from common.images import content_hash, image_suffix, keep_bytes
 from common.locations import (
     arrow_row,
@@ -234,7 +235,7 @@ def _row(
     fields = cell.fields
     where = f"{name_of(file.location)} row {cell.row}"
     raw_id = fields.get(columns.id) if columns.id else fields.get("id")
-    item_id = str(raw_id) if raw_id not in (None, "") else str(position)
+    item_id = given_text(raw_id) or str(position)
 
     def broken(reason: str, asked: str = "", code: str = "invalid_input") -> SourceRow:
         error = (code, f"{where} (id {item_id}): {reason}")
@@ -246,8 +247,7 @@ def _row(
     chosen = _options(fields.get(columns.options), options)
     if isinstance(chosen, bool):
         return broken("options must be a list of strings (or its JSON text)", asked)
-    expected = fields.get(columns.answer)
-    expected = str(expected) if expected not in (None, "") else None
+    expected = given_text(fields.get(columns.answer))
     value = fields.get(cell.image_column)
     if isinstance(value, dict):
         value = value.get("bytes") or value.get("path")
@@ -302,6 +302,6 @@ def _options(value: Any, default: list[str] | None) -> list[str] | bool | None:
             value = json.loads(value)
         except (ValueError, RecursionError):
             return False
-    if isinstance(value, list) and all(isinstance(option, str) for option in value):
+    if is_options(value):
         return value
     return False

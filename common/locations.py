@@ -173,9 +173,13 @@ def describe(locator: str) -> str:
     if not is_reference(locator):
         return locator
     try:
-        ref = parse_reference(locator)
+        return describe_ref(parse_reference(locator))
     except ImageError:
         return locator
+
+
+def describe_ref(ref: Reference) -> str:
+    """A parsed locator as a person reads it."""
     if ref.kind == "tar":
         return f"{ref.container} member {ref.fields.get('member')}"
     if ref.kind == "parquet":
@@ -287,8 +291,7 @@ def _reason(exc: BaseException) -> str:
 
 def _read_object(url: str, limits: ImageSettings) -> bytes:
     with open_binary(url) as handle:
-        data = _read_at_most(handle, limits, url)
-    return data
+        return _read_at_most(handle, limits, url)
 
 
 def _read_at_most(handle: IO[bytes], limits: ImageSettings, where: str) -> bytes:
@@ -319,15 +322,10 @@ def _read_tar_member(ref: Reference, limits: ImageSettings) -> bytes:
     return data
 
 
-def describe_ref(ref: Reference) -> str:
-    return describe(_dump({ref.kind: ref.container, **ref.fields}))
-
-
 def _read_parquet_cell(ref: Reference, limits: ImageSettings) -> bytes:
     group, index, column = ref.number("group"), ref.number("index"), _column(ref)
 
     def load() -> Any:
-
         with open_binary(ref.container) as handle:
             parquet = pq.ParquetFile(handle)
             if group >= parquet.num_row_groups:

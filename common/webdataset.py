@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
+from common.fields import given_text, is_options
 from common.images import content_hash, keep_bytes
 from common.locations import is_url, name_of, open_binary, tar_member
 
@@ -264,13 +265,10 @@ def _sample_row(
     if not isinstance(asked, str) or not asked.strip():
         return broken("no question (none in the json member, no -q, no txt member)")
     given = sidecar.get(columns.options, options)
-    if given is not None and (
-        not isinstance(given, list) or not all(isinstance(o, str) for o in given)
-    ):
+    if given is not None and not is_options(given):
         return broken("options must be a list of strings", asked)
     chosen = given
-    expected = sidecar.get(columns.answer)
-    expected = str(expected) if expected not in (None, "") else None
+    expected = given_text(sidecar.get(columns.answer))
     image = next((sample.members[e] for e in IMAGE_EXTENSIONS if e in sample.members), None)
     if image is None:
         return broken(f"no image member ({', '.join(IMAGE_EXTENSIONS)})", asked, "image_missing")
