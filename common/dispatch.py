@@ -51,6 +51,9 @@ class Watch:
 
 
 OUTAGE_REPORT_S = 10.0
+# A follower waits at least this many times as long as its last read of the counts took,
+# so following a large batch costs the store a tenth of one connection at most.
+FOLLOW_WAIT_PER_READ = 9.0
 
 
 NO_WATCH = Watch()
@@ -65,6 +68,7 @@ class RunResult:
     released: int = 0  # in-flight jobs put back on an interrupt (in-process only)
     finished_now: int = 0  # jobs that reached done / failed while we waited
     seconds: float = 0.0
+    read_s: float = 0.0  # spent reading the counts (following a store)
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Outbox:
     fast: list[str] = field(default_factory=list)
     slow: list[str] = field(default_factory=list)
     audit: list[str] = field(default_factory=list)
+    sent_s: float = 0.0  # spent sending, after the commit (for the overhead figures)
 
     def to_fast(self, job_ids: Iterable[str]) -> None:
         self.fast.extend(job_ids)
@@ -162,6 +167,7 @@ class Dispatcher(ABC):
         with sessions.begin() as session:
             outbox = Outbox(session)
             yield outbox
+        started = time.perf_counter()
         try:
             if outbox.fast:
                 self.send_fast(outbox.fast, delay_s=delay_s)
@@ -173,6 +179,8 @@ class Dispatcher(ABC):
             if on_send_error is None:
                 raise
             on_send_error(exc)
+        finally:
+            outbox.sent_s = time.perf_counter() - started
 
 
 class StoreOnly(Dispatcher):
@@ -256,7 +264,8 @@ def follow_store(
             elif not warned and now - last_change > stall_s and on_stall is not None:
                 on_stall(now - last_change)
                 warned = True
-            time.sleep(poll_s)  # polling the store: its rows are the progress
+            # polling the store (its rows are the progress), less often as reads grow
+            time.sleep(max(poll_s, FOLLOW_WAIT_PER_READ * outage.last_read_s))
             counts = outage.counts(sessions, batch_id, poll_s)
     except KeyboardInterrupt:
         result = RunResult(counts, interrupted=True)
@@ -266,6 +275,7 @@ def follow_store(
             on_progress(counts)
     result.finished_now = result.counts.finished - finished_before
     result.seconds = time.perf_counter() - started
+    result.read_s = outage.read_s
     return result
 
 
@@ -276,11 +286,16 @@ class _Outage:
         self.report = report
         self.since: float | None = None
         self.reported = 0.0
+        self.last_read_s = 0.0  # the last read's seconds
+        self.read_s = 0.0  # every read's
 
     def counts(self, sessions: sessionmaker[Session], batch_id: str, poll_s: float) -> BatchCounts:
         while True:
             try:
+                started = time.perf_counter()
                 counts = _counts(sessions, batch_id)
+                self.last_read_s = time.perf_counter() - started
+                self.read_s += self.last_read_s
             except DBAPIError as exc:
                 now = time.perf_counter()
                 self.since = self.since if self.since is not None else now

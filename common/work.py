@@ -57,6 +57,7 @@ from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.locations import located_pixels
 from common.logs import job_failed
 from common.store import audits, claims
+from common.store.db import autocommit
 from common.store.tables import Job
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,13 @@ def pixel_groups(
     return groups
 
 
+def _spent(spent: dict[str, float], started: float, sent_s: float) -> None:
+    """Add a record-and-send transaction begun at ``started`` to ``spent``: its sending
+    (``sent_s``, after the commit) to "send", the rest to "record"."""
+    spent["send"] += sent_s
+    spent["record"] += time.perf_counter() - started - sent_s
+
+
 def _log_retry(exc: RetryableError, message: str, *args: object) -> None:
     """A warning, unless the process is stopping (Ctrl-C): then putting work back is the
     plan, not news."""
@@ -153,6 +161,8 @@ class _Work:
         self.settings = settings
         self.dispatcher = dispatcher
         self.worker = worker  # named on the jobs it claims (its heartbeat vouches for them)
+        # for the writes that are one statement each (claims, a trajectory's record)
+        self.statements = autocommit(sessions)
 
     def _fail_exhausted(
         self, session: Session, tickets: list[Ticket], report: StageReport
@@ -175,7 +185,7 @@ class _Work:
     def _claim_named(self, job_ids: Sequence[str], takeover: bool) -> list[Ticket]:
         """Claim the named jobs that wait for this stage, or that run but whose worker
         died (stale) or handed them back (``takeover``)."""
-        with self.sessions.begin() as session:
+        with self.statements.begin() as session:
             return claims.claim_ids(
                 session,
                 job_ids,
@@ -256,7 +266,8 @@ class FastWork(_Work):
         ``takeover``: the ids were sent back by the worker that held them, so running ones
         are claimed at once.
         """
-        with self.sessions.begin() as session:
+        started = time.perf_counter()
+        with self.statements.begin() as session:  # (no write here needs another's)
             tickets = claims.claim_ids(
                 session,
                 job_ids,
@@ -265,15 +276,17 @@ class FastWork(_Work):
                 worker=self.worker,
                 untried_only=True,
             )
-            # (read with the claim: one transaction less per batch; as fresh as the claim)
+            # (read beside the claim, on its connection: as fresh as the claim)
             self._claimed_controls = audits.controls(session)
             claimed = {ticket.job_id for ticket in tickets}
             unclaimed = [job_id for job_id in job_ids if job_id not in claimed]
             others = claims.statuses(session, unclaimed) if unclaimed else {}
+        claim_s = time.perf_counter() - started
         try:
             report = self.run(tickets)
         finally:
             self._claimed_controls = None
+        report.seconds["claim"] = report.seconds.get("claim", 0.0) + claim_s
         # Deferred by an earlier delivery of this message that died before sending them
         # on: send them again (a duplicate slow message changes nothing).
         deferred = [job_id for job_id, status in others.items() if status == JobStatus.DEFERRED]
@@ -298,20 +311,25 @@ class FastWork(_Work):
     def _run_group(self, group: list[Ticket], report: StageReport) -> None:
         """Compute and commit one group; on an error, halve it until the culprit is alone."""
         sent: set[str] = set()  # deferred by screening and sent on already
+        spent = {"record": 0.0, "send": 0.0}
 
         def send_screened(deferred: list[Deferred]) -> None:
+            started = time.perf_counter()
             with self.dispatcher.transaction(self.sessions) as tx:
                 claims.record_fast(tx.session, deferred, self.settings.funnel.gate)
                 tx.to_slow([outcome.job_id for outcome in deferred])
+            _spent(spent, started, tx.sent_s)
             sent.update(outcome.job_id for outcome in deferred)
 
         try:
             outcomes, seconds, gate = self._compute(group, send_screened)
+            started = time.perf_counter()
             with self.dispatcher.transaction(self.sessions) as tx:
                 rest = [o for o in outcomes if o.job_id not in sent]
                 claims.record_fast(tx.session, rest, gate)
                 tx.to_slow([o.job_id for o in rest if isinstance(o, Deferred)])
                 tx.to_audit(self._sample_audits(tx.session, rest))
+            _spent(spent, started, tx.sent_s)
             deferred = [o.job_id for o in outcomes if isinstance(o, Deferred)]
         except RetryableError as exc:
             _log_retry(exc, "fast batch of %d will be retried: %s", len(group), exc)
@@ -328,7 +346,7 @@ class FastWork(_Work):
         for outcome in outcomes:
             if isinstance(outcome, Failed):
                 job_failed(outcome.job_id, self.stage, outcome.code, outcome.message)
-        report.merge(StageReport(to_slow=deferred, outcomes=outcomes, seconds=seconds))
+        report.merge(StageReport(to_slow=deferred, outcomes=outcomes, seconds={**seconds, **spent}))
 
     def _compute(
         self, group: list[Ticket], on_screened: Callable[[list[Deferred]], None] | None = None
@@ -384,8 +402,11 @@ class AgentWork(_Work):
         started = time.perf_counter()
         try:
             outcome = self._trajectory(ticket)
-            with self.sessions.begin() as session:
+            recording = time.perf_counter()
+            with self.statements.begin() as session:
                 claims.record_agent(session, outcome)
+            report.seconds["record"] = time.perf_counter() - recording
+            report.seconds["agent"] = recording - started  # (the trajectory)
         except RetryableError as exc:
             _log_retry(exc, "trajectory of job %s will be retried: %s", ticket.job_id, exc)
             self._release([ticket], report, count_attempt=False)
@@ -393,7 +414,6 @@ class AgentWork(_Work):
         except Exception as exc:
             self._lone_failure(ticket, exc, report)
             return report
-        report.seconds["agent"] = time.perf_counter() - started
         if isinstance(outcome, Failed):
             job_failed(outcome.job_id, self.stage, outcome.code, outcome.message)
             report.failed = 1
@@ -414,10 +434,12 @@ class AgentWork(_Work):
 
     def run_id(self, job_id: str, *, takeover: bool = False) -> StageReport:
         """Claim the job a message named (waiting, stale or handed back) and run it."""
+        started = time.perf_counter()
         tickets = self._claim_named([job_id], takeover)
-        if not tickets:
-            return StageReport(skipped=1)
-        return self.run(tickets[0])
+        claim_s = time.perf_counter() - started
+        report = self.run(tickets[0]) if tickets else StageReport(skipped=1)
+        report.seconds["claim"] = claim_s
+        return report
 
     def run_audit_id(self, job_id: str) -> StageReport:
         """Claim the audit a message named (if still pending) and run it."""

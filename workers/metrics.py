@@ -30,7 +30,8 @@ BATCH_SIZE = Histogram(
 )
 STAGE_SECONDS = Histogram(
     "speceyes_stage_seconds",
-    "Seconds per phase: load, screen, speculate, gate (per batch); agent (per job).",
+    "Seconds per phase: load, screen, speculate, gate, and the pipeline's own claim, "
+    "record and send (per micro-batch); agent and its claim and record (per job).",
     ["phase"],
     buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )

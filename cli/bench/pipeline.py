@@ -25,10 +25,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--simulate, the embedded benchmark's costs apply and the funnel is compared with "
         "the baseline (every job through the slow pool) on the same workers." + BOUND_HELP
     )
-    parser.add_argument("--jobs", type=int, help="jobs (10000; 200 with --simulate)")
+    parser.add_argument(
+        "--jobs", type=int, help="jobs (10000; 200 with --simulate, 2000 with --rate)"
+    )
     parser.add_argument("--fast-workers", type=int, default=1, help="fast workers (1)")
     parser.add_argument("--slow-workers", type=int, default=1, help="slow workers (1)")
     parser.add_argument("--batch-size", type=int, default=32, help="fast micro-batch (32)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        metavar="JOBS_PER_S",
+        help="offer the jobs at this steady rate, one job a transaction and a message (as "
+        "services enqueueing through the API do), instead of all at once in chunks; the "
+        "latency figures are then the ones to read",
+    )
     parser.add_argument(
         "--tool-free",
         type=float,
@@ -53,9 +63,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+def print_overhead(figures: pipeline.PipelineFigures) -> None:
+    """Where the pipeline's own time went, per job and as a share of the wall time."""
+    jobs, wall = figures.jobs, figures.seconds
+    print(
+        "          overhead, per job and as a share of the wall time (seconds summed over "
+        "the processes that spent them):"
+    )
+    for what, seconds in figures.overhead.rows():
+        print(f"            {what:<28} {1000 * seconds / jobs:7.3f} ms  {seconds / wall:6.1%}")
+    cpu_s = figures.overhead.worker_cpu_s
+    what = "workers CPU (all of it)"
+    print(f"            {what:<28} {1000 * cpu_s / jobs:7.3f} ms  {cpu_s / wall:6.1%}")
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, fast_batch_size=args.batch_size)
-    jobs = args.jobs or (200 if args.simulate else 10_000)
+    jobs = args.jobs or (200 if args.simulate else 2_000 if args.rate else 10_000)
     share = 0.7 if args.simulate else 1.0
     scripted = ScriptedSettings(
         tool_free=share if args.tool_free is None else args.tool_free,
@@ -79,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         fast_workers=args.fast_workers,
         slow_workers=args.slow_workers,
         simulate=args.simulate,
+        rate=args.rate,
     )
     for label, figures in results.items():
         print(
@@ -87,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
             f"p99 {figures.p99_s:.2f} s; small model answered {figures.small_share:.1%}"
         )
         print_bound(figures, schedule)
+        print_overhead(figures)
     if args.simulate:
         funnel, base = results["funnel"], results["baseline"]
         beta, alpha = funnel.beta or 0.0, funnel.alpha or 0.0

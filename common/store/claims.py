@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
+from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, or_, select, update
+from sqlalchemy import Table, and_, bindparam, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from common.config import GateSettings
@@ -32,8 +33,11 @@ from common.contracts import (
     Ticket,
 )
 from common.replay import encode
+from common.store import arrays
 from common.store.reads import batch_jobs
 from common.store.tables import Job, utcnow
+
+_JOBS = cast(Table, Job.__table__)
 
 
 def _update() -> Any:
@@ -110,30 +114,45 @@ def claim_ids(
     ``untried_only``: only waiting jobs never claimed in the stage (a job tried before,
     handed back when its worker died, is claimed on its own: ``FastWork.run_ids``).
     """
-    started = _started(stage)
     now = utcnow()
-    claimable: Any = Job.status == WAITING_FOR[stage]
+    held = takeover or stale_after_s is not None
+    stale = now - timedelta(seconds=0 if takeover else stale_after_s or 0)
+    parameters = {"ids": list(job_ids), "now": now, "stale": stale, "worker": worker}
+    rows = session.execute(_claim_statement(stage, untried_only, held), parameters).all()
+    return _tickets(rows)
+
+
+@cache
+def _claim_statement(stage: Stage, untried_only: bool, held: bool) -> Any:
+    """``claim_ids``'s UPDATE ... RETURNING, built once per kind (a statement built anew
+    for each claim costs more to make than to run): ``ids``, ``now``, ``stale`` and
+    ``worker`` are its parameters. ``held``: running jobs claimed once started before
+    ``stale``."""
+    started = _JOBS.c[_started(stage).key]
+    claimable: Any = _JOBS.c.status == WAITING_FOR[stage]
     if untried_only:
-        claimable = and_(claimable, Job.attempts == 0)
-    if takeover or stale_after_s is not None:
-        stale = now - timedelta(seconds=0 if takeover else stale_after_s or 0)
-        held = and_(Job.status == JobStatus.RUNNING, Job.stage == stage, started <= stale)
-        claimable = or_(claimable, held)
+        claimable = and_(claimable, _JOBS.c.attempts == 0)
+    if held:
+        running = and_(
+            _JOBS.c.status == JobStatus.RUNNING,
+            _JOBS.c.stage == stage,
+            started <= bindparam("stale"),
+        )
+        claimable = or_(claimable, running)
     # One UPDATE ... RETURNING: a row another transaction is claiming right now is waited
     # for, then re-checked, so two deliveries of one job never both claim it.
-    statement = (
-        _update()
-        .where(Job.id.in_(list(job_ids)), claimable)
+    return (
+        update(_JOBS)
+        .where(_JOBS.c.id.in_(bindparam("ids", expanding=True)), claimable)
         .values(
             status=JobStatus.RUNNING,
             stage=stage,
-            attempts=Job.attempts + 1,
-            worker=worker,
-            **{started.key: now},
+            attempts=_JOBS.c.attempts + 1,
+            worker=bindparam("worker"),
+            **{started.key: bindparam("now")},
         )
-        .returning(*_TICKET_COLUMNS, Job.created_at)
+        .returning(*(_JOBS.c[column.key] for column in _TICKET_COLUMNS), _JOBS.c.created_at)
     )
-    return _tickets(session.execute(statement).all())
 
 
 _TICKET_COLUMNS = (
@@ -196,27 +215,52 @@ def _running(job_id: str, stage: Stage) -> Any:
 def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSettings) -> int:
     """Record a fast-stage batch's outcomes; returns how many rows changed.
 
-    Outcomes that write the same columns go in one executemany (one round trip per kind
-    of outcome on PostgreSQL, not one per job).
+    Outcomes that write the same columns (accepted, deferred, failed) go in one statement
+    each: on PostgreSQL one UPDATE from their columns as arrays (``common.store.arrays``),
+    elsewhere an executemany.
     """
     now = utcnow()
     gate_used = {"mode": gate.mode, "top_k": gate.top_k, "threshold": gate.threshold}
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for outcome in outcomes:
         values = _fast_values(outcome, gate_used, now)
-        groups.setdefault(tuple(sorted(values)), []).append({"job_id": outcome.job_id, **values})
-    table = cast(Table, Job.__table__)
+        groups.setdefault(tuple(sorted(values)), []).append({"id": outcome.job_id, **values})
+    postgres = session.get_bind().dialect.name == "postgresql"
     changed = 0
     for columns, rows in groups.items():
-        statement = (
-            update(table)
-            .where(table.c.id == bindparam("job_id"))
-            .where(table.c.status == JobStatus.RUNNING, table.c.stage == Stage.FAST)
-            .values({column: bindparam(column) for column in columns})
-        )
-        result = session.connection().execute(statement, rows)
-        changed += max(0, result.rowcount)
+        if postgres:
+            parameters = arrays.as_arrays(_JOBS, rows, ("id", *columns))
+            parameters.update(expect_status=JobStatus.RUNNING, expect_stage=Stage.FAST)
+            result = session.execute(_unnested_update(columns), parameters)
+        else:
+            renamed = [{"job_id": row.pop("id"), **row} for row in rows]
+            result = session.execute(_running_update(Stage.FAST, columns), renamed)
+        changed += max(0, result.rowcount)  # type: ignore[attr-defined]
     return changed
+
+
+@cache
+def _unnested_update(columns: tuple[str, ...]) -> Any:
+    """One UPDATE of the running fast jobs named in the ``id`` array, ``columns`` from
+    theirs."""
+    assignments = ", ".join(f"{name} = {arrays.value(_JOBS, name)}" for name in columns)
+    return text(
+        f"UPDATE jobs SET {assignments} FROM {arrays.unnest_from(_JOBS, ('id', *columns))} "
+        "WHERE jobs.id = rows.c_id AND jobs.status = :expect_status "
+        "AND jobs.stage = :expect_stage"
+    )
+
+
+@cache
+def _running_update(stage: Stage, columns: tuple[str, ...]) -> Any:
+    """The UPDATE of one job running in ``stage`` (``job_id``), ``columns`` from the
+    parameters of the same names; built once per kind."""
+    return (
+        update(_JOBS)
+        .where(_JOBS.c.id == bindparam("job_id"))
+        .where(_JOBS.c.status == JobStatus.RUNNING, _JOBS.c.stage == stage)
+        .values({column: bindparam(column) for column in columns})
+    )
 
 
 def _fast_values(outcome: FastOutcome, gate_used: dict[str, Any], now: Any) -> dict[str, Any]:
@@ -286,9 +330,9 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
             "error_message": outcome.error,
             "trajectory": outcome.trajectory.to_dict(),
         }
-    result = session.execute(
-        _running(outcome.job_id, Stage.AGENT).values(finished_at=now, **values)
-    )
+    values["finished_at"] = now
+    statement = _running_update(Stage.AGENT, tuple(sorted(values)))
+    result = session.execute(statement, {"job_id": outcome.job_id, **values})
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import Table, func, insert, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -29,6 +29,7 @@ from common.config import Method, RequestLimits
 from common.contracts import DeferReason, JobStatus, SourceRow, Stage
 from common.errors import IdempotencyConflict, NotFound
 from common.limits import printable
+from common.store import arrays
 from common.store.tables import Batch, BatchItem, Job, utcnow
 
 Result = TypeVar("Result")
@@ -239,39 +240,31 @@ def submit_items(
     return len(new_jobs), len(fresh)
 
 
-# A chunk of jobs in one statement: each column one array, the rows unnested on the
-# server (one small statement to parse and plan, whatever the chunk's size).
-_JOB_COLUMNS = {
-    "created_at": "timestamptz",
-    "tenant": "text",
-    "id": "text",
-    "idempotency_key": "text",
-    "image_path": "text",
-    "image_hash": "text",
-    "question": "text",
-    "options": "json",
-    "shown_path": "text",
-    "status": "text",
-    "stage": "text",
-    "defer_reason": "text",
-    "attempts": "integer",
-    "error_code": "text",
-    "error_message": "text",
-    "finished_at": "timestamptz",
-}
+# A chunk of jobs in one statement (``common.store.arrays``): the columns of a new job.
+_JOB_COLUMNS = (
+    "created_at",
+    "tenant",
+    "id",
+    "idempotency_key",
+    "image_path",
+    "image_hash",
+    "question",
+    "options",
+    "shown_path",
+    "status",
+    "stage",
+    "defer_reason",
+    "attempts",
+    "error_code",
+    "error_message",
+    "finished_at",
+)
+_JOBS = cast(Table, Job.__table__)
 _UNNESTED_INSERT = text(
-    f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) SELECT "
-    + ", ".join(
-        f"CAST(c_{name} AS json)" if kind == "json" else f"c_{name}"
-        for name, kind in _JOB_COLUMNS.items()
-    )
-    + " FROM unnest("
-    + ", ".join(
-        f"CAST(:{name} AS {'text' if kind == 'json' else kind}[])"
-        for name, kind in _JOB_COLUMNS.items()
-    )
-    + f") AS rows({', '.join(f'c_{name}' for name in _JOB_COLUMNS)})"
-    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
+    f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) "
+    f"SELECT {', '.join(arrays.value(_JOBS, name) for name in _JOB_COLUMNS)} "
+    f"FROM {arrays.unnest_from(_JOBS, _JOB_COLUMNS)} "
+    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
 )
 
 
@@ -284,13 +277,7 @@ def _insert_jobs(session: Session, rows: list[dict[str, Any]]) -> set[str]:
         return set()
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
-        columns = {
-            name: [
-                json.dumps(row[name]) if kind == "json" and row[name] is not None else row[name]
-                for row in rows
-            ]
-            for name, kind in _JOB_COLUMNS.items()
-        }
+        columns = arrays.as_arrays(_JOBS, rows, _JOB_COLUMNS)
         return set(session.scalars(_UNNESTED_INSERT, columns))
     if dialect == "sqlite":
         statement = (

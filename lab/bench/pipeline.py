@@ -3,29 +3,38 @@
 Starts its own workers (``speceyes worker fast|slow`` subprocesses, scripted backend) on
 a scratch PostgreSQL database and a scratch Redis key prefix, submits jobs in chunks
 (each committed, then enqueued; the first is one fast batch, so the fast pool starts
-while the rest is written, as a client streaming a corpus in would), and reads the figures from
-the job store: jobs/s from the first submit to the last result, and the submit-to-done
-latency of every job. The scratch database and keys are removed afterwards.
+while the rest is written, as a client streaming a corpus in would), and reads the figures
+from the job store: jobs/s from the first submit to the last result, and the
+submit-to-done latency of every job. ``--rate`` offers the jobs at a steady rate instead.
+
+Where the pipeline's own time goes (``Overhead``): the submitter's seconds writing rows
+and sending messages, and following the store (result reads), are timed here; the
+workers' claims, records and sends come from their ``/metrics``
+(``speceyes_stage_seconds``), read before they stop. The scratch database and keys are
+removed afterwards.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
 from common.backends.scripted import ScriptedSettings
@@ -44,12 +53,42 @@ from workers.queues import CeleryDispatcher
 Log = Callable[[str], None]
 
 
+# The workers' phases that are the pipeline's own (the rest is models and decoding).
+OWN_PHASES = ("claim", "record", "send")
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Seconds spent on the pipeline itself, summed over the processes that spent them
+    (so they add up past the wall time where processes overlap)."""
+
+    submit_rows_s: float = 0.0  # the submitter: writing jobs (chunks, each one transaction)
+    submit_send_s: float = 0.0  # the submitter: sending them, after each commit
+    worker_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds, all workers
+    worker_cpu_s: float = 0.0  # the workers' processes' CPU, all of it
+    read_s: float = 0.0  # following the store until the last result (a client's reads)
+
+    def rows(self) -> list[tuple[str, float]]:
+        """(what, seconds) in the order they are printed."""
+        phases = self.worker_s
+        return [
+            ("submission: rows", self.submit_rows_s),
+            ("submission: messages", self.submit_send_s),
+            ("claims", phases.get("claim", 0.0)),
+            ("records", phases.get("record", 0.0)),
+            ("sends on to the slow queue", phases.get("send", 0.0)),
+            ("result reads", self.read_s),
+            ("models and decoding", sum(s for p, s in phases.items() if p not in OWN_PHASES)),
+        ]
+
+
 @dataclass(frozen=True)
 class PipelineFigures(EmbeddedFigures):
     """``seconds`` run from the first submit to the last result."""
 
     p50_s: float = 0.0  # submit-to-done latency
     p99_s: float = 0.0
+    overhead: Overhead = field(default_factory=Overhead)
 
 
 @dataclass(frozen=True)
@@ -59,6 +98,7 @@ class PipelinePlan:
     slow_workers: int = 1
     chunk: int = 500  # jobs per submit transaction (then enqueued); the first: one batch
     worker_env: dict[str, str] | None = None  # SPECEYES_* for the workers (costs, shares)
+    rate: float | None = None  # jobs/s offered, one job a transaction (None: all at once)
 
 
 def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> PipelineFigures:
@@ -90,20 +130,49 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
         sessions = open_store(database_url)
         dispatcher = CeleryDispatcher(mine)
         try:
-            with workers(plan, env, Path(scratch), log):
-                log(f"submitting {plan.jobs} jobs in chunks of {plan.chunk}")
-                spans = chunk_spans(plan.jobs, settings.funnel.fast_batch_size, plan.chunk)
-                batch_id = submit_synthetic(sessions, dispatcher, spans, Path(scratch))
+            with workers(plan, env, Path(scratch), log) as ports:
+                if plan.rate:
+                    log(f"submitting {plan.jobs} jobs at {plan.rate:g} jobs/s")
+                    spans = [range(i, i + 1) for i in range(plan.jobs)]
+                else:
+                    log(f"submitting {plan.jobs} jobs in chunks of {plan.chunk}")
+                    spans = chunk_spans(plan.jobs, settings.funnel.fast_batch_size, plan.chunk)
+                submitted = submit_synthetic(
+                    sessions, dispatcher, spans, Path(scratch), rate=plan.rate
+                )
                 result = follow_store(
-                    sessions, batch_id, Watch(on_stall=_stalled), poll_s=0.25, stall_s=60
+                    sessions, submitted.batch_id, Watch(on_stall=_stalled), poll_s=0.25, stall_s=60
                 )
                 if result.counts.finished < result.counts.jobs:
                     raise KeyboardInterrupt
-            return figures(sessions, batch_id, plan.slow_workers)
+                phases, cpu_s = scrape(ports)
+            overhead = replace(
+                submitted.overhead, worker_s=phases, worker_cpu_s=cpu_s, read_s=result.read_s
+            )
+            found = figures(sessions, submitted.batch_id, plan.slow_workers)
+            return replace(found, overhead=overhead)
         finally:
             dispatcher.delete_keys()
             dispatcher.close()
             sessions.close()
+
+
+def scrape(ports: list[int]) -> tuple[dict[str, float], float]:
+    """The workers' seconds per phase (``speceyes_stage_seconds``) and their processes'
+    CPU seconds, summed over their ``/metrics``."""
+    phases: dict[str, float] = {}
+    cpu_s = 0.0
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "speceyes_stage_seconds_sum":
+                    phase = sample.labels["phase"]
+                    phases[phase] = phases.get(phase, 0.0) + sample.value
+                elif sample.name == "process_cpu_seconds_total":
+                    cpu_s += sample.value
+    return phases, cpu_s
 
 
 def scripted_env(scripted: ScriptedSettings, *, simulate: bool) -> dict[str, str]:
@@ -123,6 +192,7 @@ def funnel_and_baseline(
     fast_workers: int,
     slow_workers: int,
     simulate: bool,
+    rate: float | None = None,
 ) -> dict[str, PipelineFigures]:
     """``jobs`` through fresh workers: the funnel and, with simulated costs, the baseline
     (every job to the agent) after it; with no simulated cost a baseline tells nothing."""
@@ -133,7 +203,7 @@ def funnel_and_baseline(
             **scripted_env(scripted, simulate=simulate),
             "SPECEYES_BASELINE": str(baseline).lower(),
         }
-        plan = PipelinePlan(jobs, fast_workers, slow_workers, worker_env=env)
+        plan = PipelinePlan(jobs, fast_workers, slow_workers, worker_env=env, rate=rate)
         results[label] = bench_pipeline(settings, plan, log=lambda line: None)
     return results
 
@@ -148,11 +218,23 @@ def chunk_spans(count: int, first: int, size: int) -> list[range]:
     return [range(start, stop) for start, stop in pairwise(bounds) if stop > start]
 
 
+@dataclass(frozen=True)
+class Submitted:
+    batch_id: str
+    overhead: Overhead  # the submitter's part
+
+
 def submit_synthetic(
-    sessions: Any, dispatcher: Dispatcher, spans: list[range], folder: Path
-) -> str:
+    sessions: Any,
+    dispatcher: Dispatcher,
+    spans: list[range],
+    folder: Path,
+    *,
+    rate: float | None = None,
+) -> Submitted:
     """Jobs on one small image (distinct questions make distinct jobs), a chunk per span
-    of positions: each chunk committed, then sent."""
+    of positions: each chunk committed, then sent; with ``rate``, position i is submitted
+    i / rate seconds after the first."""
     image = folder / "bench.png"
     Image.new("RGB", (64, 48), (200, 40, 40)).save(image)
     digest = content_hash(image.read_bytes())
@@ -161,12 +243,17 @@ def submit_synthetic(
             session, key=uuid.uuid4().hex, name="bench-pipeline", source=str(folder), config={}
         )
     batch_id = batch.id
+    rows_s = send_s = 0.0
+    began = time.perf_counter()
     for span in spans:
+        if rate:
+            time.sleep(max(0.0, began + span.start / rate - time.perf_counter()))  # the pace
         questions = {i: f"Question {i}: what colour is it?" for i in span}
         items = [
             submission.NewItem(i, f"job-{i}", question, image_path=str(image), image_hash=digest)
             for i, question in questions.items()
         ]
+        started = time.perf_counter()
         with dispatcher.transaction(sessions) as outbox:
             submission.submit_items(outbox.session, batch, items, config_key="bench")
             outbox.to_fast(
@@ -176,7 +263,9 @@ def submit_synthetic(
                     )
                 )
             )
-    return batch_id
+        send_s += outbox.sent_s
+        rows_s += time.perf_counter() - started - outbox.sent_s
+    return Submitted(batch_id, Overhead(submit_rows_s=rows_s, submit_send_s=send_s))
 
 
 def figures(sessions: Any, batch_id: str, slow_workers: int = 1) -> PipelineFigures:
@@ -211,9 +300,11 @@ def figures(sessions: Any, batch_id: str, slow_workers: int = 1) -> PipelineFigu
 
 
 @contextmanager
-def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> Iterator[None]:
-    """Start the plan's workers, wait until each is ready, stop them (SIGTERM) at the end."""
+def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> Iterator[list[int]]:
+    """Start the plan's workers, wait until each is ready, stop them (SIGTERM) at the end;
+    yields their metrics ports."""
     started: list[tuple[subprocess.Popen[bytes], Path]] = []
+    ports: list[int] = []
     pools = ["fast"] * plan.fast_workers + ["slow"] * plan.slow_workers
     try:
         for index, pool in enumerate(pools):
@@ -228,7 +319,10 @@ def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> 
                 "INFO",
                 "--name",
                 f"{pool}{index}@%h",
+                "--metrics-port",
+                str(_free_port()),
             ]
+            ports.append(int(command[-1]))
             with path.open("wb") as out:
                 process = subprocess.Popen(
                     command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
@@ -241,7 +335,7 @@ def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> 
                     raise ConfigurationError(f"a worker did not start:\n{path.read_text()[-2000:]}")
                 time.sleep(0.1)  # polling the worker's log for its ready line
         log(f"{plan.fast_workers} fast and {plan.slow_workers} slow worker(s) ready")
-        yield
+        yield ports
     finally:
         for process, _ in started:
             process.send_signal(signal.SIGTERM)
@@ -250,3 +344,9 @@ def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> 
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -1,0 +1,56 @@
+"""Many rows in one PostgreSQL statement: each column sent as one array, the rows
+unnested on the server.
+
+One small statement to parse and plan, one round trip, whatever the number of rows
+(an executemany sends a statement per row, even pipelined). The job store inserts a
+submission's chunk of jobs this way (``common.store.submission``) and records a fast
+micro-batch's outcomes (``common.store.claims``). JSON columns travel as text and are
+cast back on the server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import JSON, String, Table
+from sqlalchemy.dialects import postgresql
+
+_DIALECT = postgresql.dialect()
+
+
+def unnest_from(table: Table, names: Sequence[str], alias: str = "rows") -> str:
+    """``unnest(CAST(:a AS T[]), ...) AS alias(c_a, ...)``: the rows of ``names``'s arrays,
+    each cast to its column's type in ``table`` (JSON as text: ``value``)."""
+    arrays = ", ".join(f"CAST(:{name} AS {_array_type(table, name)}[])" for name in names)
+    return f"unnest({arrays}) AS {alias}({', '.join(f'c_{name}' for name in names)})"
+
+
+def value(table: Table, name: str) -> str:
+    """The unnested column ``name`` as its column's type (JSON parsed from its text)."""
+    return f"CAST(c_{name} AS JSON)" if _is_json(table, name) else f"c_{name}"
+
+
+def as_arrays(table: Table, rows: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """The parameters for ``unnest_from``: one list per column, JSON values as text (a
+    None stays NULL)."""
+    arrays: dict[str, Any] = {}
+    for name in names:
+        column = [row[name] for row in rows]
+        if _is_json(table, name):
+            column = [None if item is None else json.dumps(item) for item in column]
+        arrays[name] = column
+    return arrays
+
+
+def _is_json(table: Table, name: str) -> bool:
+    return isinstance(table.c[name].type, JSON)
+
+
+def _array_type(table: Table, name: str) -> str:
+    """Text for strings (an explicit cast to VARCHAR(n) would cut a long value short
+    where storing it into the column refuses it) and JSON; else the column's type."""
+    if _is_json(table, name) or isinstance(table.c[name].type, String):
+        return "TEXT"
+    return str(table.c[name].type.compile(dialect=_DIALECT))
