@@ -7,7 +7,11 @@
   messages run at once; ids trickling in one by one (the API) are gathered as before.
   Deferred jobs are sent to the slow queue after their batch is committed (by the work
   unit, through the dispatcher).
-- ``speceyes.slow`` runs one trajectory per message (``AgentWork.run_id``).
+- ``speceyes.slow`` runs a message's jobs (one id, or up to ``SLOW_PACK`` packed:
+  ``workers.queues``) one trajectory after another, each claimed when it starts
+  (``AgentWork.run_id``). Whenever the slow queue is empty (another slow worker may be
+  idle), the jobs not started are sent back one a message; a worker told to stop sends
+  them back too.
 
 Both acknowledge late, and the conditional writes make a second delivery harmless. A
 worker that dies mid-batch is found by its stopped heartbeat and its jobs are handed to
@@ -33,6 +37,7 @@ from celery_batches import Batches, SimpleRequest
 
 from common.backends import Models, load_models
 from common.config import Settings
+from common.errors import BackendUnavailable
 from common.gate import warm_up
 from common.inference_client import Backoff
 from common.store.db import open_store
@@ -172,18 +177,40 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         log.info("stopping: %d micro-batches handed back to the queue", len(chunks))
 
     @app.task(name=SLOW_TASK, acks_late=True)
-    def slow(job_id: str, takeover: bool = False, retries: int = 0) -> None:
+    def slow(payload: str | list[str], takeover: bool = False, retries: int = 0) -> None:
+        pending = [str(one) for one in payload] if isinstance(payload, list) else [str(payload)]
+        started = False
+        while pending:
+            if started and worker_state.should_stop is not None:  # a warm shutdown (SIGTERM)
+                runtime.dispatcher.send_slow(pending, takeover=takeover)
+                log.info("stopping: %d deferred jobs handed back", len(pending))
+                return
+            job_id, rest = pending[0], pending[1:]
+            if rest and _slow_queue_empty():
+                # a slow worker may be idle: the jobs not started go to whoever is free
+                runtime.dispatcher.send_slow(rest, takeover=takeover, one_each=True)
+                rest = []
+            started = True
+            try:
+                report = runtime.slow.run_id(job_id, takeover=takeover)
+            except Exception:
+                # as for a fast batch: this job and those after it are sent again, marked
+                repeated.error("slow", "the agent stage failed outside a job; sending it again")
+                delay = backoff_s(settings, retries)
+                runtime.dispatcher.send_slow(
+                    [job_id, *rest], delay_s=delay, takeover=True, retries=retries + 1
+                )
+                return
+            repeated.cleared("slow", "agent results are recorded again")
+            metrics.record_agent(report)
+            pending = rest
+
+    def _slow_queue_empty() -> bool:
+        """Whether no message waits on the slow queue (False when Redis does not say)."""
         try:
-            report = runtime.slow.run_id(job_id, takeover=takeover)
-        except Exception:
-            repeated.error("slow", "the agent stage failed outside a job; sending it again")
-            delay = backoff_s(settings, retries)
-            runtime.dispatcher.send_slow(
-                [job_id], delay_s=delay, takeover=True, retries=retries + 1
-            )
-            return
-        repeated.cleared("slow", "agent results are recorded again")
-        metrics.record_agent(report)
+            return not runtime.dispatcher.waiting(settings.broker.slow_queue)
+        except BackendUnavailable:
+            return False
 
     @app.task(name=AUDIT_TASK, acks_late=True)
     def audit(job_id: str) -> None:

@@ -3,12 +3,13 @@
 Messages carry job ids only; the job row in the store holds everything else. A fast
 message carries a micro-batch of ids (up to ``fast_batch_size``): the broker's cost
 (a push, a pop, the unacked bookkeeping and the ack, each a Redis round trip) is paid
-per message, so per batch, not per job. Slow and audit messages carry one id: a
-trajectory takes seconds, and one job per message lets slow workers share the queue
-job by job. Tasks are
-sent by name, so whoever enqueues (``speceyes annotate``, the API, a worker passing jobs
-on) never imports the task code (``workers.app``) or a model; this module imports
-celery only inside its functions.
+per message, so per batch, not per job. A slow message carries up to ``SLOW_PACK``
+deferred ids: the worker that takes it runs them one after another, each claimed when it
+starts, and sends the ones not started back one id a message whenever the slow queue is
+empty (a slow worker may be idle), so packing never keeps a free worker waiting. Audit
+messages carry one id. Tasks are sent by name, so whoever enqueues (``speceyes
+annotate``, the API, a worker passing jobs on) never imports the task code
+(``workers.app``) or a model.
 
 The same ``celery_app`` configuration serves the workers (``workers.app`` registers the
 tasks on it): JSON messages, late acknowledgement, the visibility timeout and key prefix
@@ -34,6 +35,9 @@ FAST_TASK = "speceyes.fast"
 SLOW_TASK = "speceyes.slow"
 AUDIT_TASK = "speceyes.audit"
 AUDIT_PRIORITY = 9  # Redis: priority 0 is taken first, so audits only when nothing else waits
+# Deferred jobs a slow message carries: the broker's cost per message shared by this many
+# (unpacked again when a slow worker may be idle: ``workers.app``).
+SLOW_PACK = 16
 
 
 def celery_app(settings: Settings) -> Any:
@@ -113,9 +117,17 @@ class CeleryDispatcher(Dispatcher):
         delay_s: float | None = None,
         takeover: bool = False,
         retries: int = 0,
+        one_each: bool = False,
     ) -> int:
+        """Messages of up to ``SLOW_PACK`` ids (one id each with ``one_each``: a worker
+        unpacking a message for idle workers); returns the ids sent."""
         options = _options(takeover, retries)
-        return self._send(SLOW_TASK, self.settings.broker.slow_queue, job_ids, delay_s, options)
+        ids = list(job_ids)
+        size = 1 if one_each else SLOW_PACK
+        chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
+        payloads = [chunk[0] if len(chunk) == 1 else chunk for chunk in chunks]
+        self._send(SLOW_TASK, self.settings.broker.slow_queue, payloads, delay_s, options)
+        return len(ids)
 
     def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
         """Audits on their own queue at the lowest priority: a slow worker takes one only
@@ -202,6 +214,14 @@ class CeleryDispatcher(Dispatcher):
         finally:
             client.close()
         return {job_id for message in raw for job_id in _job_ids(message)}
+
+    def waiting(self, queue: str) -> bool:
+        """Whether messages wait on ``queue`` (its first priority step: the one jobs use)."""
+        try:
+            with self.app.producer_or_acquire() as producer:
+                return bool(producer.channel.client.llen(queue))  # (the prefix is added)
+        except (OperationalError, redis.RedisError) as exc:
+            raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
 
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting per queue (not counting those a worker holds)."""

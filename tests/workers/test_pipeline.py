@@ -28,7 +28,7 @@ from tests.helpers.sandbox import bubblewrap_or_skip
 from tests.helpers.thyme_steps import ANSWER, CROP, LOOPS, RAISES
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import WorkerProcess
-from workers.queues import CeleryDispatcher
+from workers.queues import SLOW_PACK, CeleryDispatcher
 
 
 class Deployment:
@@ -568,6 +568,67 @@ def test_sigterm_lets_a_slow_workers_trajectory_finish_then_exits_0(tmp_path, de
     assert [job.status for job in made.jobs().values()] == [JobStatus.DONE]  # finished first
 
 
+def _through_the_fast_worker(made, folder: Path, until: str) -> set[str]:
+    """Submit ``folder``, let a fast worker defer every job (tool_free 0) and wait until
+    each is ``until``; their ids."""
+    batch_id = made.submit(folder)
+    fast = made.start("fast")
+    made.send(batch_id)
+    wait_until(
+        lambda: all(job.status == until for job in made.jobs().values()),
+        deadline_s=60,
+        what=f"every job to be {until}",
+    )
+    fast.stop()
+    return set(made.jobs())
+
+
+@pytest.mark.faults
+def test_sigterm_mid_slow_message_finishes_its_trajectory_and_hands_the_rest_back(
+    tmp_path, deployment
+):
+    """Deferred jobs travel packed; a worker told to stop finishes the trajectory it runs
+    and sends the message's others back, unclaimed."""
+    import signal
+
+    made = deployment(fast_batch_size="2", scripted__tool_free="0", scripted__agent_step_s="2")
+    write_images(tmp_path / "imgs", 4)
+    ids = _through_the_fast_worker(made, tmp_path / "imgs", JobStatus.DEFERRED)  # 2 messages
+    slow = made.start("slow")  # takes one; the other waits, so it is not unpacked
+
+    def running() -> bool:
+        return any(job.status == JobStatus.RUNNING for job in made.jobs().values())
+
+    wait_until(running, deadline_s=30, what="the first trajectory to start")
+    slow.process.send_signal(signal.SIGTERM)
+    assert slow.process.wait(timeout=60) == 0
+    jobs = made.jobs()
+    statuses = sorted(job.status for job in jobs.values())
+    assert statuses == [JobStatus.DEFERRED] * 3 + [JobStatus.DONE]
+    waiting = {job_id for job_id in ids if jobs[job_id].status == JobStatus.DEFERRED}
+    assert made.dispatcher.message_ids(held=False) == waiting  # handed back, still waiting
+    assert all(jobs[job_id].attempts == 0 for job_id in waiting)
+
+
+def test_a_slow_message_is_unpacked_for_an_idle_worker(tmp_path, deployment, redis_client):
+    """A packed message taken while no other waits goes to every free worker: the two
+    jobs of one message run on two slow workers, not one after another on one."""
+    made = deployment(scripted__tool_free="0", scripted__agent_step_s="1")
+    write_images(tmp_path / "imgs", 2)
+    ids = _through_the_fast_worker(made, tmp_path / "imgs", JobStatus.DEFERRED)
+    broker = made.settings.broker
+    redis_client.delete(broker.key_prefix + broker.slow_queue)  # (the fast worker's messages)
+    for _ in range(2):
+        made.start("slow")  # both idle before the message comes
+    made.dispatcher.send_slow(sorted(ids))  # one message of both
+    wait_until(
+        lambda: all(job.status == JobStatus.DONE for job in made.jobs().values()),
+        deadline_s=60,
+        what="both trajectories",
+    )
+    assert len({made.jobs()[job_id].worker for job_id in ids}) == 2
+
+
 def test_workers_read_referenced_images_where_they_lie_checked_by_digest(tmp_path, deployment):
     """Shards and a table on an S3-compatible server (moto: no real S3 here): the workers
     read each image from its tar member or Parquet row, nothing is copied into the
@@ -615,11 +676,15 @@ def test_workers_read_referenced_images_where_they_lie_checked_by_digest(tmp_pat
 
 def test_a_submission_sends_one_fast_message_per_micro_batch(deployment):
     """The broker's cost is paid per batch: 70 ids at a batch size of 32 are 3 messages,
-    and the reconciler still reads every id in them."""
+    and the reconciler still reads every id in them; deferred ids go SLOW_PACK a message,
+    or one each when asked."""
     made = deployment(fast_batch_size="32")
     ids = [f"{n:032x}" for n in range(70)]
     assert made.dispatcher.send_fast(ids) == 70
     assert made.dispatcher.queue_depths()[made.settings.broker.fast_queue] == 3
     assert made.dispatcher.message_ids(held=False) == set(ids)
-    made.dispatcher.send_slow(ids[:2])
-    assert made.dispatcher.queue_depths()[made.settings.broker.slow_queue] == 2  # one each
+    slow = made.settings.broker.slow_queue
+    made.dispatcher.send_slow(ids[: SLOW_PACK + 2])
+    assert made.dispatcher.queue_depths()[slow] == 2  # SLOW_PACK ids, then the other 2
+    made.dispatcher.send_slow(ids[:3], one_each=True)  # (a worker unpacking for idle ones)
+    assert made.dispatcher.queue_depths()[slow] == 5
