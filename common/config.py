@@ -508,8 +508,9 @@ class BrokerSettings(Group):
         3600.0,
         "A message taken by a worker that dies comes back after this many seconds. "
         "Must exceed the longest fast flush (up to fast_batch_size messages of "
-        "fast_batch_size ids each, with its wait) and the longest trajectory, or a live "
-        "job is handed out twice (harmless, but wasted work).",
+        "fast_batch_size ids each, with its wait) and the longest slow message (up to "
+        "16 trajectories one after another while the slow queue is busy), or a live job "
+        "is handed out twice (harmless, but wasted work).",
         env="visibility_timeout_s",
         gt=0.0,
     )

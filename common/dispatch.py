@@ -54,6 +54,7 @@ OUTAGE_REPORT_S = 10.0
 # A follower waits at least this many times as long as its last read of the counts took,
 # so following a large batch costs the store a tenth of one connection at most.
 FOLLOW_WAIT_PER_READ = 9.0
+FOLLOW_WAIT_MAX_S = 5.0  # (one slow read, after a reconnection, must not stop it long)
 
 
 NO_WATCH = Watch()
@@ -265,7 +266,8 @@ def follow_store(
                 on_stall(now - last_change)
                 warned = True
             # polling the store (its rows are the progress), less often as reads grow
-            time.sleep(max(poll_s, FOLLOW_WAIT_PER_READ * outage.last_read_s))
+            wait_s = FOLLOW_WAIT_PER_READ * outage.last_read_s
+            time.sleep(max(poll_s, min(wait_s, FOLLOW_WAIT_MAX_S)))
             counts = outage.counts(sessions, batch_id, poll_s)
     except KeyboardInterrupt:
         result = RunResult(counts, interrupted=True)

@@ -194,12 +194,15 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             try:
                 report = runtime.slow.run_id(job_id, takeover=takeover)
             except Exception:
-                # as for a fast batch: this job and those after it are sent again, marked
+                # as for a fast batch: this job (marked: it may be held here) and those
+                # after it are sent again
                 repeated.error("slow", "the agent stage failed outside a job; sending it again")
                 delay = backoff_s(settings, retries)
                 runtime.dispatcher.send_slow(
-                    [job_id, *rest], delay_s=delay, takeover=True, retries=retries + 1
+                    [job_id], delay_s=delay, takeover=True, retries=retries + 1
                 )
+                if rest:  # (never claimed here: no takeover for them)
+                    runtime.dispatcher.send_slow(rest, delay_s=delay, retries=retries + 1)
                 return
             repeated.cleared("slow", "agent results are recorded again")
             metrics.record_agent(report)

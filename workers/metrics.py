@@ -99,7 +99,8 @@ class QueueDepth(Collector):
     def collect(self) -> Iterator[Any]:
         family = GaugeMetricFamily(
             "speceyes_queue_depth",
-            "Messages waiting in the queue (a fast message holds up to a batch of jobs).",
+            "Messages waiting in the queue (a fast message holds up to a batch of jobs, a "
+            "slow one up to 16).",
             labels=["queue"],
         )
         try:

@@ -6,7 +6,7 @@ message carries a micro-batch of ids (up to ``fast_batch_size``): the broker's c
 per message, so per batch, not per job. A slow message carries up to ``SLOW_PACK``
 deferred ids: the worker that takes it runs them one after another, each claimed when it
 starts, and sends the ones not started back one id a message whenever the slow queue is
-empty (a slow worker may be idle), so packing never keeps a free worker waiting. Audit
+empty (a slow worker may be idle), so a free worker waits at most one trajectory. Audit
 messages carry one id. Tasks are sent by name, so whoever enqueues (``speceyes
 annotate``, the API, a worker passing jobs on) never imports the task code
 (``workers.app``) or a model.

@@ -591,10 +591,12 @@ def test_sigterm_mid_slow_message_finishes_its_trajectory_and_hands_the_rest_bac
     and sends the message's others back, unclaimed."""
     import signal
 
-    made = deployment(fast_batch_size="2", scripted__tool_free="0", scripted__agent_step_s="2")
-    write_images(tmp_path / "imgs", 4)
-    ids = _through_the_fast_worker(made, tmp_path / "imgs", JobStatus.DEFERRED)  # 2 messages
-    slow = made.start("slow")  # takes one; the other waits, so it is not unpacked
+    made = deployment(fast_batch_size="4", scripted__tool_free="0", scripted__agent_step_s="2")
+    write_images(tmp_path / "imgs", 6)
+    # 3 slow messages of 2: the first micro-batch (4) runs in halves, then the other 2
+    ids = _through_the_fast_worker(made, tmp_path / "imgs", JobStatus.DEFERRED)
+    assert made.dispatcher.queue_depths()[made.settings.broker.slow_queue] == 3
+    slow = made.start("slow")  # takes one; the others wait, so it is not unpacked
 
     def running() -> bool:
         return any(job.status == JobStatus.RUNNING for job in made.jobs().values())
@@ -604,7 +606,7 @@ def test_sigterm_mid_slow_message_finishes_its_trajectory_and_hands_the_rest_bac
     assert slow.process.wait(timeout=60) == 0
     jobs = made.jobs()
     statuses = sorted(job.status for job in jobs.values())
-    assert statuses == [JobStatus.DEFERRED] * 3 + [JobStatus.DONE]
+    assert statuses == [JobStatus.DEFERRED] * 5 + [JobStatus.DONE]
     waiting = {job_id for job_id in ids if jobs[job_id].status == JobStatus.DEFERRED}
     assert made.dispatcher.message_ids(held=False) == waiting  # handed back, still waiting
     assert all(jobs[job_id].attempts == 0 for job_id in waiting)
