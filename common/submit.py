@@ -32,6 +32,7 @@ from common.store.liveness import hold_lease, release_lease
 from common.store.submission import (
     Held,
     NewItem,
+    Statistics,
     get_or_create_batch,
     idempotency_key,
     new_id,
@@ -154,6 +155,7 @@ def submit_corpus(
     batch_key = lease = ""
     holder = new_id()
     read = ReadAhead(rows, lambda row: to_item(row, settings), settings.sources.submit_rows)
+    statistics = Statistics()  # (a bulk load outruns autovacuum's analyze)
     try:
         with read as chunks:
             for chunk in chunks:
@@ -211,6 +213,7 @@ def submit_corpus(
 
                 # (a unique key another writer took at once: the second try finds it)
                 done = resolving_races(create)
+                statistics.grown(sessions, total.jobs_created + done.jobs_created)
                 total = Submitted(
                     done.batch_id,
                     total.batch_created or (first and done.batch_created),

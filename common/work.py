@@ -161,8 +161,10 @@ class _Work:
         self.settings = settings
         self.dispatcher = dispatcher
         self.worker = worker  # named on the jobs it claims (its heartbeat vouches for them)
-        # for the writes that are one statement each (claims, a trajectory's record)
+        # the writes that are one statement each: a trajectory's record, and claims (whose
+        # commit need not wait for the disk: a lost claim only puts the job back to wait)
         self.statements = autocommit(sessions)
+        self.claiming = autocommit(sessions, durable=False)
 
     def _fail_exhausted(
         self, session: Session, tickets: list[Ticket], report: StageReport
@@ -185,7 +187,7 @@ class _Work:
     def _claim_named(self, job_ids: Sequence[str], takeover: bool) -> list[Ticket]:
         """Claim the named jobs that wait for this stage, or that run but whose worker
         died (stale) or handed them back (``takeover``)."""
-        with self.statements.begin() as session:
+        with self.claiming.begin() as session:
             return claims.claim_ids(
                 session,
                 job_ids,
@@ -267,7 +269,7 @@ class FastWork(_Work):
         are claimed at once.
         """
         started = time.perf_counter()
-        with self.statements.begin() as session:  # (no write here needs another's)
+        with self.claiming.begin() as session:  # (no write here needs another's)
             tickets = claims.claim_ids(
                 session,
                 job_ids,

@@ -16,7 +16,7 @@ from datetime import timedelta
 from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, or_, select, text, update
+from sqlalchemy import Table, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from common.config import GateSettings
@@ -129,12 +129,18 @@ def _claim_statement(stage: Stage, untried_only: bool, held: bool) -> Any:
     ``worker`` are its parameters. ``held``: running jobs claimed once started before
     ``stale``."""
     started = _JOBS.c[_started(stage).key]
-    claimable: Any = _JOBS.c.status == WAITING_FOR[stage]
+    # The rows are found by primary key alone: the status is tested through an
+    # expression no index serves. The planner's estimate of how many jobs have a status
+    # drifts as a run moves them from one to the next (autovacuum analyzes a minute
+    # late), and a claim planned through the status index reads every job of that status:
+    # 15 ms a claim of 32 at 20,000 waiting, growing with the backlog.
+    status = func.coalesce(_JOBS.c.status, "")
+    claimable: Any = status == WAITING_FOR[stage]
     if untried_only:
         claimable = and_(claimable, _JOBS.c.attempts == 0)
     if held:
         running = and_(
-            _JOBS.c.status == JobStatus.RUNNING,
+            status == JobStatus.RUNNING,
             _JOBS.c.stage == stage,
             started <= bindparam("stale"),
         )

@@ -11,6 +11,7 @@ write side by side; PostgreSQL gets pre-ping so a restarted server is survived.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +40,25 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def autocommit(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
-    """Sessions on the same engine whose every statement commits on its own.
+def autocommit(sessions: sessionmaker[Session], *, durable: bool = True) -> sessionmaker[Session]:
+    """Sessions on the same database whose every statement commits on its own.
 
     For a unit of work that is one statement (a claim, the record of a trajectory): on
     PostgreSQL it then costs one round trip instead of three (BEGIN, the statement,
-    COMMIT). Several statements in such a session are separate transactions. SQLite (in
-    this process, no round trips) keeps ``sessions``.
+    COMMIT). Several statements in such a session are separate transactions.
+
+    ``durable=False`` (claims): the commit does not wait for the WAL to reach the disk
+    (``synchronous_commit`` off, on connections of their own). A server crash may then
+    forget the last fraction of a second of claims, which only puts those jobs back to
+    wait (their messages, or the reconciler, bring them again); any durable commit after
+    a claim flushes it too. Records stay durable. SQLite (in this process, no round
+    trips) keeps ``sessions``.
     """
     engine = sessions.kw.get("bind")
     if not isinstance(engine, Engine) or engine.dialect.name != "postgresql":
         return sessions
+    if not durable and isinstance(sessions, Store):
+        return sessionmaker(sessions.relaxed)
     return sessionmaker(engine.execution_options(isolation_level="AUTOCOMMIT"))
 
 
@@ -85,9 +94,22 @@ class Store(sessionmaker[Session]):
         super().__init__(engine, expire_on_commit=False)
         self.engine = engine
 
+    @cached_property
+    def relaxed(self) -> Engine:
+        """Autocommit connections whose commits do not wait for the WAL flush (PostgreSQL:
+        ``autocommit(durable=False)``), in a small pool of their own."""
+        return create_engine(
+            self.engine.url,
+            pool_pre_ping=True,
+            isolation_level="AUTOCOMMIT",
+            connect_args={"options": "-c synchronous_commit=off"},
+        )
+
     def close(self) -> None:
         """Close every connection of the engine (the store can no longer be used)."""
         self.engine.dispose()
+        if "relaxed" in self.__dict__:
+            self.relaxed.dispose()
 
 
 def schema_revision(engine: Engine) -> str | None:

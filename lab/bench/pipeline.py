@@ -65,7 +65,7 @@ class Overhead:
     submit_rows_s: float = 0.0  # the submitter: writing jobs (chunks, each one transaction)
     submit_send_s: float = 0.0  # the submitter: sending them, after each commit
     worker_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds, all workers
-    worker_cpu_s: float = 0.0  # the workers' processes' CPU, all of it
+    worker_cpu_s: float = 0.0  # the workers' processes' CPU from the first submit on
     read_s: float = 0.0  # following the store until the last result (a client's reads)
 
     def rows(self) -> list[tuple[str, float]]:
@@ -131,6 +131,7 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
         dispatcher = CeleryDispatcher(mine)
         try:
             with workers(plan, env, Path(scratch), log) as ports:
+                _, cpu_at_start_s = scrape(ports)  # (their start: imports, models)
                 if plan.rate:
                     log(f"submitting {plan.jobs} jobs at {plan.rate:g} jobs/s")
                     spans = [range(i, i + 1) for i in range(plan.jobs)]
@@ -147,7 +148,10 @@ def bench_pipeline(settings: Settings, plan: PipelinePlan, log: Log = print) -> 
                     raise KeyboardInterrupt
                 phases, cpu_s = scrape(ports)
             overhead = replace(
-                submitted.overhead, worker_s=phases, worker_cpu_s=cpu_s, read_s=result.read_s
+                submitted.overhead,
+                worker_s=phases,
+                worker_cpu_s=cpu_s - cpu_at_start_s,
+                read_s=result.read_s,
             )
             found = figures(sessions, submitted.batch_id, plan.slow_workers)
             return replace(found, overhead=overhead)
@@ -243,6 +247,8 @@ def submit_synthetic(
             session, key=uuid.uuid4().hex, name="bench-pipeline", source=str(folder), config={}
         )
     batch_id = batch.id
+    held = submission.Held(before=0)  # a new batch: no row of an earlier run to match
+    statistics = submission.Statistics()  # (as annotate keeps them)
     rows_s = send_s = 0.0
     began = time.perf_counter()
     for span in spans:
@@ -255,7 +261,7 @@ def submit_synthetic(
         ]
         started = time.perf_counter()
         with dispatcher.transaction(sessions) as outbox:
-            submission.submit_items(outbox.session, batch, items, config_key="bench")
+            submission.submit_items(outbox.session, batch, items, config_key="bench", held=held)
             outbox.to_fast(
                 outbox.session.scalars(
                     select(BatchItem.job_id).where(
@@ -263,6 +269,7 @@ def submit_synthetic(
                     )
                 )
             )
+        statistics.grown(sessions, span.stop)
         send_s += outbox.sent_s
         rows_s += time.perf_counter() - started - outbox.sent_s
     return Submitted(batch_id, Overhead(submit_rows_s=rows_s, submit_send_s=send_s))

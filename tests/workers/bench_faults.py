@@ -57,7 +57,7 @@ def one(fault: str, jobs: int, deadline_s: float, defaults: bool = False) -> dic
             dispatcher = CeleryDispatcher(run.settings)
             batch_id = submit_synthetic(
                 run.sessions, dispatcher, chunk_spans(jobs, 1000, 1000), folder
-            )
+            ).batch_id
             dispatcher.close()
             wait_until(
                 lambda: _final(run) >= jobs // 3,
