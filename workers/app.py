@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -47,6 +48,7 @@ from workers.queues import AUDIT_TASK, FAST_TASK, SLOW_TASK, CeleryDispatcher, c
 from workers.supervision import Repeated, Supervisor, serve_health
 
 log = logging.getLogger(__name__)
+SLOW_BUSY_RECHECK_S = 0.1  # (so an idle slow worker waits at most a trajectory and this)
 
 
 class TimedBatches(Batches):
@@ -208,12 +210,21 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             metrics.record_agent(report)
             pending = rest
 
+    busy_until = [0.0]  # the slow queue was seen holding messages: not asked again till then
+
     def _slow_queue_empty() -> bool:
-        """Whether no message waits on the slow queue (False when Redis does not say)."""
+        """Whether no message waits on the slow queue (False when Redis does not say). A
+        queue seen busy is taken to stay so for ``SLOW_BUSY_RECHECK_S`` (jobs that take
+        no time would otherwise ask Redis once each)."""
+        if time.monotonic() < busy_until[0]:
+            return False
         try:
-            return not runtime.dispatcher.waiting(settings.broker.slow_queue)
+            empty = not runtime.dispatcher.waiting(settings.broker.slow_queue)
         except BackendUnavailable:
             return False
+        if not empty:
+            busy_until[0] = time.monotonic() + SLOW_BUSY_RECHECK_S
+        return empty
 
     @app.task(name=AUDIT_TASK, acks_late=True)
     def audit(job_id: str) -> None:

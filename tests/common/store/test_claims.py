@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from common.agents.deepeyes import Trajectory
 from common.config import GateSettings
@@ -132,3 +132,40 @@ def test_stage_busy_sums_each_fast_batch_once_and_measures_the_fill(sessions):
         busy = analytics.stage_busy(session, batch_id)
     assert (busy.fast_s, busy.fast_jobs) == (3.0, 3)
     assert (busy.agent_s, busy.agent_jobs, busy.fill_s) == (5.0, 1, 1.0)
+
+
+def test_a_claim_by_ids_reads_its_jobs_by_primary_key_whatever_the_statistics(postgres_url):
+    """A table loaded faster than autovacuum analyzes it is planned as if nearly empty;
+    a claim must still find its jobs by id, never read every waiting job through the
+    status index (it did: 15 ms a claim at 20,000 waiting)."""
+    from common.store.db import open_store
+
+    sessions = open_store(postgres_url)
+    try:
+        with sessions.begin() as session:
+            batch = new_batch(session)
+            many = [f"item-{n}" for n in range(20000)]
+            submission.submit_items(session, batch, items(*many), "cfg")
+        with sessions() as session:
+            ids = list(session.scalars(select(Job.id).limit(32)))
+        sent: list[tuple[str, object]] = []  # what the claim sends, as psycopg gets it
+
+        def capture(conn, cursor, statement, parameters, context, executemany):
+            sent.append((statement, parameters))
+
+        event.listen(sessions.engine, "before_cursor_execute", capture)
+        with sessions() as session:  # (rolled back: the plan is all this wants)
+            claimed = claims.claim_ids(
+                session, ids, Stage.FAST, stale_after_s=None, untried_only=True
+            )
+            assert len(claimed) == 32
+            session.rollback()
+        event.remove(sessions.engine, "before_cursor_execute", capture)
+        (statement, parameters), *_ = [one for one in sent if "UPDATE jobs" in one[0]]
+        with sessions.engine.connect() as connection:
+            cursor = connection.connection.driver_connection.cursor()
+            explained = cursor.execute("EXPLAIN " + statement, parameters).fetchall()
+        plan = "\n".join(row[0] for row in explained)
+        assert "jobs_pkey" in plan and "ix_jobs_status" not in plan, plan
+    finally:
+        sessions.close()

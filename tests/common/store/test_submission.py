@@ -107,3 +107,28 @@ def test_keys_from_before_tenants_become_tenants_of_their_own_name(database_url)
         row = connection.execute(text("SELECT tenant, admin FROM api_keys")).one()
     assert (row.tenant, bool(row.admin)) == ("old-service", False)
     engine.dispose()
+
+
+def test_a_bulk_submission_analyzes_the_job_tables_as_they_grow(database_url):
+    """ANALYZE after the first 1,000 jobs of a run and each time they double (PostgreSQL;
+    SQLite plans without it), so claims and records are planned for the table there is."""
+    from sqlalchemy import text
+
+    from common.store.db import open_store
+
+    sessions = open_store(database_url)
+    try:
+        statistics = submission.Statistics(first=1000)
+        assert not statistics.grown(sessions, 999)
+        on_postgres = database_url.startswith("postgresql")
+        assert statistics.grown(sessions, 1000) == on_postgres
+        assert not statistics.grown(sessions, 1999)  # (not doubled yet)
+        assert statistics.grown(sessions, 2000) == on_postgres
+        if on_postgres:
+            with sessions() as session:
+                analyzed = session.scalar(
+                    text("SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'jobs'")
+                )
+            assert analyzed is not None
+    finally:
+        sessions.close()
