@@ -268,7 +268,9 @@ def submit_items(
         }
         for position, (item, key) in enumerate(fresh, first_position)
     ]
-    if new_rows:
+    if new_rows and session.get_bind().dialect.name == "postgresql":
+        session.execute(_UNNESTED_ITEMS, arrays.as_arrays(_ITEMS, new_rows, _ITEM_COLUMNS))
+    elif new_rows:
         session.execute(insert(BatchItem), new_rows)
     session.flush()
     return len(new_jobs), len(fresh)
@@ -299,6 +301,16 @@ _UNNESTED_INSERT = text(
     f"SELECT {', '.join(arrays.value(_JOBS, name) for name in _JOB_COLUMNS)} "
     f"FROM {arrays.unnest_from(_JOBS, _JOB_COLUMNS)} "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
+)
+
+
+# A chunk's batch rows, likewise.
+_ITEM_COLUMNS = ("batch_id", "position", "item_id", "expected", "split", "category", "job_id")
+_ITEMS = cast(Table, BatchItem.__table__)
+_UNNESTED_ITEMS = text(
+    f"INSERT INTO batch_items ({', '.join(_ITEM_COLUMNS)}) "
+    f"SELECT {', '.join(arrays.value(_ITEMS, name) for name in _ITEM_COLUMNS)} "
+    f"FROM {arrays.unnest_from(_ITEMS, _ITEM_COLUMNS)}"
 )
 
 
