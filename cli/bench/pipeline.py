@@ -73,7 +73,7 @@ def print_overhead(figures: pipeline.PipelineFigures) -> None:
     for what, seconds in figures.overhead.rows():
         print(f"            {what:<28} {1000 * seconds / jobs:7.3f} ms  {seconds / wall:6.1%}")
     cpu_s = figures.overhead.worker_cpu_s
-    what = "workers CPU, all of it"
+    what = "workers CPU, from 1st submit"
     print(f"            {what:<28} {1000 * cpu_s / jobs:7.3f} ms  {cpu_s / wall:6.1%}")
 
 

@@ -11,6 +11,7 @@ write side by side; PostgreSQL gets pre-ping so a restarted server is survived.
 
 from __future__ import annotations
 
+import logging
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from common.errors import ConfigurationError
 
+log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
 
@@ -60,6 +62,18 @@ def autocommit(sessions: sessionmaker[Session], *, durable: bool = True) -> sess
     if not durable and isinstance(sessions, Store):
         return sessionmaker(sessions.relaxed)
     return sessionmaker(engine.execution_options(isolation_level="AUTOCOMMIT"))
+
+
+def _commit_without_waiting(connection: Any, _record: Any) -> None:
+    """A new connection's commits stop waiting for the WAL flush (set in its session,
+    beside whatever the URL's options set; a server that refuses leaves it durable)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET synchronous_commit = off")
+        connection.commit()
+    except Exception as exc:  # (a pooler that forbids session settings: durable claims)
+        connection.rollback()
+        log.info("claims commit durably here: %s", exc)
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
@@ -97,13 +111,10 @@ class Store(sessionmaker[Session]):
     @cached_property
     def relaxed(self) -> Engine:
         """Autocommit connections whose commits do not wait for the WAL flush (PostgreSQL:
-        ``autocommit(durable=False)``), in a small pool of their own."""
-        return create_engine(
-            self.engine.url,
-            pool_pre_ping=True,
-            isolation_level="AUTOCOMMIT",
-            connect_args={"options": "-c synchronous_commit=off"},
-        )
+        ``autocommit(durable=False)``), in a pool of their own (connections made as used)."""
+        engine = create_engine(self.engine.url, pool_pre_ping=True, isolation_level="AUTOCOMMIT")
+        event.listen(engine, "connect", _commit_without_waiting)
+        return engine
 
     def close(self) -> None:
         """Close every connection of the engine (the store can no longer be used)."""

@@ -169,3 +169,22 @@ def test_a_claim_by_ids_reads_its_jobs_by_primary_key_whatever_the_statistics(po
         assert "jobs_pkey" in plan and "ix_jobs_status" not in plan, plan
     finally:
         sessions.close()
+
+
+def test_claims_commit_without_waiting_for_the_disk_and_records_wait(postgres_url):
+    """A lost claim only puts its job back to wait; a lost record would leave it running
+    for good: claims' sessions commit asynchronously, every other one durably."""
+    from sqlalchemy import text
+
+    from common.store.db import autocommit, open_store
+
+    sessions = open_store(postgres_url)
+    try:
+        show = text("SHOW synchronous_commit")
+        with autocommit(sessions, durable=False).begin() as session:
+            assert session.scalar(show) == "off"
+        for durable in (autocommit(sessions), sessions):
+            with durable.begin() as session:
+                assert session.scalar(show) == "on"
+    finally:
+        sessions.close()
