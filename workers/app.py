@@ -44,7 +44,15 @@ from common.inference_client import Backoff
 from common.store.db import open_store
 from common.work import AgentWork, FastWork
 from workers import metrics
-from workers.queues import AUDIT_TASK, FAST_TASK, SLOW_TASK, CeleryDispatcher, celery_app
+from workers.queues import (
+    AUDIT_TASK,
+    FAST_TASK,
+    SLOW_TASK,
+    CeleryDispatcher,
+    celery_app,
+    chunked,
+    payload_ids,
+)
 from workers.supervision import Repeated, Supervisor, serve_health
 
 log = logging.getLogger(__name__)
@@ -69,8 +77,7 @@ class TimedBatches(Batches):
 
 def _ids(request: SimpleRequest) -> list[str]:
     """The job ids a fast message carries: a micro-batch's list, or one id."""
-    payload = request.args[0]
-    return [str(one) for one in payload] if isinstance(payload, list) else [str(payload)]
+    return payload_ids(request.args[0])
 
 
 def backoff_s(settings: Settings, retries: int) -> float:
@@ -145,8 +152,8 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         size = settings.funnel.fast_batch_size
         fresh = [i for i in job_ids if i not in takeover]
         held = sorted(takeover)
-        chunks = [(fresh[n : n + size], False) for n in range(0, len(fresh), size)]
-        chunks += [(held[n : n + size], True) for n in range(0, len(held), size)]
+        chunks = [(chunk, False) for chunk in chunked(fresh, size)]
+        chunks += [(chunk, True) for chunk in chunked(held, size)]
         number = 0  # the micro-batch running
         try:
             with lock:
@@ -180,7 +187,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
 
     @app.task(name=SLOW_TASK, acks_late=True)
     def slow(payload: str | list[str], takeover: bool = False, retries: int = 0) -> None:
-        pending = [str(one) for one in payload] if isinstance(payload, list) else [str(payload)]
+        pending = payload_ids(payload)
         started = False
         while pending:
             if started and worker_state.should_stop is not None:  # a warm shutdown (SIGTERM)
@@ -219,7 +226,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         if time.monotonic() < busy_until[0]:
             return False
         try:
-            empty = not runtime.dispatcher.waiting(settings.broker.slow_queue)
+            empty = not runtime.dispatcher.queue_depth(settings.broker.slow_queue)
         except BackendUnavailable:
             return False
         if not empty:

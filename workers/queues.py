@@ -105,8 +105,7 @@ class CeleryDispatcher(Dispatcher):
         claim them although they look running)."""
         options = _options(takeover, retries)
         ids = list(job_ids)
-        size = self.settings.funnel.fast_batch_size
-        batches = [ids[start : start + size] for start in range(0, len(ids), size)]
+        batches = chunked(ids, self.settings.funnel.fast_batch_size)
         self._send(FAST_TASK, self.settings.broker.fast_queue, batches, delay_s, options)
         return len(ids)
 
@@ -123,8 +122,7 @@ class CeleryDispatcher(Dispatcher):
         unpacking a message for idle workers); returns the ids sent."""
         options = _options(takeover, retries)
         ids = list(job_ids)
-        size = 1 if one_each else SLOW_PACK
-        chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
+        chunks = chunked(ids, 1 if one_each else SLOW_PACK)
         payloads = [chunk[0] if len(chunk) == 1 else chunk for chunk in chunks]
         self._send(SLOW_TASK, self.settings.broker.slow_queue, payloads, delay_s, options)
         return len(ids)
@@ -215,22 +213,19 @@ class CeleryDispatcher(Dispatcher):
             client.close()
         return {job_id for message in raw for job_id in _job_ids(message)}
 
-    def waiting(self, queue: str) -> bool:
-        """Whether messages wait on ``queue`` (its first priority step: the one jobs use)."""
+    def queue_depth(self, queue: str) -> int:
+        """Messages waiting on ``queue`` (its first priority step: the one jobs use; not
+        counting those a worker holds)."""
         try:
             with self.app.producer_or_acquire() as producer:
-                return bool(producer.channel.client.llen(queue))  # (the prefix is added)
+                return int(producer.channel.client.llen(queue))  # (the prefix is added)
         except (OperationalError, redis.RedisError) as exc:
             raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
 
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting per queue (not counting those a worker holds)."""
-        with self.app.connection_for_read() as connection:
-            client = connection.default_channel.client  # adds the key prefix itself
-            return {
-                queue: int(client.llen(queue))
-                for queue in (self.settings.broker.fast_queue, self.settings.broker.slow_queue)
-            }
+        broker = self.settings.broker
+        return {queue: self.queue_depth(queue) for queue in (broker.fast_queue, broker.slow_queue)}
 
     def delete_keys(self) -> int:
         """Remove every key under this deployment's prefix (scratch deployments only)."""
@@ -248,6 +243,16 @@ class CeleryDispatcher(Dispatcher):
     def _where(self) -> str:
         url = self.settings.broker.url or ""
         return url.split("@")[-1]  # no password in messages
+
+
+def chunked(items: list[str], size: int) -> list[list[str]]:
+    """``items`` in order, ``size`` at a time (the last chunk may be shorter)."""
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def payload_ids(payload: Any) -> list[str]:
+    """The job ids a task's payload names: a list of them, or one id."""
+    return [str(one) for one in payload] if isinstance(payload, list) else [str(payload)]
 
 
 def _options(takeover: bool, retries: int) -> dict[str, Any] | None:

@@ -27,6 +27,16 @@ def unnest_from(table: Table, names: Sequence[str], alias: str = "rows") -> str:
     return f"unnest({arrays}) AS {alias}({', '.join(f'c_{name}' for name in names)})"
 
 
+def insert_from(table: Table, names: Sequence[str]) -> str:
+    """``INSERT INTO table (names) SELECT ... FROM unnest(...)``: rows of ``names``'s
+    arrays into ``table`` (parameters from ``as_arrays``)."""
+    values = ", ".join(value(table, name) for name in names)
+    return (
+        f"INSERT INTO {table.name} ({', '.join(names)}) "
+        f"SELECT {values} FROM {unnest_from(table, names)}"
+    )
+
+
 def value(table: Table, name: str) -> str:
     """The unnested column ``name`` as its column's type (JSON parsed from its text)."""
     return f"CAST(c_{name} AS JSON)" if _is_json(table, name) else f"c_{name}"

@@ -208,14 +208,15 @@ def release_ids(
 
 def fail_running(session: Session, job_id: str, stage: Stage, code: str, message: str) -> bool:
     """Fail a job this worker holds (over its attempt limit, or an error of its own)."""
-    statement = _running(job_id, stage).values(
-        status=JobStatus.FAILED, error_code=code, error_message=message, finished_at=utcnow()
-    )
-    return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
-
-
-def _running(job_id: str, stage: Stage) -> Any:
-    return _update().where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.stage == stage)
+    values = {
+        "status": JobStatus.FAILED,
+        "error_code": code,
+        "error_message": message,
+        "finished_at": utcnow(),
+    }
+    statement = _running_update(stage, tuple(sorted(values)))
+    result = session.execute(statement, {"job_id": job_id, **values})
+    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSettings) -> int:

@@ -298,21 +298,15 @@ _JOB_COLUMNS = (
 )
 _JOBS = cast(Table, Job.__table__)
 _UNNESTED_INSERT = text(
-    f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) "
-    f"SELECT {', '.join(arrays.value(_JOBS, name) for name in _JOB_COLUMNS)} "
-    f"FROM {arrays.unnest_from(_JOBS, _JOB_COLUMNS)} "
-    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
+    arrays.insert_from(_JOBS, _JOB_COLUMNS)
+    + " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
 )
 
 
 # A chunk's batch rows, likewise.
 _ITEM_COLUMNS = ("batch_id", "position", "item_id", "expected", "split", "category", "job_id")
 _ITEMS = cast(Table, BatchItem.__table__)
-_UNNESTED_ITEMS = text(
-    f"INSERT INTO batch_items ({', '.join(_ITEM_COLUMNS)}) "
-    f"SELECT {', '.join(arrays.value(_ITEMS, name) for name in _ITEM_COLUMNS)} "
-    f"FROM {arrays.unnest_from(_ITEMS, _ITEM_COLUMNS)}"
-)
+_UNNESTED_ITEMS = text(arrays.insert_from(_ITEMS, _ITEM_COLUMNS))
 
 
 def _insert_jobs(session: Session, rows: list[dict[str, Any]]) -> set[str]:
