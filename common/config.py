@@ -358,9 +358,28 @@ class SandboxSettings(Group):
     )
     image_pixels: int = setting(
         40_000_000,
-        "Pixels of the images one execution hands back, together (the host holds "
-        "them as RGB: 3 bytes each, twice at most).",
+        "Pixels of the images one execution saves and hands back, together, as the "
+        "sandbox decodes them (in its own memory); each is then resized to the model's "
+        "grid there, and the host holds only that.",
         ge=1,
+    )
+    view_tokens: int = setting(
+        32_768,
+        "Visual tokens (28 x 28 pixels each, on the model's grid) the images the code "
+        "hands back may hold over one trajectory, together: past it an image is left "
+        "out, which the step's observation says. It bounds what the worker holds for "
+        "them (about 7 bytes a pixel while an execution's images arrive, 4 while the "
+        "conversation keeps them).",
+        ge=4,
+    )
+    io_mb_s: int = setting(
+        64,
+        "Disk reads and writes of one sandbox, MB a second each way on each block "
+        "device (a control group's I/O throttle, where the machine has the controller).",
+        ge=1,
+    )
+    io_ops_s: int = setting(
+        1000, "Disk operations of one sandbox a second, each way on each block device.", ge=1
     )
     uid: int = setting(
         65533,

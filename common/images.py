@@ -16,14 +16,15 @@ decoded, so a truncated file is still caught).
 ``smart_resize`` is Qwen-VL's rule (both sides multiples of ``factor``, pixel count
 clamped to [min_pixels, max_pixels], aspect ratio kept). transformers has the same
 function, but importing it imports torch; this module must stay importable by the API
-without torch, so the rule is restated here and a test checks it against transformers.
+without torch, so the rule is restated (in ``common.sandbox.guest.pixels``, which the code
+sandbox's guest shares: it resizes the images the code hands back itself) and a test
+checks it against transformers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import math
 import os
 import tempfile
 import threading
@@ -37,6 +38,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from common.config import ImageSettings
 from common.errors import ImageError
+from common.sandbox.guest import pixels
 from common.sandbox.guest.pixels import to_rgb
 
 Image.MAX_IMAGE_PIXELS = None  # ours applies instead (decode_image), before any decode
@@ -71,34 +73,13 @@ class ResizeRule:
 def smart_resize(
     height: int, width: int, factor: int, min_pixels: int, max_pixels: int
 ) -> tuple[int, int]:
-    """Qwen-VL's target (height, width) for an image of ``height`` x ``width``, by the
-    SpecEyes evaluation's rule (``eval_code_deepeyes/utils.py`` ``smart_resize``, the same
-    in ``eval_code_thyme``), which differs from transformers' in two ways:
-
-    - each side is at least ``factor`` before the pixel bounds are checked
-      (``max(factor, round(side / factor) * factor)``): a 10x500 crop is shown at 28x504,
-      where transformers' rule gives 28x420;
-    - no aspect ratio is refused (transformers' refuses over 200): a 3x2000 crop is shown
-      at 28x1988, which the model's processor then takes as it is.
-
-    A side of 0 (an empty crop) is ``factor`` wide, as there; one that must then be
-    enlarged to ``min_pixels`` has nothing to enlarge (the evaluation divides by zero):
-    ``ImageError``. Ours keeps each side at least ``factor`` when shrinking to
-    ``max_pixels`` too (the evaluation's could reach 0 there, only for shapes no decoded
-    image or crop of ours has)."""
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        if min(height, width) <= 0:
-            raise ImageError(f"image has no pixels to enlarge ({width}x{height})")
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    """Qwen-VL's target (height, width), by the SpecEyes evaluation's rule
+    (``common.sandbox.guest.pixels.smart_resize``, where it is written out); an image with
+    no pixels to enlarge is an ``ImageError``."""
+    try:
+        return pixels.smart_resize(height, width, factor, min_pixels, max_pixels)
+    except ValueError as exc:
+        raise ImageError(str(exc)) from None
 
 
 def content_hash(data: bytes) -> str:

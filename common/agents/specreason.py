@@ -41,7 +41,7 @@ import re
 import time
 
 from common.agents.deepeyes import TrajectoryError, zoom
-from common.agents.thyme import execute, image_place
+from common.agents.thyme import execute, image_place, model_grid
 from common.agents.thyme import start as thyme_start
 from common.agents.trajectory import PROTOCOL_TAG, AgentStep, Trajectory
 from common.backends.base import Generation, VisionLanguageModel
@@ -50,7 +50,7 @@ from common.config import AgentSettings
 from common.contracts import Query
 from common.protocols import specreason as SPECREASON
 from common.protocols import thyme as THYME
-from common.sandbox import Sandbox, SandboxSession
+from common.sandbox import Sandbox, SandboxSession, view_request
 
 _CODE = re.compile(THYME.CODE_BLOCK, re.IGNORECASE)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -196,7 +196,9 @@ class _Rounds:
             match = _CODE.search(step.text)
             if match is not None:
                 code, image = match.group(1).strip(), image_place(self.query, self.session)[0]
-                execute(self.session, self.large.protocol, step, code, image)
+                protocol = self.large.protocol  # (nothing is kept: each may take the whole budget)
+                view = view_request(model_grid(protocol), self.limits.sandbox.view_tokens)
+                execute(self.session, protocol, step, code, image, view)
                 # (the step is kept whatever the code did: only its output is dropped)
                 step.observation = step.observation.replace(", step dropped", "") + unseen
             return

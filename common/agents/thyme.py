@@ -16,7 +16,11 @@ Following the SpecEyes evaluation of Thyme (``eval_code_thyme/utils.py``,
 3. A code block runs in the sandbox (``common.sandbox``; a fresh process each time).
    What it hands back (the images it saved and named, else its printed text) is appended
    to the SAME assistant turn: the step's text, ``<sandbox_output>``, the images (on the
-   model's grid) or the text, ``</sandbox_output>``.
+   model's grid) or the text, ``</sandbox_output>``. The images are resized to the grid
+   inside the sandbox, and a trajectory is shown at most ``sandbox.view_tokens`` visual
+   tokens of them in all (ours: the evaluation has no bound): an image past it, or of a
+   shape no model is shown (an aspect ratio over 200), is left out, which the step's
+   observation says.
 4. An execution that hands nothing back (an exception, refused code, over a limit) drops
    the step's text, as the evaluation does, and the next iteration generates again from
    the same conversation (so the iteration still counts).
@@ -48,7 +52,8 @@ from common.images import image_suffix
 from common.locations import read_located
 from common.protocols import Protocol
 from common.protocols import thyme as THYME
-from common.sandbox import Sandbox, SandboxSession
+from common.sandbox import QWEN25_GRID, Sandbox, SandboxSession, view_request
+from common.sandbox.channel import Grid
 
 _CODE = re.compile(THYME.CODE_BLOCK, re.IGNORECASE)
 _ANSWER = re.compile(THYME.ANSWER, re.DOTALL)
@@ -84,6 +89,9 @@ class _Loop:
         self.trajectory = Trajectory()
         self.written: list[str] = []  # the model's own text in the assistant turn
         self.image_path = image_place(query, session)[0]  # as the code is handed it
+        self.grid = model_grid(self.protocol)
+        # what the code's images may still take of the model's context, in visual tokens
+        self.tokens_left = limits.sandbox.view_tokens
 
     def run(self) -> Trajectory:
         self.conversation.messages += start(self.query, self.protocol, self.session)
@@ -116,11 +124,14 @@ class _Loop:
         content: list[Part] = [text] if answered else []
         match = _CODE.search(text)
         if match is not None:
+            view = view_request(self.grid, self.tokens_left)
             handed_back = execute(
-                self.session, self.protocol, step, match.group(1).strip(), self.image_path
+                self.session, self.protocol, step, match.group(1).strip(), self.image_path, view
             )
             if handed_back is None:
                 return step, False  # dropped: the next iteration generates again
+            shown = sum(p.width * p.height for p in handed_back if isinstance(p, Image.Image))
+            self.tokens_left -= shown // self.grid.factor**2
             content += [text, THYME.SANDBOX_OPEN, *handed_back, THYME.SANDBOX_CLOSE]
         elif not answered:
             step.observation = "ended: neither code nor an answer"
@@ -220,11 +231,26 @@ def _own_jpeg(query: Query) -> bytes | None:
     return data if image_suffix(data) == ".jpeg" else None
 
 
+def model_grid(protocol: Protocol) -> Grid:
+    """The grid the model is shown images on (Qwen2.5-VL's where the protocol leaves it
+    to the processor), with the aspect ratio Qwen's processors take at most."""
+    rule = protocol.image_grid
+    if rule is None:
+        return QWEN25_GRID
+    return Grid(rule.factor, rule.min_pixels, rule.max_pixels, QWEN25_GRID.max_aspect)
+
+
 def execute(
-    session: SandboxSession, protocol: Protocol, step: AgentStep, code: str, image_path: str
+    session: SandboxSession,
+    protocol: Protocol,
+    step: AgentStep,
+    code: str,
+    image_path: str,
+    view: dict[str, Any],
 ) -> list[Part] | None:
     """Run the step's code in ``session``; what goes back to the model, or None when
-    nothing does. Whatever the code did, the step keeps the code and an observation."""
+    nothing does. Whatever the code did, the step keeps the code and an observation.
+    ``view``: the grid the images come back on, and the pixels they may hold."""
     step.code = code
     started = time.perf_counter()
     execution = session.run(
@@ -235,6 +261,7 @@ def execute(
             "model_output_dir": THYME.OUTPUT_DIR,
             "refused": list(THYME.REFUSED_CODE),
             "min_crop_side": THYME.MIN_CROP_SIDE,
+            "view": view,
         }
     )
     step.tool_seconds = time.perf_counter() - started
@@ -260,7 +287,7 @@ def execute(
             continue
         described.append(_describe(image))
     if not views:
-        why = report.error or ("its images are unreadable" if notes else "it handed nothing back")
+        why = report.error or ("its images are left out" if notes else "it handed nothing back")
         step.observation = f"execution failed, step dropped: {why}{notes}"
         return None
     step.images = described
@@ -276,16 +303,22 @@ def _inert(text: str) -> str:
 
 
 def _describe(image: Image.Image) -> dict[str, Any]:
-    """A produced image as the trace keeps it: size, digest, a small PNG thumbnail."""
+    """A produced image as the trace keeps it: the size the code saved it at, the size
+    and digest of what the model was shown, a small PNG thumbnail (made without a
+    full-size copy)."""
     digest = (image.info.get("pixels_sha256") or hashlib.sha256(image.tobytes()).hexdigest())[:16]
-    thumbnail = image.copy()
-    thumbnail.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+    scale = THUMBNAIL_SIDE / max(image.size)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    thumbnail = image.resize(size, Image.Resampling.BICUBIC, reducing_gap=2.0)
     buffer = io.BytesIO()
     thumbnail.save(buffer, format="PNG")
     encoded = base64.b64encode(buffer.getvalue()).decode()
+    source = image.info.get("source_size", image.size)
     return {
-        "width": image.width,
-        "height": image.height,
+        "width": source[0],
+        "height": source[1],
+        "shown_width": image.width,
+        "shown_height": image.height,
         "pixels_sha256": digest,
         "thumbnail": f"data:image/png;base64,{encoded}",
     }

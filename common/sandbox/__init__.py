@@ -29,6 +29,7 @@ own. ``isolation="gvisor"`` runs the guest under gVisor instead of bubblewrap;
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -44,7 +45,16 @@ from typing import Any, Literal
 from common.config import SandboxSettings, Settings
 from common.errors import ConfigurationError, RetryableError
 from common.sandbox import cgroup, janitor, workspace
-from common.sandbox.channel import BadReport, GuestReport, ReportLimits, collect, decode_text, parse
+from common.sandbox.channel import (
+    BadReport,
+    Grid,
+    GuestReport,
+    ReportLimits,
+    collect,
+    decode_text,
+    parse,
+    split_status,
+)
 from common.sandbox.gvisor import GVisor
 from common.sandbox.launch import WORK_MOUNT, Bubblewrap, Launcher, Unisolated
 
@@ -121,10 +131,11 @@ class Sandbox:
         """A workspace for one trajectory, with a guest process already starting."""
         return SandboxSession(self, spare=spare)
 
-    def guest_setup(self, workdir: str, *, counted: bool) -> str:
+    def guest_setup(self, workdir: str, *, counted: bool, host_devices: bool) -> str:
         """The guest's folder and own limits, as its one argument (``counted``: a control
         group counts its tasks, so RLIMIT_NPROC, which counts the uid's everywhere, is
-        off)."""
+        off; ``host_devices``: the device nodes it sees are the host's, so it may not set
+        file times)."""
         limits = self.limits
         return json.dumps(
             {
@@ -140,17 +151,24 @@ class Sandbox:
                 "printed_chars": limits.output_bytes // 2,
                 "images": limits.max_images,
                 "image_pixels": limits.image_pixels,
+                "host_devices": host_devices,
             }
         )
 
-    def report_limits(self) -> ReportLimits:
+    def report_limits(self, view: dict[str, Any] | None = None) -> ReportLimits:
+        """What a report may hold; with a request's ``view`` (the model's grid and the
+        pixels the trajectory may still be shown), images on that grid within that."""
         limits = self.limits
+        grid = None if view is None else Grid(**{k: view[k] for k in Grid.__dataclass_fields__})
         return ReportLimits(
             header_bytes=limits.output_bytes,
             text_chars=limits.output_bytes // 2,
             images=limits.max_images,
-            pixels=limits.image_pixels,
+            pixels=limits.image_pixels
+            if view is None
+            else min(view["pixels"], limits.image_pixels),
             shown_chars=limits.text_chars,
+            grid=grid,
         )
 
     def __repr__(self) -> str:
@@ -180,6 +198,7 @@ class SandboxSession:
                 name,
                 memory_bytes=limits.memory_mb << 20,
                 tasks=limits.threads + launcher.host_tasks,
+                io=cgroup.IoLimit(limits.io_mb_s * 1_000_000, limits.io_ops_s),
             )
         except OSError as exc:
             self.workspace.remove()
@@ -222,7 +241,12 @@ class SandboxSession:
     def _start(self) -> subprocess.Popen[bytes]:
         launcher = self.sandbox.launcher
         counted = self.group is not None and launcher.tasks_counted
-        setup = self.sandbox.guest_setup(self.root, counted=counted)
+        # bubblewrap shows the workspace's nodes, the host's where it could make none;
+        # gVisor shows its own; unisolated code sees the host's /dev as it is
+        host_devices = launcher.name == "none" or (
+            launcher.name == "bubblewrap" and not self.workspace.own_devices
+        )
+        setup = self.sandbox.guest_setup(self.root, counted=counted, host_devices=host_devices)
         command = launcher.command(self.workspace, setup)
         if self.group is not None:
             command = [*self.group.join_command(), *command]
@@ -238,28 +262,32 @@ class SandboxSession:
         )
 
     def _finish(self, process: subprocess.Popen[bytes], request: dict[str, Any]) -> Execution:
-        """Hand ``request`` to a started guest and read how it ends."""
+        """Hand ``request`` to a started guest and read how it ends. Its stdin stays open
+        until then: the guest's init ends the sandbox when it hangs up (this process is
+        gone)."""
         limits = self.sandbox.limits
+        report_limits = self.sandbox.report_limits(request.get("view"))
         if self.group is not None:
             self.group.start_count()
         started = time.perf_counter()
         deadline = started + limits.wall_s
         assert process.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it died starting: its stderr says why
-            process.stdin.write(json.dumps(request).encode())
-            process.stdin.close()
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            process.stdin.flush()
         group = self.group
         out, err, overrun = collect(
             process,
             deadline,
-            stdout_cap=limits.output_bytes + 3 * limits.image_pixels,
+            stdout_cap=limits.output_bytes + 3 * report_limits.pixels,
             stderr_cap=limits.output_bytes,
             # the group counts CPU exactly, where RLIMIT_CPU samples it at each tick
             over_cpu=lambda: group is not None and group.usage().cpu_s > limits.cpu_s,
         )
-        for stream in (process.stdout, process.stderr):
+        for stream in (process.stdin, process.stdout, process.stderr):
             assert stream is not None
-            stream.close()
+            with contextlib.suppress(BrokenPipeError):
+                stream.close()
         if overrun is not None:
             self._kill(process)
         status = _wait(process, deadline if overrun is None else time.perf_counter() + 5)
@@ -281,13 +309,20 @@ class SandboxSession:
         if oom_kills:
             said = f"killed: over the memory limit of {limits.memory_mb} MiB"
             return ended(None, "memory_limit", f"{said} (its processes and files together)")
-        code = _exit_code(status[0] if status else 0, bubblewrap=self.sandbox.isolation != "none")
-        if code.signal == signal.SIGKILL and cpu_s >= limits.cpu_s - 0.1:
+        guest_status = split_status(out)
+        if guest_status is not None:  # the init's record: exact
+            code = _exit_code(guest_status, bubblewrap=False)
+        else:  # killed before its init could tell: what its launcher says
+            code = _exit_code(
+                status[0] if status else 0, bubblewrap=self.sandbox.isolation != "none"
+            )
+        cpu_signals = (signal.SIGKILL, signal.SIGXCPU)
+        if code.signal in cpu_signals and cpu_s >= limits.cpu_s - 0.1:
             return ended(None, "cpu_limit", f"killed: over the CPU time limit of {limits.cpu_s} s")
         if code.signal:
             return ended(None, "killed", f"killed by {code.describe()}; {tail}")
         try:
-            report = parse(out, self.sandbox.report_limits())
+            report = parse(out, report_limits)
         except BadReport as exc:
             stop: Stop = "no_result" if not out else "bad_report"
             return ended(None, stop, f"{code.describe()}: {exc}; {tail}")
@@ -368,7 +403,8 @@ class _ExitCode:
 
 def _exit_code(status: int, *, bubblewrap: bool) -> _ExitCode:
     """A wait status as an exit code or a signal; bubblewrap exits 128 + N when its
-    guest dies of signal N."""
+    child dies of signal N (and 128 + N when it exits so: only the init's record tells
+    them apart, ``channel.split_status``)."""
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         return _ExitCode(code, -code)
@@ -440,11 +476,34 @@ def require_code_sandbox(settings: Settings) -> None:
 
 
 def probe_request(session: SandboxSession) -> dict[str, Any]:
-    """A request with every field but the code (for checks, tests and benchmarks)."""
+    """A request with every field but the code (for checks, tests and benchmarks): the
+    images it hands back on Qwen2.5-VL's grid, as much as one execution may hold."""
     return {
         "image_path": session.inside("image.jpg"),
         "output_dir": session.inside("out/"),
         "model_output_dir": f"{WORK_MOUNT}/out/",
         "refused": [],
         "min_crop_side": 1,
+        "view": view_request(QWEN25_GRID, session.sandbox.limits.view_tokens),
     }
+
+
+# Qwen2.5-VL's (the reference's) grid: 28 px a token side, 4 to 16,384 tokens an image,
+# an aspect ratio of at most 200 (transformers' and our uploads' limit)
+QWEN25_GRID = Grid(factor=28, min_pixels=4 * 28 * 28, max_pixels=16384 * 28 * 28, max_aspect=200)
+
+
+def worker_bytes(limits: SandboxSettings) -> int:
+    """The most one trajectory's executions make the worker hold at once, whatever the
+    code does (docs/sandbox.md): what it prints and reports (``output_bytes``, on stdout
+    and stderr each) and the images it may be shown (``view_tokens`` on the grid): 3
+    bytes a pixel as they arrive and 4 as Pillow holds them (RGB is stored as RGBX), which
+    the conversation keeps."""
+    view_pixels = limits.view_tokens * QWEN25_GRID.factor**2
+    return 2 * limits.output_bytes + (3 + 4) * view_pixels
+
+
+def view_request(grid: Grid, tokens: int) -> dict[str, Any]:
+    """A request's ``view``: the model's ``grid``, and ``tokens`` visual tokens at most
+    for the images one execution hands back."""
+    return {**dataclasses.asdict(grid), "pixels": tokens * grid.factor**2}

@@ -8,6 +8,9 @@ control group counts what every process inside it uses, whatever it is:
   the kernel's OOM killer ends them; no swap;
 - tasks (processes and threads) up to ``threads``;
 - CPU: at most one core's worth of time at any moment (a CFS quota);
+- disk I/O, where the machine has the controller (v1 ``blkio``, v2 ``io``): bytes and
+  operations a second on each block device, so that reads past the page cache
+  (``O_DIRECT``, or files no one read lately) cannot crowd out the host's own;
 
 and tells afterwards how much CPU they used, their peak memory and whether the OOM
 killer ran. Both cgroup v1 (one hierarchy per controller: memory, pids, cpu, cpuacct)
@@ -34,7 +37,9 @@ log = logging.getLogger(__name__)
 
 PARENT = "speceyes-sandbox"
 _V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
+_V1_OPTIONAL = ("blkio",)  # used where mounted: disk I/O
 _V2_CONTROLLERS = ("memory", "pids", "cpu")
+_V2_OPTIONAL = ("io",)
 _CFS_PERIOD_US = 100_000
 
 
@@ -53,6 +58,11 @@ class Hierarchy:
 
     version: int
     folders: dict[str, Path]  # controller -> the folder under which groups are made
+    io: bool = False  # v2: the io controller is on (v1: a "blkio" folder)
+
+    @property
+    def limits_io(self) -> bool:
+        return self.io or "blkio" in self.folders
 
 
 def find_hierarchy(mountinfo: str | None = None, own_groups: str | None = None) -> Hierarchy | None:
@@ -77,7 +87,7 @@ def find_hierarchy(mountinfo: str | None = None, own_groups: str | None = None) 
             v2_mount = (point, root)
         elif fstype == "cgroup":
             for option in options.split(","):
-                if option in _V1_CONTROLLERS:
+                if option in _V1_CONTROLLERS + _V1_OPTIONAL:
                     v1_mounts[option] = (point, root)
     own_v1: dict[str, str] = {}
     own_v2: str | None = None
@@ -88,7 +98,8 @@ def find_hierarchy(mountinfo: str | None = None, own_groups: str | None = None) 
         for controller in controllers.split(","):
             own_v1[controller] = path
     if all(c in v1_mounts and c in own_v1 for c in _V1_CONTROLLERS):
-        folders = {c: _inside(*v1_mounts[c], own_v1[c]) / PARENT for c in _V1_CONTROLLERS}
+        used = [c for c in _V1_CONTROLLERS + _V1_OPTIONAL if c in v1_mounts and c in own_v1]
+        folders = {c: _inside(*v1_mounts[c], own_v1[c]) / PARENT for c in used}
         return Hierarchy(1, folders)
     if v2_mount is not None and own_v2 is not None:
         return _v2_hierarchy(*v2_mount, own_v2)
@@ -106,7 +117,7 @@ def _v2_hierarchy(point: Path, root: str, own: str) -> Hierarchy | None:
         return None
     if not all(c in enabled for c in _V2_CONTROLLERS):
         return None
-    return Hierarchy(2, {"unified": parent / PARENT})
+    return Hierarchy(2, {"unified": parent / PARENT}, io="io" in enabled)
 
 
 def _inside(point: Path, root: str, path: str) -> Path:
@@ -125,16 +136,24 @@ class SessionGroup:
 
     @classmethod
     def create(
-        cls, hierarchy: Hierarchy | None, name: str, *, memory_bytes: int, tasks: int
+        cls,
+        hierarchy: Hierarchy | None,
+        name: str,
+        *,
+        memory_bytes: int,
+        tasks: int,
+        io: IoLimit | None = None,
     ) -> SessionGroup | None:
         """A new group with these limits; None where the machine offers none. Where it
         does, a group that cannot be made is an error (``OSError``), never a session
-        without one."""
+        without one. ``io``: on every block device, where the controller is there."""
         if hierarchy is None:
             return None
         group = cls(hierarchy, name)
         try:
             group._make(memory_bytes, tasks)
+            if io is not None:
+                group._limit_io(io)
         except OSError:
             group.remove()
             raise
@@ -145,7 +164,8 @@ class SessionGroup:
         if self.hierarchy.version == 2:
             parent = self.hierarchy.folders["unified"]
             parent.mkdir(exist_ok=True)
-            _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in _V2_CONTROLLERS))
+            controllers = [*_V2_CONTROLLERS, *(_V2_OPTIONAL if self.hierarchy.io else ())]
+            _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in controllers))
             folder = self.folders["unified"]
             folder.mkdir()
             _write(folder / "memory.max", str(memory_bytes))
@@ -163,6 +183,26 @@ class SessionGroup:
         _write(self.folders["pids"] / "pids.max", str(tasks))
         _write(self.folders["cpu"] / "cpu.cfs_period_us", str(_CFS_PERIOD_US))
         _write(self.folders["cpu"] / "cpu.cfs_quota_us", str(_CFS_PERIOD_US))
+
+    def _limit_io(self, io: IoLimit) -> None:
+        """Throttle every block device of the machine (a device that refuses a rule, a
+        virtual one, is left as it is); at least one must take it."""
+        if not self.hierarchy.limits_io:
+            return
+        taken = 0
+        for device in block_devices():
+            if self.hierarchy.version == 2:
+                rates = f"rbps={io.bytes_s} wbps={io.bytes_s} riops={io.ops_s} wiops={io.ops_s}"
+                rule = f"{device} {rates}"
+                taken += _try_write(self.folders["unified"] / "io.max", rule)
+                continue
+            folder = self.folders["blkio"]
+            for kind, value in (("bps", io.bytes_s), ("iops", io.ops_s)):
+                for direction in ("read", "write"):
+                    path = folder / f"blkio.throttle.{direction}_{kind}_device"
+                    taken += _try_write(path, f"{device} {value}")
+        if not taken:
+            log.warning("no block device took the sandbox's I/O limit: disk I/O is unlimited")
 
     @property
     def procs_files(self) -> list[Path]:
@@ -258,6 +298,23 @@ def sweep_stale(hierarchy: Hierarchy | None) -> None:
                 SessionGroup(hierarchy, folder.name).remove()
 
 
+@dataclass(frozen=True)
+class IoLimit:
+    """Disk I/O of one group: ``bytes_s`` and ``ops_s`` a second, each way, per device."""
+
+    bytes_s: int
+    ops_s: int
+
+
+def block_devices() -> list[str]:
+    """The machine's block devices as ``major:minor`` (``/sys/block``)."""
+    found = []
+    for entry in sorted(Path("/sys/block").glob("*/dev")):
+        with contextlib.suppress(OSError):
+            found.append(_read(entry).strip())
+    return found
+
+
 def alive(pid: int) -> bool:
     """Whether a process ``pid`` exists (a worker that named a group or folder)."""
     try:
@@ -281,6 +338,15 @@ def _write(path: Path, value: str, *, optional: bool = False) -> None:
     except OSError:
         if not optional:
             raise
+
+
+def _try_write(path: Path, value: str) -> int:
+    """1 where the kernel took ``value``, 0 where it refused it."""
+    try:
+        _write(path, value)
+    except OSError:
+        return 0
+    return 1
 
 
 def _number(path: Path) -> int:

@@ -5,8 +5,12 @@ bytes of the images it hands back; what it prints goes to stderr. The host
 
 - reads both pipes with caps (``collect``): over a cap or the wall clock, it stops
   reading and the sandbox is killed;
+- takes the init's status record off the end (``split_status``): how the guest ended,
+  written after the guest could write anything;
 - parses the header (``parse``) within ``header_bytes``, refusing anything that is not
-  the expected shape: nesting, types, the number of images, their pixels together;
+  the expected shape: nesting, types, the number of images, their pixels together,
+  each image's size the model's view of the size it claims for its source (the grid's
+  own size for it, its aspect ratio within the uploads' limit);
 - takes the images' bytes only when their length is exactly what the header's sizes
   add up to, and builds the images from raw pixels: no file of the guest's is opened,
   no image format is decoded on this side;
@@ -28,9 +32,13 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from PIL import Image
+
+from common.sandbox.guest.harness import STATUS_MARK
+from common.sandbox.guest.outputs import MOST_NOTES
+from common.sandbox.guest.pixels import smart_resize
 
 # control characters but newline and tab; the format characters (Unicode's Cf: the
 # bidirectional overrides that make text display other than it reads, zero-width and
@@ -45,8 +53,9 @@ _CONTROL = re.compile(
 )
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LINE_SEPARATOR = re.compile("[\u2028\u2029\x85]")
-_MOST_NOTES = 8
 _NOTE_CHARS = 300
+_LONGEST_SIDE = 1 << 31  # (a side is a C int to Pillow; far longer than any image's)
+_STATUS_BYTES = len(STATUS_MARK) + 9  # the mark, eight hex digits, a newline
 
 
 class BadReport(Exception):
@@ -54,16 +63,38 @@ class BadReport(Exception):
 
 
 @dataclass(frozen=True)
+class Grid:
+    """The model's view of an image: Qwen-VL's resize rule (``factor``, ``min_pixels``,
+    ``max_pixels``) on sources of at most ``max_aspect`` long side to short."""
+
+    factor: int
+    min_pixels: int
+    max_pixels: int
+    max_aspect: float
+
+    def view(self, width: int, height: int) -> tuple[int, int] | None:
+        """(width, height) the model sees a ``width`` x ``height`` source at; None for a
+        shape it is not shown."""
+        if max(width, height) > self.max_aspect * min(width, height):
+            return None
+        new_height, new_width = smart_resize(
+            height, width, self.factor, self.min_pixels, self.max_pixels
+        )
+        return new_width, new_height
+
+
+@dataclass(frozen=True)
 class ReportLimits:
     """What a report may hold: ``header_bytes`` of JSON, ``text_chars`` of any text
     (``shown_chars`` of the text for the model), ``images`` images of ``pixels`` pixels
-    together."""
+    together; with a ``grid``, each image the grid's view of the source it names."""
 
     header_bytes: int
     text_chars: int
     images: int
     pixels: int
     shown_chars: int | None = None
+    grid: Grid | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +161,20 @@ def collect(
     return out, err, overrun
 
 
+def split_status(stdout: bytearray) -> int | None:
+    """Take the init's status record off the end of ``stdout`` (in place): the guest's
+    wait status, or None where there is none (the sandbox was killed first)."""
+    record = stdout[-_STATUS_BYTES:]
+    if len(record) != _STATUS_BYTES or not record.startswith(STATUS_MARK):
+        return None
+    try:
+        status = int(bytes(record[len(STATUS_MARK) : -1]), 16)
+    except ValueError:
+        return None
+    del stdout[-_STATUS_BYTES:]
+    return status
+
+
 def parse(stdout: bytes | bytearray, limits: ReportLimits) -> GuestReport:
     """The report on the result channel, checked field by field."""
     end = stdout.find(b"\n", 0, limits.header_bytes)
@@ -144,8 +189,8 @@ def parse(stdout: bytes | bytearray, limits: ReportLimits) -> GuestReport:
     sizes = _image_sizes(header.get("images"), limits)
     images = _images(memoryview(stdout)[end + 1 :], sizes)
     notes = header.get("notes")
-    if not isinstance(notes, list) or len(notes) > _MOST_NOTES:
-        raise BadReport(f"'notes' is not a list of at most {_MOST_NOTES} texts")
+    if not isinstance(notes, list) or len(notes) > MOST_NOTES:
+        raise BadReport(f"'notes' is not a list of at most {MOST_NOTES} texts")
     return GuestReport(
         images=images,
         text=_text(header, "text", limits, optional=True, limit=limits.shown_chars),
@@ -155,31 +200,48 @@ def parse(stdout: bytes | bytearray, limits: ReportLimits) -> GuestReport:
     )
 
 
-def _image_sizes(value: Any, limits: ReportLimits) -> list[tuple[int, int]]:
+def _image_sizes(value: Any, limits: ReportLimits) -> list[tuple[int, int, int, int]]:
+    """(width, height, the source's width and height) of each image the header names."""
     if not isinstance(value, list) or len(value) > limits.images:
         raise BadReport(f"'images' is not a list of at most {limits.images}")
-    sizes: list[tuple[int, int]] = []
+    sizes: list[tuple[int, int, int, int]] = []
     for item in value:
-        width, height = (
-            (item.get("width"), item.get("height")) if isinstance(item, dict) else (0, 0)
-        )
-        if not (type(width) is int and type(height) is int and width > 0 and height > 0):
-            raise BadReport("an image's size is not two positive integers")
-        sizes.append((width, height))
-    if sum(width * height for width, height in sizes) > limits.pixels:
+        width, height = _size(item, "width", "height")
+        source = (width, height)
+        if limits.grid is not None:
+            source = _size(item, "source_width", "source_height")
+            if limits.grid.view(*source) != (width, height):
+                raise BadReport(
+                    f"a {width}x{height} image is not the model's view of the "
+                    f"{source[0]}x{source[1]} image it claims to show"
+                )
+        sizes.append((width, height, *source))
+    if sum(width * height for width, height, *_ in sizes) > limits.pixels:
         raise BadReport(f"the images hold more than {limits.pixels} pixels together")
     return sizes
 
 
-def _images(data: memoryview, sizes: list[tuple[int, int]]) -> list[Image.Image]:
-    expected = sum(3 * width * height for width, height in sizes)
+def _size(item: Any, *names: str) -> tuple[int, int]:
+    width, height = (item.get(name) for name in names) if isinstance(item, dict) else (0, 0)
+    if not (_side(width) and _side(height)):
+        raise BadReport(f"an image's size is not two integers from 1 to {_LONGEST_SIDE - 1}")
+    return width, height
+
+
+def _side(value: Any) -> TypeGuard[int]:
+    return type(value) is int and 0 < value < _LONGEST_SIDE
+
+
+def _images(data: memoryview, sizes: list[tuple[int, int, int, int]]) -> list[Image.Image]:
+    expected = sum(3 * width * height for width, height, *_ in sizes)
     if len(data) != expected:
         raise BadReport(f"{len(data)} bytes of pixels where the sizes say {expected}")
     images, offset = [], 0
-    for width, height in sizes:
+    for width, height, *source in sizes:
         pixels = data[offset : offset + 3 * width * height]
         image = Image.frombytes("RGB", (width, height), pixels)
         image.info["pixels_sha256"] = hashlib.sha256(pixels).hexdigest()
+        image.info["source_size"] = tuple(source)
         images.append(image)
         offset += len(pixels)
     return images

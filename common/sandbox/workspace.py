@@ -79,6 +79,11 @@ class Workspace:
         return devices
 
     @property
+    def own_devices(self) -> bool:
+        """Whether every device node the sandbox shows is the session's own."""
+        return all(Path(node).parent == self.root / "dev" for node in self.devices.values())
+
+    @property
     def data(self) -> Path:
         return self.fs / "data"
 

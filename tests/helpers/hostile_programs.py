@@ -66,7 +66,7 @@ PROGRAMS = (
         "pid1",
         LIBC + "print(libc.ptrace(16, 1, 0, 0), libc.ptrace(16, os.getppid(), 0, 0), "
         "os.getpid(), os.getppid())",
-        ("-1 -1 1 0",),
+        ("-1 -1 2 1",),  # (PID 1 is the init, which runs none of the code)
     ),
     Hostile(
         "process_vm_writev into PID 1",
@@ -307,19 +307,19 @@ PROGRAMS = (
         "a report claiming 10 billion pixels",
         "forged",
         _forge(
-            "json.dumps({'images': [{'width': 100000, 'height': 100000}], 'text': None, "
-            "'printed': '', 'notes': []})"
+            "json.dumps({'images': [{'width': 100000, 'height': 100000, 'source_width': "
+            "100000, 'source_height': 100000}], 'text': None, 'printed': '', 'notes': []})"
         ),
-        ("pixels together",),
+        ("not the model's view", "pixels together"),
     ),
     Hostile(
         "pixels short of the sizes",
         "forged",
         _forge(
-            "json.dumps({'images': [{'width': 10, 'height': 10}], 'text': None, "
-            "'printed': '', 'notes': []})"
+            "json.dumps({'images': [{'width': 56, 'height': 56, 'source_width': 56, "
+            "'source_height': 56}], 'text': None, 'printed': '', 'notes': []})"
         ),
-        ("where the sizes say 300",),
+        ("where the sizes say 9408",),
     ),
     Hostile(
         "a report of the wrong types",
@@ -328,7 +328,58 @@ PROGRAMS = (
             "json.dumps({'images': [{'width': '10', 'height': -1}], 'text': 5, "
             "'printed': [], 'notes': {}})"
         ),
-        ("positive integers",),
+        ("integers from 1",),
+    ),
+    # -- images whose view would be larger than what the code saved (the third review) ----
+    Hostile(
+        "a 4,000,000 x 1 PNG (shown on the grid: 4,571,432 x 28)",
+        "views",
+        "from PIL import Image\n"
+        f"processed_path = '{OUT}/thin.png'\n"
+        "Image.new('RGB', (4_000_000, 1), (9, 9, 9)).save(processed_path)",
+        ("aspect ratio is over 200",),
+    ),
+    Hostile(
+        "four forged thin views",
+        "views",
+        "import os, json\n"
+        "thin = {'width': 142856, 'height': 28, 'source_width': 4_000_000, 'source_height': 1}\n"
+        "head = json.dumps({'images': [thin] * 4, 'text': None, 'printed': '', 'notes': []})\n"
+        f"os.write({RESULT_FD}, head.encode() + b'\\n')\n"
+        "for _ in range(4):\n"
+        f"    os.write({RESULT_FD}, b'\\0' * (3 * 142856 * 28))\n"
+        "os._exit(0)",
+        ("not the model's view", "wrote more than"),
+    ),
+    Hostile(
+        "a forged view over what the trajectory may be shown",
+        "views",
+        "import os, json\n"
+        "big = {'width': 3584, 'height': 3584, 'source_width': 3584, 'source_height': 3584}\n"
+        "head = json.dumps({'images': [big], 'text': None, 'printed': '', 'notes': []})\n"
+        f"os.write({RESULT_FD}, head.encode() + b'\\n' + b'\\0' * (3 * 3584 * 3584))\n"
+        "os._exit(0)",
+        ("pixels together", "wrote more than"),
+    ),
+    Hostile(
+        "four images as large as may be saved",
+        "views",
+        "from PIL import Image\n"
+        "for i in range(4):\n"
+        f"    Image.new('RGB', (1000, 1000), (i, 9, 9)).save(f'{OUT}/big{{i}}.png')\n"
+        f"    print(f'{OUT}/big{{i}}.png')",
+        ("image(s) returned",),
+    ),
+    Hostile(
+        "nine unreadable files named before an image",
+        "views",
+        "from PIL import Image\n"
+        "for i in range(9):\n"
+        f"    open(f'{OUT}/bad{{i}}.png', 'w').write('no image')\n"
+        f"    print(f'{OUT}/bad{{i}}.png')\n"
+        f"Image.new('RGB', (60, 40)).save('{OUT}/good.png')\n"
+        f"print('{OUT}/good.png')",
+        ("2 more image(s) left out",),
     ),
     # -- names and exit codes that broke the host ------------------------------------------
     Hostile(
@@ -350,7 +401,8 @@ PROGRAMS = (
         ("does not exist",),
     ),
     Hostile("exit code 200", "names", "import os\nos._exit(200)", ("exit 200",)),
-    Hostile("exit code 137", "names", "import os\nos._exit(137)", ("SIGKILL",)),
+    Hostile("exit code 137", "names", "import os\nos._exit(137)", ("exit 137",)),  # not SIGKILL
+    Hostile("a SIGKILL of its own", "names", "import os\nos.kill(os.getpid(), 9)", ("SIGKILL",)),
     Hostile("a segmentation fault", "names", "import ctypes\nctypes.string_at(0)", ("SIGSEGV",)),
     # -- control characters and surrogates ------------------------------------------------
     Hostile(

@@ -24,7 +24,7 @@ from common.backends.scripted import JobScript, ScriptedModel
 from common.config import AgentSettings, SandboxSettings
 from common.contracts import Query
 from common.protocols import THYME
-from common.sandbox import Sandbox, SandboxUnavailable, cgroup, workspace
+from common.sandbox import Sandbox, SandboxUnavailable, cgroup, worker_bytes, workspace
 from tests.helpers.hostile_programs import OUT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,11 +37,13 @@ TEST_LIMITS = SandboxSettings(
     files=512,
     output_bytes=1 << 18,
     image_pixels=4_000_000,
+    view_tokens=4096,
 )
-# what the worker may spend on one execution, whatever the code did (the README's bound:
-# the report and stderr caps, and the images as RGB held twice, plus the interpreter's
-# own churn); and its own CPU for reading and checking what came back
-HOST_MEMORY_BOUND = 2 * TEST_LIMITS.output_bytes + 2 * 3 * TEST_LIMITS.image_pixels + (48 << 20)
+# what the worker may spend on one trajectory, whatever the code did (docs/sandbox.md's
+# bound, common.sandbox.worker_bytes, plus the interpreter's own churn); and its own CPU
+# for reading and checking what one execution handed back
+CHURN = 48 << 20
+HOST_MEMORY_BOUND = worker_bytes(TEST_LIMITS) + CHURN
 HOST_CPU_BOUND_S = 1.5
 SANDBOX_UID = 65533
 
@@ -139,11 +141,18 @@ CROP = (
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
-def trajectory_of(code: str, sandbox: Sandbox) -> Trajectory:
-    step = f"<think>run it</think><code>\n```python\n{code}\n```\n</code>"
-    model = ScriptedModel(protocol=THYME, scripts={"job": JobScript(agent_steps=(step, ANSWER))})
+def trajectory_of(
+    code: str | list[str], sandbox: Sandbox, limits: AgentSettings = LIMITS
+) -> Trajectory:
+    """A Thyme trajectory whose steps run ``code`` (one program, or one a step), then
+    answer."""
+    codes = [code] if isinstance(code, str) else code
+    steps = [f"<think>run it</think><code>\n```python\n{c}\n```\n</code>" for c in codes]
+    script = JobScript(agent_steps=(*steps, ANSWER))
+    model = ScriptedModel(protocol=THYME, scripts={"job": script})
     image = Image.new("RGB", (300, 200), (10, 200, 30))
-    return run_thyme(Query("job", image, "What colour?", ("red", "green")), model, LIMITS, sandbox)
+    query = Query("job", image, "What colour?", ("red", "green"))
+    return run_thyme(query, model, limits.model_copy(update={"max_steps": len(steps) + 1}), sandbox)
 
 
 def contained(code: str, sandbox: Sandbox) -> str:
@@ -165,11 +174,49 @@ def contained(code: str, sandbox: Sandbox) -> str:
     return said
 
 
+# -- images whose view outgrows what was saved, at the default limits --------------------
+_SAVE_THIN = (
+    "from PIL import Image\n"
+    f"processed_path = '{OUT}/thin.png'\n"
+    "Image.new('RGB', (10_000_000, 1), (9, 9, 9)).save(processed_path)"
+)
+_FORGE_THIN = (  # four 10,000,000 x 1 images, 40 M pixels: what the limit allows
+    "import os, json\n"
+    "thin = {'width': 10_000_000, 'height': 1, 'source_width': 10_000_000, 'source_height': 1}\n"
+    "head = json.dumps({'images': [thin] * 4, 'text': None, 'printed': '', 'notes': []})\n"
+    "os.write(3, head.encode() + b'\\n')\n"
+    "row = b'\\0' * 30_000_000\n"
+    "for _ in range(4):\n"
+    "    os.write(3, row)\n"
+    "os._exit(0)"
+)
+_SAVE_FOUR = (  # four 3162 x 3162 images, 40 M pixels: what the limit allows
+    "from PIL import Image\n"
+    "for i in range(4):\n"
+    f"    Image.new('RGB', (3162, 3162), (i, 9, 9)).save(f'{OUT}/v{{i}}.png')\n"
+    f"    print(f'{OUT}/v{{i}}.png')"
+)
+VIEW_ATTACKS = {  # name: the code of each step
+    "thin": [_SAVE_THIN],
+    "forged thin": [_FORGE_THIN],
+    "accumulating": [_SAVE_FOUR] * 4,
+}
+
+
+def view_attack(name: str, sandbox: Sandbox) -> tuple[HostUse, Trajectory]:
+    """Run one of ``VIEW_ATTACKS`` at ``sandbox``'s limits; what the worker spent."""
+    limits = AgentSettings(max_new_tokens=64, sandbox=sandbox.limits)
+    with host_use() as use:
+        trajectory = trajectory_of(VIEW_ATTACKS[name], sandbox, limits)
+    return use, trajectory
+
+
 # -- workers that die or reap, as programs of their own ---------------------------------
 KILLED_WORKER = """
+import sys
 from common.sandbox import Sandbox, probe_request
 from tests.helpers.sandbox import TEST_LIMITS
-session = Sandbox(TEST_LIMITS).session()
+session = Sandbox(TEST_LIMITS, isolation=sys.argv[1]).session()
 print(session.workspace.root, flush=True)
 code = "open('/mnt/data/started', 'w').close()\\nimport time\\ntime.sleep(60)"
 session.run({**probe_request(session), "code": code})

@@ -1,19 +1,32 @@
 """The guest side of one Thyme code execution: ``python harness.py`` inside the sandbox.
 
-It starts before there is work for it (the host keeps one ready): it hides its result
-channel, imports what every run needs, arms its death with its parent, lowers its
-resource limits (``argv[1]``, JSON) and locks itself down with seccomp. Then it reads
-one JSON request on stdin (the code, the input image's path, the output folder), edits
-the code as Thyme's evaluation does (``rewrite``), runs it with the evaluation's names in
-scope and its prints captured, and decides what goes back to the model (``outputs``).
+It starts before there is work for it (the host keeps one ready) and splits in two:
 
-It writes one JSON line to its original stdout, ``{"images": [{"width", "height"}...],
-"text", "printed", "error", "notes"}``, followed by each image's raw RGB bytes: the
-images to show (``images``), else the text to show (``text``), else nothing (the
-execution failed: ``error`` says why).
+- **the init** (the parent, PID 1 of the sandbox's namespace) runs none of the code. It
+  waits for the guest, then writes how the guest ended (its wait status: an exit code
+  or a signal, never confused) as the last bytes on the result channel, after all the
+  guest could write (``STATUS_MARK``). Its stdin is held open by the worker alone for as
+  long as the execution lasts: when it hangs up, the worker is gone (killed, OOM), and
+  the init kills the guest and ends, which ends the namespace. No janitor is needed for
+  the guest to die with its worker.
+- **the guest** (its child) hides its result channel, imports what every run needs,
+  arms its death with the init, lowers its resource limits (``argv[1]``, JSON) and locks
+  itself down with seccomp. Then it reads one JSON request line on stdin (the code, the
+  input image's path, the output folder, the model's grid and what the trajectory may
+  still be shown), edits the code as Thyme's evaluation does (``rewrite``), runs it with
+  the evaluation's names in scope and its prints captured, and decides what goes back
+  to the model (``outputs``).
 
-The host never trusts any of it beyond its size and shape: everything here runs in the
-same process as the model's code, which can write anything to that channel.
+The guest writes one JSON line to its original stdout, ``{"images": [{"width",
+"height", "source_width", "source_height"}...], "text", "printed", "error", "notes"}``,
+followed by each image's raw RGB bytes on the model's grid: the images to show
+(``images``), else the text to show (``text``), else nothing (the execution failed:
+``error`` says why).
+
+The host never trusts any of the guest's report beyond its size and shape: everything
+there runs in the same process as the model's code, which can write anything to that
+channel. The init's status comes after the guest has ended, so the guest cannot write
+past it.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import json
 import os
 import re
 import resource
+import select
 import signal
 import sys
 import types
@@ -32,6 +46,9 @@ from contextlib import redirect_stdout
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+# the init's last bytes on the result channel: the mark, the guest's wait status as eight
+# hex digits, a newline (the host reads it from the end: ``channel.split_status``)
+STATUS_MARK = b"\n\x00speceyes-status "
 
 
 class PrintLimit(Exception):
@@ -165,13 +182,46 @@ def _image_size(path: str) -> tuple[int, int] | None:
 
 
 def _die_with_parent() -> None:
-    """SIGKILL when the process that started us dies (the filter then keeps it so)."""
+    """SIGKILL when the init dies (the filter then keeps it so): the init is of the
+    guest's uid, so the kernel may deliver it."""
     import ctypes
 
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def main() -> None:
+    guest = os.fork()
+    if guest == 0:
+        _guest(json.loads(sys.argv[1]))
+    _init(guest)
+
+
+def _init(guest: int) -> None:
+    """Wait for the guest; end it when stdin hangs up (the worker is gone); then report
+    its wait status after everything it wrote, and end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the guest may signal us; nothing ends us)
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(woken)  # a byte on ``wake`` at every SIGCHLD
+    watch = select.poll()
+    watch.register(0, select.POLLHUP)  # (not POLLIN: the request is the guest's to read)
+    watch.register(wake, select.POLLIN)
+    while True:
+        pid, status = os.waitpid(guest, os.WNOHANG)  # (after the wake-up fd is set: no race)
+        if pid == guest:
+            break
+        for fd, events in watch.poll():
+            if fd == 0 and events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                os.kill(guest, signal.SIGKILL)  # the worker is gone
+                os._exit(1)
+            if fd == wake:
+                os.read(wake, 512)
+    os.write(1, STATUS_MARK + b"%08x\n" % (status & 0xFFFFFFFF))
+    os._exit(0)
+
+
+def _guest(limits: dict[str, Any]) -> None:
     result = os.fdopen(os.dup(1), "wb")  # the result channel; fd 1 goes to stderr
     os.dup2(2, 1)
     # warm up before the request arrives (the host starts this process ahead of time)
@@ -181,12 +231,11 @@ def main() -> None:
     import seccomp
     from PIL import Image  # noqa: F401
 
-    limits = json.loads(sys.argv[1])
     os.chdir(limits["workdir"])
     _die_with_parent()
     _apply_limits(limits)
-    seccomp.install()
-    request = json.loads(sys.stdin.read())
+    seccomp.install(refuse_times=limits["host_devices"])
+    request = json.loads(sys.stdin.readline())
     sys.setrecursionlimit(2000)
     report, images = _execute(request, limits, outputs, rewrite)
     result.write(json.dumps(report).encode() + b"\n")
@@ -230,6 +279,7 @@ def _execute(
                 most=limits["images"],
                 pixels=limits["image_pixels"],
                 file_bytes=limits["file_bytes"],
+                view=request.get("view"),
             )
         elif paths:
             report["text"] = paths[0]

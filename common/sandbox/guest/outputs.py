@@ -9,8 +9,12 @@ regex with ``[^\\s'"]+`` before the extension backtracks quadratically on long o
 
 The images are then decoded here, not by the host: ``frames`` reads each one as an
 untrusted file (no links, regular files only, sizes checked before reading, PNG or JPEG
-only, pixels counted before decoding) and turns it into raw RGB bytes. The host reads
-nothing but those bytes, whose length it checks against the size they claim.
+only, pixels counted before decoding), refuses a shape no model is shown (an aspect
+ratio over the uploads' limit), resizes it to the model's grid (Qwen-VL's rule, bicubic,
+as the host would) within what the trajectory may still be shown, and turns it into raw
+RGB bytes. The host reads nothing but those bytes, whose length it checks against the
+size they claim, and that size against the grid and the budget: what the host holds
+is what the model sees, never more, whatever size the code saved.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from typing import Any
 from PIL import Image, ImageOps
 
 try:  # the host imports this module (tests); the guest imports it by bare name
-    from .pixels import to_rgb
+    from .pixels import smart_resize, to_rgb
 except ImportError:
-    from pixels import to_rgb  # type: ignore[no-redef]
+    from pixels import smart_resize, to_rgb  # type: ignore[no-redef]
 
 IMAGE_GLOBS = ("jpg", "jpeg", "png", "bmp", "gif", "tiff")
 _EXTENSIONS = tuple(f".{extension}" for extension in IMAGE_GLOBS)
 _WORD = re.compile(r"[^\s'\"]+")  # the evaluation's path characters
 _SIGNATURES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
 Image.MAX_IMAGE_PIXELS = None  # ours is checked before any decode, and is lower
+MOST_NOTES = 8  # notes on images left out, in one report (the host refuses more)
 
 
 def printed_paths(printed: str, prefix: str = "") -> list[str]:
@@ -101,26 +106,74 @@ def hand_back(
 
 
 def frames(
-    paths: list[str], *, most: int, pixels: int, file_bytes: int
+    paths: list[str],
+    *,
+    most: int,
+    pixels: int,
+    file_bytes: int,
+    view: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, int]], list[bytes], list[str]]:
     """The first ``most`` readable images among ``paths`` as raw RGB: (their sizes,
-    their bytes, why others were left out), ``pixels`` at most in all."""
+    their bytes, why others were left out), ``pixels`` at most decoded in all.
+
+    ``view`` (``factor``, ``min_pixels``, ``max_pixels``: the model's grid;
+    ``max_aspect``; ``pixels``: what the trajectory may still be shown): each image is
+    sent as the model sees it, resized to the grid; one whose aspect ratio is over
+    ``max_aspect``, or whose view would not fit in what is left, is left out."""
     sizes: list[dict[str, int]] = []
     data: list[bytes] = []
     notes: list[str] = []
+    shown_left: int = view["pixels"] if view is not None else 0
     for path in paths:
         if len(sizes) == most:
             notes.append(f"{len(paths) - most} more image(s) not shown (at most {most})")
             break
+        name = os.path.basename(path)[:100]
         try:
             image = _decode(path, pixels, file_bytes)
+            pixels -= image.width * image.height
+            shown = image if view is None else _on_grid(image, view, shown_left)
         except Exception as exc:  # whatever it is, this image is left out, with why
-            notes.append(f"{os.path.basename(path)[:100]}: {exc}"[:300])
+            notes.append(f"{name}: {exc}"[:300])
             continue
-        pixels -= image.width * image.height
-        sizes.append({"width": image.width, "height": image.height})
-        data.append(image.tobytes())
+        shown_left -= shown.width * shown.height
+        sizes.append(
+            {
+                "width": shown.width,
+                "height": shown.height,
+                "source_width": image.width,
+                "source_height": image.height,
+            }
+        )
+        data.append(shown.tobytes())
+        del image, shown  # (one decoded image at a time)
+    if len(notes) > MOST_NOTES:
+        notes[MOST_NOTES - 1 :] = [f"{len(notes) - MOST_NOTES + 1} more image(s) left out"]
     return sizes, data, notes
+
+
+def _on_grid(image: Image.Image, view: dict[str, Any], shown_left: int) -> Image.Image:
+    """``image`` as the model is shown it (resized to the grid, bicubic); ValueError where
+    it is not shown: a shape over ``max_aspect``, or more than ``shown_left`` pixels."""
+    width, height = image.size
+    if max(width, height) > view["max_aspect"] * min(width, height):
+        raise ValueError(
+            f"{width}x{height}: its aspect ratio is over {view['max_aspect']:g}, "
+            "a shape no model is shown"
+        )
+    factor = view["factor"]
+    new_height, new_width = smart_resize(
+        height, width, factor, view["min_pixels"], view["max_pixels"]
+    )
+    if new_width * new_height > shown_left:
+        tokens, left = new_width * new_height // factor**2, shown_left // factor**2
+        raise ValueError(
+            f"{width}x{height}: {tokens} visual tokens, over the {left} this trajectory "
+            "may still be shown (sandbox.view_tokens)"
+        )
+    if (new_width, new_height) == image.size:
+        return image
+    return image.resize((new_width, new_height), Image.Resampling.BICUBIC)
 
 
 def _decode(path: str, pixels: int, file_bytes: int) -> Image.Image:

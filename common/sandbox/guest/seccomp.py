@@ -25,6 +25,11 @@ with safe arguments:
 - ``renameat2``: no whiteout (a device node);
 - ``chmod`` and kin, ``open`` and kin: never a set-user-ID or set-group-ID mode.
 
+Where the sandbox's device nodes are the host's own (a worker that is not root cannot
+make nodes of its own), setting file times (``utime`` and kin) is refused too: anyone
+who may write a file may set its times to now, and ``/dev/null`` is everyone's to write
+(``install(refuse_times=True)``).
+
 Some are answered "done" without running (``PRETENDED``): flushing files to disk (the
 code's files are in a tmpfs; a flush would reach the host's disk) and file advice (it
 could evict the host's page cache).
@@ -57,8 +62,7 @@ ALLOWED = """
     read write readv writev pread64 pwrite64 preadv pwritev lseek close
     close_range fstat stat lstat newfstatat statx statfs fstatfs access faccessat
     faccessat2 getdents64 getdents readlink readlinkat mkdir mkdirat rmdir unlink
-    unlinkat rename renameat truncate ftruncate fallocate umask
-    utime utimes utimensat futimesat dup dup2 dup3 pipe
+    unlinkat rename renameat truncate ftruncate fallocate umask dup dup2 dup3 pipe
     pipe2 sendfile copy_file_range poll ppoll select pselect6 epoll_create epoll_create1
     epoll_ctl epoll_wait epoll_pwait epoll_pwait2 eventfd eventfd2
     mmap munmap mprotect mremap brk mbind get_mempolicy set_mempolicy msync
@@ -86,6 +90,8 @@ REFUSED = """
     settimeofday clock_settime clock_adjtime adjtimex shmget msgget semget mq_open
     process_madvise flock timer_create
 """.split()  # noqa: SIM905
+
+TIMES = ["utime", "utimes", "utimensat", "futimesat"]  # allowed, or refused (install)
 
 # answered "done" without running: what they would do reaches past the sandbox (a flush
 # of the host's disk, advice that evicts the host's page cache), and the code's own
@@ -195,8 +201,9 @@ def _rule(name: str) -> list[Op]:
     return [_low_word(argument), _op(_JSET_K, values[0], jf=1), deny, allow]  # without
 
 
-def program(machine: str | None = None) -> bytes:
-    """The filter for ``machine`` (default: this one) as packed ``sock_filter`` records."""
+def program(machine: str | None = None, *, refuse_times: bool = False) -> bytes:
+    """The filter for ``machine`` (default: this one) as packed ``sock_filter`` records;
+    ``refuse_times``: setting file times is refused (the device nodes are the host's)."""
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise OSError(f"no seccomp filter for {machine}")
@@ -209,9 +216,10 @@ def program(machine: str | None = None) -> bytes:
     ]
     if machine == "x86_64":  # the x32 ABI's numbers carry bit 30
         ops += [_op(_JGE_K, _X32_BIT, jf=1), _op(_RET_K, _PERMISSION)]
-    for name in ALLOWED:
+    times = _PERMISSION if refuse_times else _ALLOW
+    for name, answer in [(name, _ALLOW) for name in ALLOWED] + [(n, times) for n in TIMES]:
         if name in numbers:
-            ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, _ALLOW)]
+            ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, answer)]
     for name in ("clone", "prlimit64", *_ARGUMENT_RULES):
         if name in numbers:
             rule = _rule(name)
@@ -236,9 +244,9 @@ _SECCOMP_FILTER_FLAG_TSYNC = 1
 _SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 
 
-def install() -> None:
+def install(*, refuse_times: bool = False) -> None:
     """Load the filter into every thread of this process (and all it starts later)."""
-    code = program()
+    code = program(refuse_times=refuse_times)
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)

@@ -119,7 +119,7 @@ def test_images_the_code_writes_meet_the_configured_pixel_limit():
     trajectory = run_thyme(Query("job", image, "What colour?", ("red", "green")), model, tight)
     assert trajectory.answer == "B"
     observation = trajectory.steps[0].observation
-    assert observation.startswith("execution failed, step dropped: its images are unreadable")
+    assert observation.startswith("execution failed, step dropped: its images are left out")
     assert "crop_1.png: 64x64 is over the 4000 pixels left" in observation
     assert CROP not in model.shown[1]
 
@@ -163,3 +163,29 @@ def test_a_named_image_stays_in_the_sandbox_folder(shown, place):
         assert opened == f"/mnt/data/{relative}"
     else:
         assert (named, opened, relative) == ("/mnt/data/image.jpg", "/mnt/data/image.jpg", place)
+
+
+def _saves(name: str, side: int) -> str:
+    code = (
+        "from PIL import Image\n"
+        f"processed_path = '/mnt/data/temp_processed_images/{name}.png'\n"
+        f"Image.new('RGB', ({side}, {side}), (200, 9, 9)).save(processed_path)"
+    )
+    return f"<code>\n```python\n{code}\n```\n</code>"
+
+
+def test_a_trajectory_is_shown_at_most_its_view_tokens_of_the_codes_images():
+    # three 560 px images (400 visual tokens each) against a budget of 900: the third is
+    # left out, its step dropped with why; the model saw two, on the grid
+    sandbox = LIMITS.sandbox.model_copy(update={"view_tokens": 900})
+    tight = LIMITS.model_copy(update={"sandbox": sandbox})
+    steps = (_saves("a", 560), _saves("b", 560), _saves("c", 560), ANSWER)
+    model = Recording(scripts={"job": JobScript(agent_steps=steps)})
+    image = Image.new("RGB", (300, 200), (10, 200, 30))
+    trajectory = run_thyme(Query("job", image, "What colour?", ("red", "green")), model, tight)
+    first, second, third, _ = trajectory.steps
+    assert first.images and second.images and not third.images
+    assert (first.images[0]["shown_width"], first.images[0]["width"]) == (560, 560)
+    assert third.observation.startswith("execution failed, step dropped: its images are left out")
+    assert "400 visual tokens, over the 100 this trajectory may still be shown" in third.observation
+    assert model.shown[-1].count("<image 560x560>") == 2

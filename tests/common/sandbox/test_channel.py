@@ -4,15 +4,26 @@ linear path scan finds exactly what the evaluation's regex finds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
 import unicodedata
 
 import pytest
+from PIL import Image
 
-from common.sandbox.channel import BadReport, ReportLimits, clean_text, decode_text, parse
-from common.sandbox.guest.outputs import printed_paths
+from common.sandbox.channel import (
+    BadReport,
+    Grid,
+    ReportLimits,
+    clean_text,
+    decode_text,
+    parse,
+    split_status,
+)
+from common.sandbox.guest.harness import STATUS_MARK
+from common.sandbox.guest.outputs import MOST_NOTES, frames, printed_paths
 
 LIMITS = ReportLimits(header_bytes=4096, text_chars=100, images=2, pixels=1000)
 EMPTY = {"images": [], "text": None, "printed": "", "error": None, "notes": []}
@@ -41,9 +52,9 @@ def test_a_well_formed_report_gives_its_images_from_raw_pixels():
         (report([1, 2]), "not a JSON object"),
         (report({**EMPTY, "images": [{"width": 1, "height": 1}] * 3}), "at most 2"),
         (report({**EMPTY, "images": {"width": 1}}), "at most 2"),
-        (report({**EMPTY, "images": [{"width": True, "height": 1}]}, b"xxx"), "positive"),
-        (report({**EMPTY, "images": [{"width": 0, "height": 5}]}), "positive"),
-        (report({**EMPTY, "images": [[1, 1]]}), "positive"),
+        (report({**EMPTY, "images": [{"width": True, "height": 1}]}, b"xxx"), "integers from 1"),
+        (report({**EMPTY, "images": [{"width": 0, "height": 5}]}), "integers from 1"),
+        (report({**EMPTY, "images": [[1, 1]]}), "integers from 1"),
         (report({**EMPTY, "images": [{"width": 100, "height": 11}]}), "1000 pixels together"),
         (report({**EMPTY, "images": [{"width": 2, "height": 2}]}, b"x" * 11), "say 12"),
         (report(EMPTY, b"trailing"), "8 bytes of pixels where the sizes say 0"),
@@ -129,3 +140,74 @@ def test_the_path_scan_is_linear_where_the_regex_backtracks():
     # whole run (~10^10 steps); the scan looks once from the right
     printed = "/d/o/x" * 40_000
     assert printed_paths(printed, "/d/o") == [] and printed_paths(printed) == []
+
+
+GRID = Grid(factor=28, min_pixels=4 * 28 * 28, max_pixels=16384 * 28 * 28, max_aspect=200)
+ON_GRID = ReportLimits(header_bytes=4096, text_chars=100, images=4, pixels=200_000, grid=GRID)
+
+
+def _sized(width: int, height: int, source: tuple[int, int]) -> dict[str, int]:
+    return {"width": width, "height": height, "source_width": source[0], "source_height": source[1]}
+
+
+def test_an_image_on_the_grid_is_taken_with_the_size_the_code_saved():
+    header = {**EMPTY, "images": [_sized(112, 56, (100, 50))]}
+    parsed = parse(report(header, bytes(3 * 112 * 56)), ON_GRID)
+    assert parsed.images[0].size == (112, 56)
+    assert parsed.images[0].info["source_size"] == (100, 50)
+
+
+@pytest.mark.parametrize(
+    ("image", "said"),
+    [
+        # the thin attack forged: a 10,000,000 x 1 source is no view at all (its aspect)
+        (_sized(11_333_588, 28, (10_000_000, 1)), "not the model's view"),
+        # a view of a size the grid never gives (not a multiple of 28)
+        (_sized(100, 50, (100, 50)), "not the model's view"),
+        # the right shape for its source, but over what the trajectory may be shown
+        (_sized(3584, 3584, (3584, 3584)), "200000 pixels together"),
+        # sides Pillow could not hold, or arithmetic could not take
+        (_sized(28, 28, (10**40, 1)), "integers from 1"),
+        ({"width": 28, "height": 28}, "integers from 1"),
+    ],
+)
+def test_an_image_off_the_grid_or_over_the_budget_is_refused(image, said):
+    with pytest.raises(BadReport, match=re.escape(said)):
+        parse(report({**EMPTY, "images": [image]}, bytes(3 * 28 * 28)), ON_GRID)
+
+
+def test_the_inits_status_record_comes_off_the_end():
+    out = bytearray(report(EMPTY) + STATUS_MARK + b"%08x\n" % (137 << 8))
+    assert split_status(out) == 137 << 8 and parse(out, LIMITS).error is None
+    forged_then_cut = bytearray(report(EMPTY) + STATUS_MARK + b"zzzzzzzz\n")
+    assert split_status(forged_then_cut) is None
+    assert split_status(bytearray(b"")) is None
+
+
+def test_the_guest_resizes_to_the_grid_as_the_host_would(tmp_path):
+    from common.protocols import THYME
+
+    source = Image.effect_mandelbrot((1000, 700), (-2, -1.2, 1, 1.2), 60).convert("RGB")
+    source.save(tmp_path / "a.png")
+    view = {**dataclasses.asdict(GRID), "pixels": 10**7}
+    sizes, data, notes = frames(
+        [str(tmp_path / "a.png")], most=4, pixels=10**7, file_bytes=1 << 24, view=view
+    )
+    shown = THYME.view(source)
+    assert notes == [] and sizes == [_sized(*shown.size, source.size)]
+    assert data == [shown.tobytes()]  # byte for byte what the host's view gives
+
+
+def test_the_guest_leaves_out_thin_and_over_budget_images_and_caps_its_notes(tmp_path):
+    Image.new("RGB", (4000, 10)).save(tmp_path / "thin.png")  # aspect 400
+    Image.new("RGB", (560, 560)).save(tmp_path / "big.png")  # 400 tokens
+    Image.new("RGB", (280, 280)).save(tmp_path / "fits.png")  # 100 tokens
+    paths = [str(tmp_path / n) for n in ("thin.png", "big.png", "fits.png")]
+    paths += [str(tmp_path / f"missing{i}.png") for i in range(9)]
+    view = {**dataclasses.asdict(GRID), "pixels": 300 * 28 * 28}
+    sizes, _, notes = frames(paths, most=4, pixels=10**7, file_bytes=1 << 24, view=view)
+    assert [size["width"] for size in sizes] == [280]
+    assert "aspect ratio is over 200" in notes[0]
+    assert "400 visual tokens, over the 300" in notes[1]
+    assert len(notes) == MOST_NOTES and notes[-1] == "4 more image(s) left out"
+    parse(report({**EMPTY, "notes": notes}), LIMITS)  # a genuine report is never refused

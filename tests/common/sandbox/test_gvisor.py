@@ -11,7 +11,7 @@ import pytest
 
 from common.config import SandboxSettings
 from common.sandbox import Sandbox, SandboxUnavailable, probe_request
-from tests.helpers.hostile_programs import PROGRAMS
+from tests.helpers.hostile_programs import INT80, PROGRAMS
 from tests.helpers.sandbox import (
     CROP,
     REPO,
@@ -35,7 +35,7 @@ def test_thyme_code_runs_under_gvisor_as_our_uid(gvisor):
     assert trajectory_of(CROP, gvisor).steps[0].images
     with gvisor.session(spare=False) as session:
         run = session.run({**probe_request(session), "code": "print(os.getuid(), os.getpid())"})
-    assert run.report is not None and run.report.text == "65533 1"
+    assert run.report is not None and run.report.text == "65533 2"  # (PID 1: the init)
 
 
 @pytest.mark.parametrize("program", CHOSEN, ids=[p.name for p in CHOSEN])
@@ -62,3 +62,18 @@ def test_a_worker_that_reaps_orphans_is_left_no_zombies_by_gvisor(gvisor):
     stops, zombies = done.stdout.split("|")
     assert stops.split() == ["timeout", "output_limit", "cpu_limit"]
     assert zombies.strip() == "0"
+
+
+@pytest.mark.parametrize(
+    ("number", "call"), [(2, "fork (i386), open (x86_64)"), (57, "fork (x86_64)")]
+)
+def test_under_gvisor_int_0x80_is_no_32_bit_call(number, call, gvisor):
+    """gVisor has no 32-bit ABI to reach: ``int 0x80`` runs the 64-bit call of its number,
+    through the same allowlist (under bubblewrap it is SIGSYS: test_programs.py)."""
+    code = INT80.replace("\\xb8\\x14", f"\\xb8\\x{number:02x}")
+    assert code != INT80
+    with gvisor.session(spare=False) as session:
+        run = session.run({**probe_request(session), "code": code})
+    assert run.report is not None, run  # not killed: the call failed ...
+    returned = run.report.printed.split()
+    assert len(returned) == 1 and int(returned[0]) < 0, (call, run.report)  # ... and forked nothing

@@ -19,22 +19,42 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.hostile_programs import INT80
+from tests.helpers.waiting import wait_until
+
 REPO = Path(__file__).resolve().parents[3]
 WORKER_UID = 65532
 SCRIPT = """
-import json, os
+import json, os, sys
+REPO = sys.argv[1]
 from common.config import SandboxSettings
 from common.sandbox import Sandbox, probe_request
 
 limits = SandboxSettings(wall_s=3.0, cpu_s=2, memory_mb=512, disk_mb=16, files=256)
 sandbox = Sandbox(limits)
 sandbox.check()
+INT80 = %r
 programs = {
     "who": "open('/mnt/data/mine', 'w').write('x')\\nprint(os.getuid(), os.getgid())",
     "fork": "import os\\nwhile True:\\n    os.fork()",
     "threads": "import threading, time\\nfor _ in range(1000):\\n"
                "    threading.Thread(target=time.sleep, args=(60,)).start()",
     "userns": "import ctypes\\nprint(ctypes.CDLL(None).unshare(0x10000000))",
+    "files": f"print(open('/etc/passwd').read() + open({REPO + '/pyproject.toml'!r}).read())",
+    "secret": "print(os.environ.get('SPECEYES_DATABASE_URL', 'absent'))",
+    "write": "open('/usr/evil', 'w').write('x')",
+    "network": "from socket import create_connection\\ncreate_connection(('127.0.0.1', 5432), 2)",
+    "exec": "os.execv('/bin/sh', ['sh', '-c', 'id'])",
+    "parent": f"os.kill({os.getpid()}, 9)",
+    "memory": "x = 'x' * (8 << 30)",
+    "cpu": "x = 0\\nwhile True:\\n    x += 1",
+    "wall": "import time\\ntime.sleep(10 ** 6)",
+    "output": "data = b'x' * 1_000_000\\nfor _ in range(100):\\n    os.write(1, data)",
+    "exit": "import os\\nos._exit(137)",
+    "int80": INT80,
+    "times": "import os\\nfor node in ('/dev/null', '/dev/urandom'):\\n"
+             "    try:\\n        os.utime(node)\\n    except Exception as exc:\\n"
+             "        print(node, exc.strerror)",
     "disk": "block = b'x' * (4 << 20)\\nfor i in range(8):\\n"
             "    open(f'/mnt/data/f{i}', 'wb').write(block)\\nprint('written')",
     "after": "print('refused?')",
@@ -82,7 +102,14 @@ def worker() -> list[str]:
 
 
 def test_an_unprivileged_worker_contains_the_same_bombs(worker):
-    done = subprocess.run([*worker, SCRIPT], capture_output=True, text=True, timeout=120)
+    """Each row of docs/sandbox.md's table in a worker that is not root (one program a
+    row, and what the table says differs here: no control group, no tmpfs)."""
+    times = {node: os.stat(node).st_mtime_ns for node in ("/dev/null", "/dev/urandom")}
+    with_secret = [*worker[:-2], "SPECEYES_DATABASE_URL=postgresql://u:hunter2@db/p", *worker[-2:]]
+    script = SCRIPT % INT80  # (the 32-bit ABI's getpid, as test_programs.py runs it)
+    done = subprocess.run(
+        [*with_secret, script, str(REPO)], capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     setup, runs, owner = lines[0], {line["name"]: line for line in lines[1:-1]}, lines[-1]
@@ -92,8 +119,89 @@ def test_an_unprivileged_worker_contains_the_same_bombs(worker):
     assert "Operation not permitted" in runs["fork"]["said"]
     assert "can't start new thread" in runs["threads"]["said"]  # RLIMIT_NPROC binds here
     assert runs["userns"]["said"] == "-1"
+    assert "No such file" in runs["files"]["said"] and runs["secret"]["said"] == "absent"
+    assert "Read-only" in runs["write"]["said"]
+    assert "Operation not permitted" in runs["network"]["said"]
+    assert "not permitted" in runs["exec"]["said"]
+    assert "No such process" in runs["parent"]["said"]
+    assert "MemoryError" in runs["memory"]["said"]  # (the address space: no group here)
+    assert runs["cpu"]["stop"] == "cpu_limit" and runs["wall"]["stop"] == "timeout"
+    assert runs["output"]["stop"] == "output_limit"
+    assert runs["exit"]["said"].startswith("exit 137")  # (not SIGKILL)
+    assert "SIGSYS" in runs["int80"]["said"]
     assert runs["disk"]["said"] == "written"  # 32 MiB: nothing caps it while it runs ...
     assert runs["after"]["stop"] == "disk_limit"  # ... but the next execution is refused
     assert "over its budget of 16 MiB" in runs["after"]["said"]
+    # the device nodes it sees are the host's (no nodes of its own without root): any
+    # writer may set their times to now, so setting times is refused here
+    assert runs["times"]["said"] == (
+        "/dev/null Operation not permitted\n/dev/urandom Operation not permitted"
+    )
+    assert times == {node: os.stat(node).st_mtime_ns for node in times}
     assert not list(Path("/tmp").glob("speceyes-sandbox-*-*/fs/f0"))  # removed after
     assert subprocess.run(["pgrep", "-u", str(WORKER_UID)], capture_output=True).stdout == b""
+
+
+VIEWS = """
+import json
+from common.config import SandboxSettings
+from common.sandbox import Sandbox, worker_bytes
+from tests.helpers.sandbox import CHURN, VIEW_ATTACKS, view_attack
+
+sandbox = Sandbox(SandboxSettings())
+for name, steps in VIEW_ATTACKS.items():
+    use, trajectory = view_attack(name, sandbox)
+    print(json.dumps({"name": name, "growth": use.memory_growth, "cpu_s": use.cpu_s,
+                      "executions": len(steps), "answer": trajectory.answer,
+                      "said": trajectory.steps[0].observation,
+                      "bound": worker_bytes(sandbox.limits) + CHURN}))
+"""
+
+
+def test_an_unprivileged_worker_holds_only_what_the_model_sees(worker):
+    """The thin, forged-thin and accumulating images of ``test_views.py``, at the
+    default settings, in a worker that is not root."""
+    done = subprocess.run([*worker, VIEWS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for run in map(json.loads, done.stdout.splitlines()):
+        assert run["answer"] == "B", run
+        assert run["growth"] <= run["bound"], run
+        assert run["cpu_s"] <= 2.0 * run["executions"], run
+        assert (
+            "left out" in run["said"]
+            or "wrote more than" in run["said"]
+            or ("image(s) returned" in run["said"])
+        ), run
+
+
+SLEEPER = """
+from common.config import SandboxSettings
+from common.sandbox import Sandbox, probe_request
+session = Sandbox(SandboxSettings(wall_s=60.0)).session()
+print(session.workspace.root, flush=True)
+code = "open('/mnt/data/started', 'w').close()\\nimport time\\ntime.sleep(60)"
+session.run({**probe_request(session), "code": code})
+"""
+
+
+def test_an_unprivileged_workers_guest_dies_with_it(worker):
+    sleeper = subprocess.Popen([*worker, SLEEPER], stdout=subprocess.PIPE, text=True)
+    assert sleeper.stdout is not None
+    root = Path(sleeper.stdout.readline().strip())
+    wait_until(
+        (root / "fs" / "data" / "started").exists, deadline_s=15, every_s=0.02, what="the code"
+    )
+    sleeper.kill()
+    sleeper.wait()
+    wait_until(
+        lambda: not _processes_of(WORKER_UID),
+        deadline_s=5,
+        every_s=0.05,
+        what=lambda: f"no process of the worker's uid: {_processes_of(WORKER_UID)}",
+    )
+    shutil.rmtree(root)  # (the next sandbox of that uid would sweep it)
+
+
+def _processes_of(uid: int) -> list[str]:
+    found = subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True)
+    return found.stdout.split()
