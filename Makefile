@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup lock sandbox browser demo browse test test-fast soak lint format bench bench-gpu gpu-wheels clean
+.PHONY: help setup lock sandbox browser demo browse test test-fast soak mutate mutate-report lint format bench bench-gpu gpu-wheels clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
@@ -11,7 +11,8 @@ help:
 	@echo "make test    set up and run the test suite (parallel, then the sandbox's tests)"
 	@echo "make test-fast  the unit tests only, in parallel: the inner loop (< 1 min)"
 	@echo "make soak    five minutes of load with every kind of fault (Redis, PostgreSQL, workers)"
-	@echo "make lint    ruff + mypy"
+	@echo "make mutate  mutation testing of the promise-carrying modules (hours; docs/testing.md)"
+	@echo "make lint    ruff, mypy and import-linter (the layering)"
 	@echo "make docs    the documentation site (MkDocs, --strict) into site/"
 	@echo "make bench   fast stage against batch size, the embedded funnel, the synth report (CPU)"
 	@echo "             (speceyes bench pipeline: the distributed pipeline, needs Redis + PostgreSQL)"
@@ -106,6 +107,18 @@ test-fast: setup
 # Five minutes of load with every kind of fault (docs/operations.md: the 30-minute run).
 soak: setup
 	$(PY) -m pytest -m soak -s $(ARGS)
+
+# Mutation testing (tests/mutation; docs/testing.md has the last run and its triage):
+# first each documented promise's own mutant (about a minute), then cosmic-ray over the
+# promise-carrying modules (about 3 hours on 2 cores; MODULES="gate claims" for some).
+# A stopped run goes on where it stopped (.mutation/); `make mutate-report` counts.
+MODULES ?=
+mutate: setup
+	$(PY) -m tests.mutation promises
+	$(PY) -m tests.mutation modules $(MODULES)
+
+mutate-report: setup
+	$(PY) -m tests.mutation report $(MODULES)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -133,6 +133,34 @@ def test_each_tenant_reads_only_its_own_work(api, tmp_path):
     assert second["image"] == str(server.root / "shared.png")  # a path the client named
 
 
+def test_an_idempotency_key_names_one_batch_per_tenant(api):
+    """Two tenants that happen to pick the same Idempotency-Key each get a batch of their
+    own, with jobs of their own; each repeat answers its own tenant's batch."""
+    server = api()
+    alice, bob = server.key_for("alice"), server.key_for("bob")
+    body = {"jobs": [{"question": "Q?", "image_base64": B64}]}
+
+    def send(who: dict[str, str]) -> dict:
+        answer = server.http.post(
+            "/v1/batches", json=body, headers={**who, "Idempotency-Key": "nightly-1"}
+        )
+        assert answer.status_code == 202, answer.text
+        return answer.json()
+
+    mine, theirs = send(alice), send(bob)
+    assert mine["created"] and theirs["created"] and mine["id"] != theirs["id"]
+    assert set(mine["job_ids"]).isdisjoint(theirs["job_ids"])
+    for job_id in theirs["job_ids"]:  # bob's jobs exist, and are bob's
+        assert server.http.get(f"/v1/jobs/{job_id}", headers=bob).status_code == 200
+        refused(server.http.get(f"/v1/jobs/{job_id}", headers=alice), 404, "job_not_found")
+    again = send(bob)
+    assert (again["id"], again["created"], again["job_ids"]) == (
+        theirs["id"],
+        False,
+        theirs["job_ids"],
+    )
+
+
 def test_work_from_before_tenants_is_read_by_an_admin_only(api):
     server = api()
     with server.sessions.begin() as session:

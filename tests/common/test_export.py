@@ -12,6 +12,55 @@ from common.export import SCHEMA, result_row, write_rows
 from common.store.tables import BatchItem, Job
 from tests.helpers.images import write_images
 
+# The export's columns and types as users' readers were written against them, spelled out
+# here rather than read from SCHEMA: a change to SCHEMA must show up as a change here
+# (and in docs/annotating.md), never pass silently.
+PUBLISHED = [
+    ("id", "string"),
+    ("position", "int64"),
+    ("job_id", "string"),
+    ("image", "string"),
+    ("question", "string"),
+    ("options", "list<item: string>"),
+    ("status", "string"),
+    ("answer", "string"),
+    ("answered_by", "string"),
+    ("confidence", "double"),
+    ("small_answer", "string"),
+    ("gate_confidence", "double"),
+    ("screen_needs_tools", "bool"),
+    ("defer_reason", "string"),
+    ("agent_steps", "int64"),
+    ("error_code", "string"),
+    ("error", "string"),
+    ("expected", "string"),
+    ("split", "string"),
+    ("category", "string"),
+    ("correct", "bool"),
+    ("audit_answer", "string"),
+    ("audit_agrees", "bool"),
+    ("reviewed_answer", "string"),
+    ("reviewer", "string"),
+    ("reviewed_at", "string"),
+    ("final_answer", "string"),
+]
+
+
+def test_the_schema_is_the_published_one():
+    assert [(field.name, str(field.type)) for field in SCHEMA] == PUBLISHED
+
+
+def test_an_exported_file_reads_with_the_published_types(tmp_path: Path):
+    item = BatchItem(item_id="a", position=0)
+    job = Job(
+        id="j", question="Q?", status="done", answered_by="small", confidence=0.123456789012345
+    )
+    write_rows([result_row(item, job)], tmp_path / "one.parquet")
+    table = pq.read_table(tmp_path / "one.parquet")
+    read = [(f.name, str(f.type).replace("<element:", "<item:")) for f in table.schema]
+    assert read == PUBLISHED  # (Parquet names a list's values "element")
+    assert table.column("confidence").to_pylist() == [0.123456789012345]  # (not float32's)
+
 
 def test_a_row_has_the_schemas_columns_in_order():
     row = result_row(BatchItem(item_id="a", position=0), Job(id="j", question="Q?", status="done"))

@@ -61,6 +61,29 @@ def test_a_dead_workers_running_jobs_go_back_and_are_sent_a_live_ones_stay(sessi
         assert liveness.live_workers(session, 5) == {"alive"}  # the dead one forgotten
 
 
+def test_a_dead_slow_workers_trajectory_goes_back_to_the_slow_queue_at_once(sessions):
+    """The agent stage's orphans, like the fast stage's, in the sweep that finds the death
+    (not ``reconcile_after_s`` later, as a stranded job would be)."""
+    a, b = jobs(sessions, "a", "b")
+    with sessions.begin() as session:
+        liveness.beat(session, "dead", "slow")
+        for job_id in (a, b):
+            claims.claim_ids(session, [job_id], Stage.FAST, stale_after_s=None, worker="fast")
+            claims.record_fast(session, [Deferred(job_id, "tools_needed")], GateSettings())
+        claims.claim_ids(session, [a], Stage.AGENT, stale_after_s=None, worker="dead")
+        session.execute(
+            update(Worker)
+            .where(Worker.id == "dead")
+            .values(beat_at=Worker.beat_at - timedelta(seconds=60))
+        )
+    broker = Broker()
+    broker.present = {b}  # (b's message is on the broker: only a is the dead one's)
+    sweep = Reconciler(sessions, broker, SETTINGS, "me").sweep()
+    assert sweep.released == 1 and broker.sent_slow == [a] and broker.sent_fast == []
+    with sessions() as session:
+        assert session.get(Job, a).status == JobStatus.DEFERRED
+
+
 def test_a_waiting_job_without_a_message_is_sent_again_only_after_the_age(sessions):
     a, b = jobs(sessions, "a", "b")
     broker = Broker()

@@ -153,7 +153,8 @@ def test_the_tiny_checkpoints_run_end_to_end(tmp_path: Path, sessions, tiny_larg
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_a_poison_job_fails_alone_after_its_attempts(tmp_path: Path, sessions):
     """The embedded runner shares the work unit of the workers: a job whose record fails
-    (PostgreSQL refuses a NUL in text) is split out of its batch, retried, then failed."""
+    (PostgreSQL refuses a NUL in text) is split out of its batch, retried, then failed;
+    the others are charged no attempt for it."""
     settings = Settings(backend="scripted", fast_batch_size=4, retry_delay_s=0.05)
     folder = tmp_path / "corpus"
     write_images(folder, 4)
@@ -174,8 +175,11 @@ def test_a_poison_job_fails_alone_after_its_attempts(tmp_path: Path, sessions):
     }
     with sessions() as session:
         poison = session.get(Job, items["img002.png"])
+        others = [session.get(Job, i) for name, i in items.items() if name != "img002.png"]
     assert poison.attempts == settings.recovery.max_attempts
     assert "NUL" in (poison.error_message or "")
+    # its batch-mates were split from it, not failed with it: each ran once, uncharged
+    assert [job.attempts for job in others] == [1, 1, 1]
 
 
 def test_a_thread_that_outruns_the_wait_is_named_and_not_waited_for_twice(

@@ -43,6 +43,7 @@ class Live:
     key: str  # tenant "team"
     other_key: str  # tenant "elsewhere"
     http: httpx.Client  # the API, as the "team" key
+    reviewer: httpx.Client  # the API, as a "team" key whose name is hostile
     images: list[Path]
 
     def submit(self, questions: list[str], name: str, options: list[str] | None = None) -> str:
@@ -102,12 +103,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     with sessions.begin() as session:
         key = create_key(session, "reviewer-ann", tenant="team")[1]
         other = create_key(session, "stranger", tenant="elsewhere")[1]
+        hostile = create_key(session, PAYLOAD, tenant="team")[1]
     app = create_app(settings, sessions=sessions, dispatcher=runner)
     with (
         live_app(app) as base,
         httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+        httpx.Client(
+            base_url=base, headers={"Authorization": f"Bearer {hostile}"}, timeout=30
+        ) as reviewer,
     ):
-        yield Live(base, key, other, http, images)
+        yield Live(base, key, other, http, reviewer, images)
     sessions.close()
 
 
@@ -224,20 +229,35 @@ def test_correct_an_answer_with_the_keyboard_and_find_it_in_the_export(
 
 
 def test_hostile_text_shows_as_text_and_no_script_runs(page: Page, page_errors, live: Live) -> None:
-    batch_id = live.submit([f"[hostile] {PAYLOAD}?"], name=PAYLOAD, options=[PAYLOAD, "plain"])
+    batch_id = live.submit(
+        [f"[hostile] {PAYLOAD}?", "[small] reviewed by a hostile name"],
+        name=PAYLOAD,
+        options=[PAYLOAD, "plain"],
+    )
     live.finished(batch_id)
+    hostile, reviewed = (
+        r["job_id"] for r in live.http.get(f"/v1/batches/{batch_id}/rows").json()["data"]
+    )
+    # a reviewer whose key's name, and whose corrected answer, are the payload
+    review = live.reviewer.post(f"/v1/jobs/{reviewed}/review", json={"answer": PAYLOAD})
+    assert review.status_code == 200, review.text
     sign_in(page, live)
     for path in (
         "/ui/batches",
         f"/ui/batches/{batch_id}",
+        f"/ui/batches/{batch_id}/results",
         f"/ui/batches/{batch_id}/review",
-        f"/ui/jobs/{live.http.get(f'/v1/batches/{batch_id}/rows').json()['data'][0]['job_id']}",
+        f"/ui/jobs/{reviewed}",
+        f"/ui/jobs/{hostile}",
     ):
         page.goto(f"{live.base}{path}")
         assert PAYLOAD in page.locator("main").inner_text(), path  # shown, as text
         assert page.evaluate("window.pwned") is None, path
     # the job page shows the payload as the question, an option, the model's text and answer
     assert page.locator("main").inner_text().count(PAYLOAD) >= 4
+    page.goto(f"{live.base}/ui/jobs/{reviewed}")  # the reviewer's name and answer, as text
+    assert page.locator("main").inner_text().count(PAYLOAD) >= 3  # (+ an option)
+    assert page.evaluate("window.pwned") is None
     assert page_errors == []  # not even a script blocked by the policy
 
 

@@ -3,6 +3,8 @@ headers, tenancy, escaping, and that a page changes what /v1 reads."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from fastapi.testclient import TestClient
 from markupsafe import escape
@@ -28,6 +30,14 @@ def site(api, tmp_path):
             "question": f"question {XSS}",
             "options": [XSS, "plain"],
             "trajectory": zoom_trajectory("A", text=f"thinking {XSS}"),
+        },
+        {  # reviewed: the corrected answer and the reviewer's name are what users wrote
+            "answered_by": "small",
+            "final_answer": "yes",
+            "confidence": 0.99,
+            "reviewed_answer": XSS,
+            "reviewer": XSS,
+            "reviewed_at": datetime(2026, 12, 1, 13, 0, tzinfo=UTC),
         },
     ]
     batch_id, ids = decided_batch(
@@ -114,6 +124,7 @@ def test_what_users_and_models_wrote_is_escaped_on_every_page(site) -> None:
         f"/ui/batches/{batch_id}/results?q=question",
         f"/ui/batches/{batch_id}/review",
         f"/ui/jobs/{ids[1]}",
+        f"/ui/jobs/{ids[2]}",
     ]
     for path in pages:
         text = browser.get(path).text
@@ -122,11 +133,16 @@ def test_what_users_and_models_wrote_is_escaped_on_every_page(site) -> None:
     assert "<b onclick" not in browser.get(f"/ui/jobs/{ids[1]}").text
 
 
-def test_a_form_without_the_sessions_token_changes_nothing(site) -> None:
+@pytest.mark.parametrize("token", ["forged", "", None], ids=["forged", "empty", "absent"])
+def test_a_form_without_the_sessions_token_changes_nothing(site, token) -> None:
     app, browser, _, ids = site
-    answer = browser.post(f"/ui/jobs/{ids[0]}/review", data={"answer": "no", "csrf": "forged"})
+    form = {"answer": "no"} | ({} if token is None else {"csrf": token})
+    answer = browser.post(f"/ui/jobs/{ids[0]}/review", data=form)
     assert answer.status_code == 403
     assert app.http.get(f"/v1/jobs/{ids[0]}").json()["reviewed_answer"] is None
+    signout = {} if token is None else {"csrf": token}
+    assert browser.post("/ui/signout", data=signout).status_code == 403
+    assert browser.get("/ui/batches", follow_redirects=False).status_code == 200  # still in
 
 
 def test_a_review_on_the_page_is_what_v1_and_the_export_read(site) -> None:
