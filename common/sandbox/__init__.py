@@ -36,6 +36,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from common.config import SandboxSettings, Settings
 from common.errors import ConfigurationError, RetryableError
 from common.sandbox import cgroup, janitor, workspace
 from common.sandbox.channel import (
+    STATUS_BYTES,
     BadReport,
     Grid,
     GuestReport,
@@ -149,6 +151,8 @@ class Sandbox:
                 "file_bytes": limits.file_mb << 20,
                 "processes": None if counted else limits.threads,
                 "printed_chars": limits.output_bytes // 2,
+                "text_chars": limits.text_chars,
+                "wall_s": limits.wall_s,
                 "images": limits.max_images,
                 "image_pixels": limits.image_pixels,
                 "host_devices": host_devices,
@@ -161,8 +165,8 @@ class Sandbox:
         limits = self.limits
         grid = None if view is None else Grid(**{k: view[k] for k in Grid.__dataclass_fields__})
         return ReportLimits(
-            header_bytes=limits.output_bytes,
-            text_chars=limits.output_bytes // 2,
+            header_bytes=header_bytes(limits),
+            text_chars=limits.text_chars,
             images=limits.max_images,
             pixels=limits.image_pixels
             if view is None
@@ -250,16 +254,19 @@ class SandboxSession:
         command = launcher.command(self.workspace, setup)
         if self.group is not None:
             command = [*self.group.join_command(), *command]
-        return subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=launcher.environment() if launcher.name == "none" else {},
-            cwd=self.workspace.data,
-            start_new_session=True,
-            close_fds=True,
-        )
+        with _LAUNCHED_LOCK:  # (registered before another session's reap can look)
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=launcher.environment() if launcher.name == "none" else {},
+                cwd=self.workspace.data,
+                start_new_session=True,
+                close_fds=True,
+            )
+            _LAUNCHED.add(process.pid)
+        return process
 
     def _finish(self, process: subprocess.Popen[bytes], request: dict[str, Any]) -> Execution:
         """Hand ``request`` to a started guest and read how it ends. Its stdin stays open
@@ -279,7 +286,7 @@ class SandboxSession:
         out, err, overrun = collect(
             process,
             deadline,
-            stdout_cap=limits.output_bytes + 3 * report_limits.pixels,
+            stdout_cap=report_limits.header_bytes + 3 * report_limits.pixels + STATUS_BYTES,
             stderr_cap=limits.output_bytes,
             # the group counts CPU exactly, where RLIMIT_CPU samples it at each tick
             over_cpu=lambda: group is not None and group.usage().cpu_s > limits.cpu_s,
@@ -295,7 +302,7 @@ class SandboxSession:
             overrun = "timeout"
             self._kill(process)
             status = _wait(process, time.perf_counter() + 5)
-        self.sandbox.launcher.reap()
+        self.sandbox.launcher.reap(launched())
         seconds = time.perf_counter() - started
         cpu_s, peak, oom_kills = self._usage(status)
         tail = decode_text(err[-4 * STDERR_TAIL :])[-STDERR_TAIL:]
@@ -310,12 +317,11 @@ class SandboxSession:
             said = f"killed: over the memory limit of {limits.memory_mb} MiB"
             return ended(None, "memory_limit", f"{said} (its processes and files together)")
         guest_status = split_status(out)
-        if guest_status is not None:  # the init's record: exact
-            code = _exit_code(guest_status, bubblewrap=False)
-        else:  # killed before its init could tell: what its launcher says
-            code = _exit_code(
-                status[0] if status else 0, bubblewrap=self.sandbox.isolation != "none"
-            )
+        if guest_status is None:  # its init ended before it could tell (killed)
+            launcher = _exit_code(status[0] if status else 0)
+            said = f"ended without its init's report ({launcher.describe()})"
+            return ended(None, "killed", f"{said}; {tail}")
+        code = _exit_code(guest_status)  # exact: the init reaped it
         cpu_signals = (signal.SIGKILL, signal.SIGXCPU)
         if code.signal in cpu_signals and cpu_s >= limits.cpu_s - 0.1:
             return ended(None, "cpu_limit", f"killed: over the CPU time limit of {limits.cpu_s} s")
@@ -362,7 +368,7 @@ class SandboxSession:
                 if stream is not None:
                     stream.close()
             self._spare = None
-            self.sandbox.launcher.reap()
+            self.sandbox.launcher.reap(launched())
         if self.group is not None:
             self.group.remove()
         self.workspace.remove()
@@ -401,16 +407,12 @@ class _ExitCode:
         return name
 
 
-def _exit_code(status: int, *, bubblewrap: bool) -> _ExitCode:
-    """A wait status as an exit code or a signal; bubblewrap exits 128 + N when its
-    child dies of signal N (and 128 + N when it exits so: only the init's record tells
-    them apart, ``channel.split_status``)."""
+def _exit_code(status: int) -> _ExitCode:
+    """A wait status (``channel.split_status`` takes only those a process can end with)
+    as an exit code or a signal. (bubblewrap itself exits 128 + N both when its child
+    exits so and when signal N kills it: only the init's record tells them apart.)"""
     code = os.waitstatus_to_exitcode(status)
-    if code < 0:
-        return _ExitCode(code, -code)
-    if bubblewrap and 128 < code < 128 + 65:
-        return _ExitCode(code, code - 128)
-    return _ExitCode(code, 0)
+    return _ExitCode(code, -code) if code < 0 else _ExitCode(code, 0)
 
 
 def _wait(process: subprocess.Popen[bytes], deadline: float) -> tuple[int, Any] | None:
@@ -426,8 +428,21 @@ def _wait(process: subprocess.Popen[bytes], deadline: float) -> tuple[int, Any] 
         _, status, usage = os.wait4(process.pid, 0)
     finally:
         os.close(handle)
+    with _LAUNCHED_LOCK:
+        _LAUNCHED.discard(process.pid)
     process.returncode = os.waitstatus_to_exitcode(status)
     return status, usage
+
+
+# the launcher processes of this process's sessions not reaped yet, which a launcher's
+# reap (of what runsc leaves) must leave to their own session
+_LAUNCHED: set[int] = set()
+_LAUNCHED_LOCK = threading.Lock()
+
+
+def launched() -> set[int]:
+    with _LAUNCHED_LOCK:
+        return set(_LAUNCHED)
 
 
 def _ended(process: subprocess.Popen[bytes], deadline: float) -> bool:
@@ -493,14 +508,23 @@ def probe_request(session: SandboxSession) -> dict[str, Any]:
 QWEN25_GRID = Grid(factor=28, min_pixels=4 * 28 * 28, max_pixels=16384 * 28 * 28, max_aspect=200)
 
 
-def worker_bytes(limits: SandboxSettings) -> int:
-    """The most one trajectory's executions make the worker hold at once, whatever the
-    code does (docs/sandbox.md): what it prints and reports (``output_bytes``, on stdout
-    and stderr each) and the images it may be shown (``view_tokens`` on the grid): 3
-    bytes a pixel as they arrive and 4 as Pillow holds them (RGB is stored as RGBX), which
-    the conversation keeps."""
+def header_bytes(limits: SandboxSettings) -> int:
+    """The most a report's JSON header may take: its three texts of ``text_chars`` each,
+    at 6 bytes a character escaped, and room for its images and notes."""
+    return 18 * limits.text_chars + (64 << 10)
+
+
+def worker_bytes(limits: SandboxSettings, steps: int = 6) -> int:
+    """The most one trajectory of ``steps`` executions makes the worker hold at once,
+    whatever the code does (docs/sandbox.md): the report's header as read and as parsed
+    (JSON objects take up to ~25 times their text), stderr (``output_bytes``), the
+    images it may be shown (``view_tokens`` on the grid: 3 bytes a pixel as they arrive,
+    4 as Pillow holds them, RGB being stored as RGBX, which the conversation keeps) and
+    each step's texts (two of ``text_chars``, 4 bytes a character at most)."""
     view_pixels = limits.view_tokens * QWEN25_GRID.factor**2
-    return 2 * limits.output_bytes + (3 + 4) * view_pixels
+    header = (1 + 32) * header_bytes(limits)
+    texts = steps * 8 * limits.text_chars
+    return header + limits.output_bytes + (3 + 4) * view_pixels + texts
 
 
 def view_request(grid: Grid, tokens: int) -> dict[str, Any]:

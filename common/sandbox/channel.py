@@ -55,7 +55,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _LINE_SEPARATOR = re.compile("[\u2028\u2029\x85]")
 _NOTE_CHARS = 300
 _LONGEST_SIDE = 1 << 31  # (a side is a C int to Pillow; far longer than any image's)
-_STATUS_BYTES = len(STATUS_MARK) + 9  # the mark, eight hex digits, a newline
+STATUS_BYTES = len(STATUS_MARK) + 9  # the mark, eight hex digits, a newline
 
 
 class BadReport(Exception):
@@ -163,15 +163,20 @@ def collect(
 
 def split_status(stdout: bytearray) -> int | None:
     """Take the init's status record off the end of ``stdout`` (in place): the guest's
-    wait status, or None where there is none (the sandbox was killed first)."""
-    record = stdout[-_STATUS_BYTES:]
-    if len(record) != _STATUS_BYTES or not record.startswith(STATUS_MARK):
+    wait status, or None where there is none (the sandbox was killed first) or it is not
+    a status a process can end with (an exit code, or a signal)."""
+    record = stdout[-STATUS_BYTES:]
+    if len(record) != STATUS_BYTES or not record.startswith(STATUS_MARK):
         return None
     try:
         status = int(bytes(record[len(STATUS_MARK) : -1]), 16)
     except ValueError:
         return None
-    del stdout[-_STATUS_BYTES:]
+    exited = status & 0x7F == 0
+    signalled = 0 < status & 0x7F < 0x7F and status >> 8 == 0
+    if status > 0xFFFF or not (exited or signalled):
+        return None
+    del stdout[-STATUS_BYTES:]
     return status
 
 

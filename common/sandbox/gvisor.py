@@ -90,6 +90,8 @@ class GVisor:
         mounts += [{"destination": t, "type": "tmpfs", "options": ["ro"]} for t in masks]
         mounts += [_bind("/dev/null", target, "ro") for target in runtime.blanks]
         mounts += [_bind(str(space.data), WORK_MOUNT, "rw"), _bind(str(space.tmp), "/tmp", "rw")]
+        # no /proc: gVisor would show the guest its init's descriptors (stdout among them)
+        mounts.append({"destination": "/proc", "type": "tmpfs", "options": ["ro", "size=4k"]})
         return {
             "ociVersion": "1.0.0",
             "process": {
@@ -111,16 +113,20 @@ class GVisor:
     def environment(self) -> dict[str, str]:
         return sandboxed_environment(self.runtime)
 
-    def reap(self) -> None:
+    def reap(self, keep: set[int]) -> None:
         """Reap runsc's helpers that ended as this process's children: runsc starts its
         sandbox in a session of its own, so a worker that is PID 1 or a subreaper (a
-        container's entrypoint) inherits them, and nothing else would wait for them."""
+        container's entrypoint) inherits them, and nothing else would wait for them.
+        ``keep``: the ``runsc run`` processes sessions launched, which they reap (with
+        trajectories run at once, another's may just have ended)."""
         for task in Path("/proc/self/task").iterdir():
             try:
                 children = (task / "children").read_text().split()
             except OSError:
                 continue
             for child in map(int, children):
+                if child in keep:
+                    continue
                 if _name_and_state(child) in (("exe", "Z"), ("runsc", "Z")):
                     with contextlib.suppress(ChildProcessError):
                         os.waitpid(child, os.WNOHANG)

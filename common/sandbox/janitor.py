@@ -60,16 +60,30 @@ def sweep_after(worker: int, uid: int) -> None:
 
 
 def kill_orphans(uid: int) -> None:
-    """SIGKILL processes of the sandbox's uid whose parent is not bubblewrap: guests whose
-    bubblewrap died with its worker (a live session's guest always has its own)."""
+    """SIGKILL processes of the sandbox's uid that no bubblewrap holds: guests and inits
+    whose bubblewrap died with its worker. A live session's processes always have one
+    above them (bubblewrap, then the init, then the guest, the last two of that uid)."""
     for status in Path("/proc").glob("[0-9]*/status"):
         fields = _status(status)
-        if fields.get("Uid", "").split()[:1] != [str(uid)]:
-            continue
-        parent = _status(Path("/proc") / fields.get("PPid", "0").strip() / "status")
-        if parent.get("Name", "").strip() != "bwrap":
+        if _uid(fields) == str(uid) and not _held_by_bubblewrap(fields, str(uid)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(status.parent.name), signal.SIGKILL)
+
+
+def _held_by_bubblewrap(fields: dict[str, str], uid: str) -> bool:
+    """Whether, going up through the parents of the sandbox's uid, the first of another
+    uid is a bubblewrap."""
+    for _ in range(8):  # (a session is three deep; a loop of pids cannot be)
+        parent = _status(Path("/proc") / fields.get("PPid", "0").strip() / "status")
+        if _uid(parent) != uid:
+            return parent.get("Name", "").strip() == "bwrap"
+        fields = parent
+    return False
+
+
+def _uid(fields: dict[str, str]) -> str | None:
+    found = fields.get("Uid", "").split()
+    return found[0] if found else None
 
 
 def _status(path: Path) -> dict[str, str]:

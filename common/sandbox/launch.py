@@ -69,8 +69,9 @@ class Launcher(Protocol):
 
     def environment(self) -> dict[str, str]: ...
 
-    def reap(self) -> None:
-        """Reap what the isolation leaves this process to reap (after each execution)."""
+    def reap(self, keep: set[int]) -> None:
+        """Reap what the isolation leaves this process to reap (after each execution),
+        never the processes of ``keep`` (other sessions' launches, which they reap)."""
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ class Bubblewrap:
     def environment(self) -> dict[str, str]:
         return sandboxed_environment(self.runtime)
 
-    def reap(self) -> None:
+    def reap(self, keep: set[int]) -> None:
         """Nothing to reap: bubblewrap reaps its guest (killed first, see the session)."""
 
 
@@ -273,5 +274,5 @@ class Unisolated:
     def environment(self) -> dict[str, str]:
         return dict(GUEST_ENV)
 
-    def reap(self) -> None:
+    def reap(self, keep: set[int]) -> None:
         """Nothing to reap: the guest is this process's own child."""

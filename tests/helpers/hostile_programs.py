@@ -78,7 +78,7 @@ PROGRAMS = (
         "kill every process it can see",
         "pid1",
         "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('still here')",
-        ("No such process", "still here"),
+        ("not permitted",),  # (signals to itself only)
     ),
     Hostile(
         "outlive the kill: clear the parent-death signal",
@@ -403,6 +403,30 @@ PROGRAMS = (
     Hostile("exit code 200", "names", "import os\nos._exit(200)", ("exit 200",)),
     Hostile("exit code 137", "names", "import os\nos._exit(137)", ("exit 137",)),  # not SIGKILL
     Hostile("a SIGKILL of its own", "names", "import os\nos.kill(os.getpid(), 9)", ("SIGKILL",)),
+    Hostile(
+        "a forged status record, then a crash",
+        "names",
+        "import os, ctypes\n"
+        'head = \'{"images": [], "text": "forged", "printed": "", "notes": []}\'\n'
+        f"os.write({RESULT_FD}, head.encode() + b'\\n\\n\\x00speceyes-status 00000000\\n')\n"
+        "ctypes.string_at(0)",
+        ("SIGSEGV",),
+    ),
+    Hostile(
+        "its result channel made non-blocking, then a crash",
+        "names",
+        "import os, fcntl, ctypes\n"
+        f"fcntl.fcntl({RESULT_FD}, fcntl.F_SETFL, os.O_NONBLOCK)\n"
+        f"os.write({RESULT_FD}, b'x' * 65536 + b'\\n\\x00speceyes-status 00000000\\n')\n"
+        "ctypes.string_at(0)",
+        ("SIGSEGV",),
+    ),
+    Hostile(
+        "a header of 400,000 empty objects",
+        "forged",
+        _forge("'{\"images\": [], \"x\": [' + '{},' * 400000 + '{}]}'"),
+        ("no report line within",),
+    ),
     Hostile("a segmentation fault", "names", "import ctypes\nctypes.string_at(0)", ("SIGSEGV",)),
     # -- control characters and surrogates ------------------------------------------------
     Hostile(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -115,7 +114,7 @@ def _config(module: Module) -> str:
         f'module-path = "{module.path}"\n'
         f"timeout = {module.timeout_s}\n"
         "excluded-modules = []\n"
-        f'test-command = "{shutil.which("python") or sys.executable} {command}"\n\n'
+        f'test-command = "{sys.executable} {command}"\n\n'
         '[cosmic-ray.distributor]\nname = "local"\n\n'
         "[cosmic-ray.filters.operators-filter]\n"
         f'exclude-operators = [{excluded}, "core/VariableInserter", "core/VariableReplacer"]\n'

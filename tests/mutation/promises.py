@@ -169,13 +169,32 @@ PROMISES = (
         "The guest dies with its worker, its janitor killed too",
         "docs/sandbox.md",
         "common/sandbox/guest/harness.py",
-        "                os.kill(guest, signal.SIGKILL)  # the worker is gone\n"
-        "                os._exit(1)",
+        "                _end(guest)  # stdin hung up: the worker is gone",
         "                watch.unregister(0)  # (the mutant: ignore it)",
         (
             "tests/common/sandbox/test_hostile.py::"
             "test_without_its_janitor_the_guest_still_dies_with_its_worker",
         ),
+    ),
+    Promise(
+        "The guest may signal only itself, never its init",
+        "docs/sandbox.md",
+        "common/sandbox/guest/seccomp.py",
+        'to_itself = {"kill": (0, "in", (own_pid,)), "tgkill": (0, "in", (own_pid,))}',
+        "to_itself: dict[str, Condition] = {}",
+        (
+            "tests/common/sandbox/test_seccomp.py::test_the_filter_answers_each_call_as_its_rules_say",
+            "tests/common/sandbox/test_hostile.py::"
+            "test_it_cannot_signal_or_trace_its_parent_or_its_init",
+        ),
+    ),
+    Promise(
+        "An exit code is never read as a signal",
+        "docs/sandbox.md",
+        "common/sandbox/__init__.py",
+        "return _ExitCode(code, -code) if code < 0 else _ExitCode(code, 0)",
+        "return _ExitCode(code, -code) if code < 0 else _ExitCode(code, max(0, code - 128))",
+        ("tests/common/sandbox/test_hostile.py::test_an_exit_code_is_never_read_as_a_signal",),
     ),
     Promise(
         "A worker that is not root may not set the times of the host's device nodes",

@@ -2,35 +2,40 @@
 
 It starts before there is work for it (the host keeps one ready) and splits in two:
 
-- **the init** (the parent, PID 1 of the sandbox's namespace) runs none of the code. It
-  waits for the guest, then writes how the guest ended (its wait status: an exit code
-  or a signal, never confused) as the last bytes on the result channel, after all the
-  guest could write (``STATUS_MARK``). Its stdin is held open by the worker alone for as
-  long as the execution lasts: when it hangs up, the worker is gone (killed, OOM), and
-  the init kills the guest and ends, which ends the namespace. No janitor is needed for
-  the guest to die with its worker.
-- **the guest** (its child) hides its result channel, imports what every run needs,
-  arms its death with the init, lowers its resource limits (``argv[1]``, JSON) and locks
-  itself down with seccomp. Then it reads one JSON request line on stdin (the code, the
-  input image's path, the output folder, the model's grid and what the trajectory may
-  still be shown), edits the code as Thyme's evaluation does (``rewrite``), runs it with
-  the evaluation's names in scope and its prints captured, and decides what goes back
-  to the model (``outputs``).
+- **the init** (the parent, PID 1 of the sandbox's namespace) runs none of the code and
+  owns the sandbox's stdout. It reads the request line on stdin and hands it to the
+  guest through a pipe of their own, relays what the guest writes back through another,
+  and, once the guest has ended, writes its wait status (an exit code or a signal, never
+  confused: ``STATUS_MARK``) after all of it. The worker holds stdin open for as long as
+  the execution lasts: when it hangs up, the worker is gone (killed, OOM), and the init
+  kills the guest and ends, which ends the namespace; it does the same ``wall_s`` (and a
+  grace) after the request, should the worker be unable to. It is not dumpable, and the
+  guest may signal only itself (``seccomp``).
+- **the guest** (its child) keeps only its request (fd 0), stderr (fd 1 and 2) and its
+  result channel (fd 3, to the init), imports what every run needs, arms its death with
+  the init, lowers its resource limits (``argv[1]``, JSON) and locks itself down with
+  seccomp. Then it reads its one JSON request (the code, the input image's path, the
+  output folder, the model's grid and what the trajectory may still be shown), edits
+  the code as Thyme's evaluation does (``rewrite``), runs it with the evaluation's names
+  in scope and its prints captured, and decides what goes back to the model
+  (``outputs``).
 
-The guest writes one JSON line to its original stdout, ``{"images": [{"width",
-"height", "source_width", "source_height"}...], "text", "printed", "error", "notes"}``,
-followed by each image's raw RGB bytes on the model's grid: the images to show
-(``images``), else the text to show (``text``), else nothing (the execution failed:
-``error`` says why).
+The guest writes one JSON line on its result channel, ``{"images": [{"width", "height",
+"source_width", "source_height"}...], "text", "printed", "error", "notes"}`` (each text
+cut at ``text_chars``), followed by each image's raw RGB bytes on the model's grid: the
+images to show (``images``), else the text to show (``text``), else nothing (the
+execution failed: ``error`` says why).
 
 The host never trusts any of the guest's report beyond its size and shape: everything
 there runs in the same process as the model's code, which can write anything to that
-channel. The init's status comes after the guest has ended, so the guest cannot write
-past it.
+channel. The init's status comes after the guest has ended, on a stream the guest
+cannot reach, so the guest cannot write past it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib
 import importlib.util
 import io
@@ -41,11 +46,15 @@ import resource
 import select
 import signal
 import sys
+import time
 import types
 from contextlib import redirect_stdout
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+RESULT_FD = 3  # the guest's result channel (to its init, which relays it)
+WATCHDOG_GRACE_S = 5.0  # the init ends a guest this long after the worker's wall clock
 # the init's last bytes on the result channel: the mark, the guest's wait status as eight
 # hex digits, a newline (the host reads it from the end: ``channel.split_status``)
 STATUS_MARK = b"\n\x00speceyes-status "
@@ -190,40 +199,99 @@ def _die_with_parent() -> None:
 
 
 def main() -> None:
+    limits = json.loads(sys.argv[1])
+    request, for_request = os.pipe()  # the init hands the guest its request here ...
+    from_guest, results = os.pipe()  # ... and relays what it writes back from here
     guest = os.fork()
     if guest == 0:
-        _guest(json.loads(sys.argv[1]))
-    _init(guest)
+        os.close(for_request)
+        os.close(from_guest)
+        _guest(limits, request, results)
+    os.close(request)
+    os.close(results)
+    _init(guest, limits["wall_s"] + WATCHDOG_GRACE_S, for_request, from_guest)
 
 
-def _init(guest: int) -> None:
-    """Wait for the guest; end it when stdin hangs up (the worker is gone); then report
-    its wait status after everything it wrote, and end."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the guest may signal us; nothing ends us)
+def _init(guest: int, wall_s: float, for_request: int, from_guest: int) -> None:
+    """Hand the guest its request, relay what it writes back, end it when the worker is
+    gone (stdin hangs up) or ``wall_s`` after its request; then write its wait status
+    after everything it wrote (stdout is the init's alone: the guest cannot reach it)."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # (gVisor's /proc of it: root's only)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a PID 1 takes no signal it does not handle)
     wake, woken = os.pipe()
     os.set_blocking(woken, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(woken)  # a byte on ``wake`` at every SIGCHLD
+    os.set_blocking(1, True)
     watch = select.poll()
-    watch.register(0, select.POLLHUP)  # (not POLLIN: the request is the guest's to read)
+    watch.register(0, select.POLLIN)  # the request, then only its hanging up
+    watch.register(from_guest, select.POLLIN)
     watch.register(wake, select.POLLIN)
+    line, deadline, status, relaying = b"", None, None, True
     while True:
-        pid, status = os.waitpid(guest, os.WNOHANG)  # (after the wake-up fd is set: no race)
-        if pid == guest:
+        if status is None:
+            pid, waited = os.waitpid(guest, os.WNOHANG)  # (after the wake-up fd is set)
+            status = waited if pid == guest else None
+        if status is not None and not relaying:
             break
-        for fd, events in watch.poll():
-            if fd == 0 and events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-                os.kill(guest, signal.SIGKILL)  # the worker is gone
-                os._exit(1)
+        left: int | None = None
+        if deadline is not None:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+        ready = watch.poll(left)
+        if deadline is not None and time.monotonic() > deadline:
+            _end(guest)  # (the worker kills it first; this is for a worker that cannot)
+        for fd, events in ready:
             if fd == wake:
                 os.read(wake, 512)
-    os.write(1, STATUS_MARK + b"%08x\n" % (status & 0xFFFFFFFF))
+            elif fd == from_guest:
+                data = os.read(from_guest, 1 << 20)
+                if data:
+                    _write_all(guest, data)
+                else:
+                    watch.unregister(from_guest)
+                    relaying = False
+            elif deadline is None and events & select.POLLIN:  # (the request)
+                data = os.read(0, 1 << 16)
+                line += data
+                if not data:
+                    _end(guest)  # the worker is gone
+                if b"\n" in line:
+                    _write_all(guest, line[: line.index(b"\n") + 1], fd=for_request)
+                    os.close(for_request)
+                    deadline = time.monotonic() + wall_s
+                    watch.modify(0, select.POLLHUP)
+            elif events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                _end(guest)  # stdin hung up: the worker is gone
+    _write_all(guest, STATUS_MARK + b"%08x\n" % (status & 0xFFFFFFFF))
     os._exit(0)
 
 
-def _guest(limits: dict[str, Any]) -> None:
-    result = os.fdopen(os.dup(1), "wb")  # the result channel; fd 1 goes to stderr
+def _write_all(guest: int, data: bytes, fd: int = 1) -> None:
+    """Write all of ``data`` (the worker reads as it can); a worker gone ends the guest."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except OSError:
+            _end(guest)
+
+
+def _end(guest: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(guest, signal.SIGKILL)
+    os._exit(1)
+
+
+def _guest(limits: dict[str, Any], request: int, results: int) -> None:
+    """The guest: its request on fd 0, its result channel fd 3, fd 1 and 2 to stderr;
+    nothing else open, nothing of the init's."""
+    os.dup2(request, 0)
+    channel = os.dup(results)
     os.dup2(2, 1)
+    os.dup2(channel, RESULT_FD)
+    os.closerange(RESULT_FD + 1, 1 << 16)
+    result = os.fdopen(RESULT_FD, "wb")
     # warm up before the request arrives (the host starts this process ahead of time)
     import autopep8  # noqa: F401
     import outputs
@@ -235,9 +303,9 @@ def _guest(limits: dict[str, Any]) -> None:
     _die_with_parent()
     _apply_limits(limits)
     seccomp.install(refuse_times=limits["host_devices"])
-    request = json.loads(sys.stdin.readline())
+    request_line = sys.stdin.readline()
     sys.setrecursionlimit(2000)
-    report, images = _execute(request, limits, outputs, rewrite)
+    report, images = _execute(json.loads(request_line), limits, outputs, rewrite)
     result.write(json.dumps(report).encode() + b"\n")
     for data in images:
         result.write(data)
@@ -271,7 +339,8 @@ def _execute(
     try:
         with redirect_stdout(captured):
             exec(code, names, local)
-        report["printed"] = printed = captured.getvalue().strip()
+        printed = captured.getvalue().strip()
+        report["printed"] = printed[: limits["text_chars"]]
         paths, error = outputs.hand_back(local, printed, code, folder)
         if paths and os.path.exists(paths[0]):
             report["images"], images, report["notes"] = outputs.frames(
@@ -282,7 +351,7 @@ def _execute(
                 view=request.get("view"),
             )
         elif paths:
-            report["text"] = paths[0]
+            report["text"] = paths[0][: limits["text_chars"]]
     except ImportError as exc:
         error = f"Code execution failed due to ImportError: {exc}"
     except MemoryError as exc:
@@ -293,7 +362,7 @@ def _execute(
         error = str(exc)
     except Exception as exc:
         error = f"Code execution failed: {type(exc).__name__}: {exc}"
-    return {**report, "error": error}, images
+    return {**report, "error": error and error[: limits["text_chars"]]}, images
 
 
 if __name__ == "__main__":

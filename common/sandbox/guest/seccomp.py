@@ -20,8 +20,10 @@ with safe arguments:
   the code may not rename itself (a name shows in the host's ``/proc``);
 - ``fcntl``: descriptors and their flags, no locks on files the host shares, no
   leases or notifications, no larger pipe buffers;
-- ``kill``, ``tkill``, ``tgkill``: standard signals only (real-time ones queue, and the
-  queue is counted per uid across sandboxes);
+- ``kill``, ``tgkill``: to this process only (its init is the only other process it
+  could reach, and gVisor would deliver a signal a kernel drops for a PID 1), standard
+  signals only (real-time ones queue, and the queue is counted per uid across
+  sandboxes); ``tkill`` (which names no process) is refused;
 - ``renameat2``: no whiteout (a device node);
 - ``chmod`` and kin, ``open`` and kin: never a set-user-ID or set-group-ID mode.
 
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import platform
 import struct
 
@@ -88,7 +91,7 @@ REFUSED = """
     setfsuid setfsgid capset chown fchown lchown fchownat pidfd_open pidfd_getfd
     pidfd_send_signal kcmp name_to_handle_at open_by_handle_at swapon swapoff acct
     settimeofday clock_settime clock_adjtime adjtimex shmget msgget semget mq_open
-    process_madvise flock timer_create
+    process_madvise flock timer_create tkill
 """.split()  # noqa: SIM905
 
 TIMES = ["utime", "utimes", "utimensat", "futimesat"]  # allowed, or refused (install)
@@ -106,8 +109,10 @@ _SIGRTMIN = 32
 _SET_ID_BITS = 0o6000  # S_ISUID | S_ISGID
 _RENAME_WHITEOUT = 4
 # calls allowed when one argument (by index) is one of some values, below a bound, or
-# without some bits: {name: (argument, test, values)}
-_ARGUMENT_RULES: dict[str, tuple[int, str, tuple[int, ...]]] = {
+# without some bits: {name: (argument, test, values)}; (``kill`` and ``tgkill``: ``program``
+# adds that the target is this process)
+Condition = tuple[int, str, tuple[int, ...]]
+_ARGUMENT_RULES: dict[str, Condition] = {
     # TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX: what Python asks of a
     # descriptor (no typing into a terminal, nothing of the filesystem under a file)
     "ioctl": (1, "in", (0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)),
@@ -117,7 +122,6 @@ _ARGUMENT_RULES: dict[str, tuple[int, str, tuple[int, ...]]] = {
     # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GETLK, F_DUPFD_CLOEXEC, F_GETPIPE_SZ
     "fcntl": (1, "in", (0, 1, 2, 3, 4, 5, 1030, 1032)),
     "kill": (1, "below", (_SIGRTMIN,)),
-    "tkill": (1, "below", (_SIGRTMIN,)),
     "tgkill": (2, "below", (_SIGRTMIN,)),
     "renameat2": (4, "without", (_RENAME_WHITEOUT,)),
     # no RWF_NOWAIT: it tells which pages of a (host) file are cached
@@ -188,22 +192,45 @@ def _rule(name: str) -> list[Op]:
             _op(_RET_K, _ALLOW),
             _op(_RET_K, _PERMISSION),
         ]
-    argument, test, values = _ARGUMENT_RULES[name]
-    allow, deny = _op(_RET_K, _ALLOW), _op(_RET_K, _PERMISSION)
-    if test == "in":  # each match jumps to the allow at the end
-        count = len(values)
-        matches = [_op(_JEQ_K, value, jt=count - index) for index, value in enumerate(values)]
-        return [_low_word(argument), *matches, deny, allow]
-    if test == "not":
-        return [_low_word(argument), _op(_JEQ_K, values[0], jf=1), deny, allow]
-    if test == "below":
-        return [_low_word(argument), _op(_JGE_K, values[0], jf=1), deny, allow]
-    return [_low_word(argument), _op(_JSET_K, values[0], jf=1), deny, allow]  # without
+    return _all_of([_ARGUMENT_RULES[name]])
 
 
-def program(machine: str | None = None, *, refuse_times: bool = False) -> bytes:
+def _all_of(conditions: list[Condition]) -> list[Op]:
+    """Allow when every condition holds (the argument's low word: the kernel reads these
+    as 32-bit values), else EPERM; every path ends in a return."""
+    ops: list[Op] = [_op(_RET_K, _ALLOW), _op(_RET_K, _PERMISSION)]
+    for argument, test, values in reversed(conditions):
+        if test == "in":  # a match goes on past the block; none, to the deny
+            block = [_op(_JEQ_K, value) for value in values]
+        elif test == "below":
+            block = [_op(_JGE_K, values[0])]  # (true: to the deny)
+        else:  # without
+            block = [_op(_JSET_K, values[0])]
+        block = [_low_word(argument), *block]
+        deny = len(block) + len(ops) - 1  # the deny's index, from the block's start
+        linked = []
+        for index, (code, _, _, k) in enumerate(block):
+            if index == 0:
+                linked.append(block[0])
+                continue
+            to_deny, past = deny - index - 1, len(block) - index - 1
+            if test == "in":
+                last = index == len(block) - 1
+                linked.append(_op(code, k, jt=past, jf=to_deny if last else 0))
+            else:
+                linked.append(_op(code, k, jt=to_deny, jf=0))
+        ops = linked + ops
+    return ops
+
+
+def program(
+    machine: str | None = None, *, refuse_times: bool = False, own_pid: int | None = None
+) -> bytes:
     """The filter for ``machine`` (default: this one) as packed ``sock_filter`` records;
-    ``refuse_times``: setting file times is refused (the device nodes are the host's)."""
+    ``refuse_times``: setting file times is refused (the device nodes are the host's);
+    ``own_pid``: signals only to this process (default: the caller's), so that the code
+    cannot signal its init (gVisor delivers what a kernel would drop for a PID 1)."""
+    own_pid = os.getpid() if own_pid is None else own_pid
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise OSError(f"no seccomp filter for {machine}")
@@ -220,9 +247,14 @@ def program(machine: str | None = None, *, refuse_times: bool = False) -> bytes:
     for name, answer in [(name, _ALLOW) for name in ALLOWED] + [(n, times) for n in TIMES]:
         if name in numbers:
             ops += [_op(_JEQ_K, numbers[name], jf=1), _op(_RET_K, answer)]
+    to_itself = {"kill": (0, "in", (own_pid,)), "tgkill": (0, "in", (own_pid,))}
     for name in ("clone", "prlimit64", *_ARGUMENT_RULES):
         if name in numbers:
-            rule = _rule(name)
+            rule = (
+                _rule(name)
+                if name not in to_itself
+                else _all_of([to_itself[name], _ARGUMENT_RULES[name]])
+            )
             ops += [_op(_JEQ_K, numbers[name], jf=len(rule)), *rule]
     for name in REFUSED:
         if name in numbers:
@@ -246,7 +278,7 @@ _SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 
 def install(*, refuse_times: bool = False) -> None:
     """Load the filter into every thread of this process (and all it starts later)."""
-    code = program(refuse_times=refuse_times)
+    code = program(refuse_times=refuse_times, own_pid=os.getpid())
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)

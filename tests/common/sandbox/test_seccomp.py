@@ -91,3 +91,62 @@ def test_the_program_is_well_formed(machine):
 def test_another_machine_is_refused():
     with pytest.raises(OSError, match="no seccomp filter for riscv64"):
         seccomp.program("riscv64")
+
+
+def _answer(program: bytes, name: str, *args: int, machine: str = "x86_64") -> str:
+    """What the filter answers a call (run as the kernel runs classic BPF): allow, EPERM,
+    ENOSYS, a pretended success or kill."""
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[machine]
+    number = (syscalls.X86_64 if machine == "x86_64" else syscalls.AARCH64)[name]
+    words = [number, arch, 0, 0]
+    for value in [*args, *[0] * (6 - len(args))]:
+        words += [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF]
+    data = struct.pack(f"<{len(words)}I", *words)
+    records = [struct.unpack("HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+    accumulator, at = 0, 0
+    while True:
+        code, true, false, k = records[at]
+        if code == 0x20:  # load a word
+            accumulator = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:  # return
+            return {
+                0x7FFF0000: "allow",
+                0x00050000 | 1: "EPERM",
+                0x00050000 | 38: "ENOSYS",
+                0x00050000: "pretended",
+                0x80000000: "kill",
+            }[k]
+        elif code in (0x15, 0x35, 0x45):
+            holds = {
+                0x15: accumulator == k,
+                0x35: accumulator >= k,
+                0x45: bool(accumulator & k),
+            }[code]
+            at += true if holds else false
+        else:
+            raise AssertionError(f"an instruction the filter does not use: {code:#x}")
+        at += 1
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_filter_answers_each_call_as_its_rules_say(machine):
+    program = seccomp.program(machine, own_pid=2)
+    answer = lambda name, *args: _answer(program, name, *args, machine=machine)  # noqa: E731
+    # signals: to itself only, standard ones only; tkill names no process
+    assert answer("kill", 2, 9) == "allow" and answer("tgkill", 2, 2, 15) == "allow"
+    assert answer("kill", 1, 9) == answer("kill", 0, 9) == "EPERM"  # its init; its group
+    assert answer("kill", 2**32 - 1, 9) == "EPERM"  # -1: every process it may signal
+    assert answer("tgkill", 1, 1, 19) == answer("kill", 2, 34) == "EPERM"
+    assert answer("tkill", 2, 9) == "EPERM"
+    # one condition, each kind: in, below, without
+    assert answer("ioctl", 0, 0x5401) == "allow" and answer("ioctl", 0, 0x5412) == "EPERM"
+    assert answer("openat", 0, 0, 0, 0o644) == "allow"
+    assert answer("openat", 0, 0, 0, 0o4755) == "EPERM"
+    assert answer("clone", 0x00010000) == "allow" and answer("clone", 0) == "EPERM"
+    assert answer("utimensat") == "allow"
+    times_refused = seccomp.program(machine, own_pid=2, refuse_times=True)
+    assert _answer(times_refused, "utimensat", machine=machine) == "EPERM"
+    assert (
+        answer("fsync") == "pretended"
+        and answer("fork" if machine == "x86_64" else "execve") == "EPERM"
+    )
