@@ -10,7 +10,7 @@ from sqlalchemy import update
 from common.config import GateSettings, Settings
 from common.contracts import Deferred, JobStatus, Queue, Stage
 from common.dispatch import StoreOnly
-from common.reconcile import Reconciler
+from common.reconcile import LEASE, Reconciler, Sweep
 from common.store import claims, liveness, submission
 from common.store.tables import Job, Worker
 from tests.helpers.store import items, new_batch
@@ -161,3 +161,57 @@ def test_after_a_broker_restart_every_job_without_a_message_is_sent_at_once(sess
     clock[0] += 1  # only that sweep: the next one waits the age again
     broker.present = set()
     assert reconciler.sweep().resent == {} and broker.sent_fast == [a]
+
+
+def test_a_sweep_reports_exactly_what_it_did(sessions):
+    """The whole record of a quiet sweep, of a follower's, and of one that finds stranded
+    jobs (the figures the workers log and count)."""
+    a, b, c = jobs(sessions, "a", "b", "c")
+    broker = Broker()
+    broker.present = {a}  # (the first in order has its message: the others are looked at)
+    clock = [0.0]
+    leader = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
+    assert leader.sweep() == Sweep(leader=True, died=0, released=0, resent={}, suspects=2)
+    follower = Reconciler(sessions, Broker(), SETTINGS, "other")
+    follower.broker_restarted()
+    quiet = follower.sweep()  # (not the lease holder: nothing, nothing counted)
+    assert (quiet.leader, quiet.died, quiet.released, quiet.resent, quiet.suspects) == (
+        False,
+        0,
+        0,
+        {},
+        0,
+    )
+    assert follower._resend_now is False  # (the leader heals the restart, not a follower)
+    clock[0] += SETTINGS.recovery.reconcile_after_s
+    assert leader.sweep() == Sweep(leader=True, resent={Queue.FAST: 2}, suspects=0)
+    assert sorted(broker.sent_fast) == sorted([b, c])
+
+
+def test_the_lease_lasts_three_sweep_intervals(sessions):
+    """A holder that stops sweeping is replaced after 3 intervals, not before."""
+    jobs(sessions, "a")
+    assert Reconciler(sessions, Broker(), SETTINGS, "one").sweep().leader
+    with sessions() as session:
+        lease = session.get(liveness.Lease, LEASE)
+        left = (lease.expires_at - liveness.utcnow()).total_seconds()
+    interval = SETTINGS.recovery.reconcile_interval_s
+    assert 3 * interval - 1 <= left <= 3 * interval
+
+
+def test_held_messages_are_distrusted_for_twice_the_age_after_a_death(sessions):
+    (a,) = jobs(sessions, "a")
+    broker = Broker()
+    clock = [0.0]
+    reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
+    with sessions.begin() as session:
+        liveness.beat(session, "fast-1", "fast")
+        session.execute(update(Worker).values(beat_at=Worker.beat_at - timedelta(seconds=60)))
+    broker.present = {a}
+    reconciler.sweep()  # the death: held messages not trusted from here ...
+    broker.present, broker.held = set(), {a}
+    after = SETTINGS.recovery.reconcile_after_s
+    clock[0] += 2 * after - 1  # ... for 2 x reconcile_after_s: a held one is not there yet
+    assert reconciler.sweep().suspects == 1
+    clock[0] += 2  # then it is trusted again
+    assert reconciler.sweep().suspects == 0

@@ -16,4 +16,24 @@ class Equivalent:
     why: str
 
 
-EQUIVALENT: tuple[Equivalent, ...] = ()
+EQUIVALENT: tuple[Equivalent, ...] = (
+    Equivalent(
+        "reconcile",
+        "*,",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller passes the same way",
+    ),
+    Equivalent(
+        "reconcile",
+        "leader: bool = False",
+        r"core/ReplaceFalseWithTrue",
+        "a default every sweep sets before it is read (hold_lease's answer)",
+    ),
+    Equivalent("reconcile", "if result.resent:", r"core/AddNot", "it guards a log line only"),
+    Equivalent(
+        "reconcile",
+        '"after a restart or a death" if at_once else',
+        r"core/AddNot",
+        "the wording of a log line",
+    ),
+)
