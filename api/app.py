@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import ui
+from api import docs, ui
 from api.access_log import AccessLog
 from api.deps import Limiters, require_key
 from api.errors import install_handlers
@@ -66,6 +66,8 @@ def create_app(
         version="1",
         description="A speculative funnel in front of agentic vision-language models.",
         lifespan=lifespan,
+        docs_url=None,  # (api.docs serves it, with no CDN)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.limiters = Limiters.of(settings)
@@ -78,4 +80,5 @@ def create_app(
     app.include_router(v1)
     app.include_router(health.router)
     ui.install(app, settings)  # the review pages under /ui, on the same store and keys
+    docs.install(app)  # /docs, whole from this server
     return app

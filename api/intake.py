@@ -207,8 +207,8 @@ async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
                 try:
                     jobs.append(json.loads(line))
                 except (json.JSONDecodeError, RecursionError) as exc:
-                    why = getattr(exc, "msg", "nested too deep")
-                    raise ApiError(422, "invalid_jsonl", f"line {number}: {why}") from None
+                    # that row fails alone, as a bad job of a JSON batch does
+                    jobs.append(UnreadableLine(number, getattr(exc, "msg", "nested too deep")))
         batch = validated(_BatchEnvelope, {"name": request.query_params.get("name"), "jobs": jobs})
     else:
         batch = validated(_BatchEnvelope, await _json(request))
@@ -253,10 +253,22 @@ def store_image(spec: JobSpec, settings: Settings) -> StoredImage:
     return image_from_path(spec.image_path or "", settings)
 
 
+@dataclass(frozen=True)
+class UnreadableLine:
+    """A line of a JSONL batch that is not JSON: its row fails alone (``invalid_jsonl``)."""
+
+    number: int
+    why: str
+
+
 def item_of_batch(raw: Any, position: int, settings: Settings) -> NewItem:
     """One job of a batch as the store's item: checked, its image kept; or, whatever is
     wrong with it, a failed item with the code and reason a request of that job alone
     would have been refused with."""
+    if isinstance(raw, UnreadableLine):
+        row = SourceRow(position, str(position), "", None, image_path=None)
+        error = ("invalid_jsonl", f"line {raw.number}: {raw.why}")
+        return replace(storable_item(row, settings.requests), error=error)
     try:
         spec = validated(JobSpec, raw)
         return new_item(spec, store_image(spec, settings), position, spec.id or str(position))

@@ -7,13 +7,14 @@ import logging
 import os
 import shlex
 import sys
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from cli.compose import make_dispatcher
-from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
 from common.audit import describe
 from common.contracts import AnsweredBy, JobStatus, SourceRow
 from common.corpus import Corpus, open_source
@@ -148,6 +149,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+STALL_S = 30.0  # nothing finished this long: the bar says what the jobs are doing
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     # Each failed job is counted in the summary and named by `speceyes jobs list BATCH
@@ -158,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             "--distributed needs a broker: --broker redis://HOST:6379/0 or SPECEYES_BROKER_URL"
         )
+    require_shared_store(settings)
     output = check_output(args.out, args.out_format) if args.out is not None else None
     if args.question is not None:  # (each row is checked as it is submitted)
         check_query(args.question, args.options, settings.requests)
@@ -182,10 +187,15 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidInput("--out-format webdataset needs WebDataset shards as the SOURCE")
         check_labelled(corpus.shards, output.target)
     sessions = open_store(settings.database_url)
+    print(f"speceyes: job store {sessions.described}", file=sys.stderr)
     # A model that cannot be had or a broker that does not answer fails now, before any
-    # job is created.
-    dispatcher = make_dispatcher(settings, sessions, say=_say)
-    dispatcher.check()
+    # job is created (and leaves no empty store behind).
+    try:
+        dispatcher = make_dispatcher(settings, sessions, say=_say)
+        dispatcher.check()
+    except BaseException:
+        sessions.discard_if_unused()
+        raise
     with _bar(corpus.total, "submitting", args.no_progress, unit="row") as bar:
         read = 0
 
@@ -227,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         _judge(sessions, submitted.batch_id, settings)
     _print_accuracy(sessions, submitted.batch_id)
     if output is not None:
-        _export(sessions, submitted.batch_id, output, corpus, settings)
+        _export(sessions, submitted.batch_id, output, corpus, settings, result.counts)
     if result.interrupted:
         if settings.broker.url:
             print("stopped following: the workers go on; run the same command to follow again")
@@ -263,16 +273,33 @@ def _wait(
 
     with sessions() as session:
         counts = batch_counts(session, batch_id)
+    here = isinstance(dispatcher, EmbeddedRunner)
     with _bar(counts.jobs, "annotating", no_progress, initial=counts.finished) as bar:
+        last: dict[str, Any] = {
+            "finished": counts.finished,
+            "at": time.monotonic(),
+            "said": False,
+            "counts": counts,
+        }
 
         def progress(now: BatchCounts) -> None:
+            last["counts"] = now
+            bar.set_postfix_str(_postfix(now), refresh=False)  # (shown by the update)
             bar.update(now.finished - bar.n)
-            bar.set_postfix_str(_postfix(now), refresh=False)
+            bar.refresh()
+            if now.finished != last["finished"]:
+                last.update(finished=now.finished, at=time.monotonic(), said=False)
+            elif here and not last["said"] and time.monotonic() - last["at"] > STALL_S:
+                _say(
+                    f"nothing finished for {STALL_S:g} s: {_waiting(now)}; the models "
+                    "are working here (a loaded machine, or long trajectories, take longer)"
+                )
+                last["said"] = True
 
         def stalled(seconds: float) -> None:
             bar.write(
-                f"nothing finished for {seconds:.0f} s: are workers running? "
-                "(speceyes worker fast / speceyes worker slow, same --db and --broker)"
+                f"nothing finished for {seconds:.0f} s ({_waiting(last['counts'])}): are workers "
+                "running? (speceyes worker fast / speceyes worker slow, same --db and --broker)"
             )
 
         def outage(seconds: float, reason: str | None) -> None:
@@ -288,15 +315,25 @@ def _wait(
         return dispatcher.wait(sessions, batch_id, watch)
 
 
+def _waiting(now: BatchCounts) -> str:
+    """What the unfinished jobs are doing, for a line about a stall."""
+    return (
+        f"{now.by_status[JobStatus.RUNNING]} running, {now.by_status[JobStatus.QUEUED]} waiting "
+        f"for the fast stage, {now.by_status[JobStatus.DEFERRED]} for the agent"
+    )
+
+
 def _say(line: str) -> None:
     """A line on stderr that does not break a progress bar."""
     tqdm.write(line, file=sys.stderr)
 
 
 def _postfix(now: BatchCounts) -> str:
+    """The bar's words, from the same counts as its number (and as the summary)."""
     return (
         f"small {now.by_answerer[AnsweredBy.SMALL]} | agent {now.by_answerer[AnsweredBy.LARGE]} "
-        f"| deferred {now.by_status[JobStatus.DEFERRED]} | failed {now.by_status[JobStatus.FAILED]}"
+        f"| failed {now.by_status[JobStatus.FAILED]} | running {now.by_status[JobStatus.RUNNING]} "
+        f"| waiting {now.by_status[JobStatus.QUEUED] + now.by_status[JobStatus.DEFERRED]}"
     )
 
 
@@ -387,6 +424,7 @@ def _export(
     output: Output,
     corpus: Corpus,
     settings: Settings,
+    counts: BatchCounts,
 ) -> None:
     with sessions() as session:
         if output.layout == "webdataset":
@@ -399,11 +437,19 @@ def _export(
             )
             return
         count, files = export(
-            batch_rows(session, batch_id), output, settings.sources.export_shard_rows
+            batch_rows(session, batch_id), output, settings.sources.export_shard_rows, batch_id
         )
     where = (
         f"{files} Parquet files under {output.target}"
         if output.layout == "parquet"
         else output.target
     )
-    print(f"wrote {count} rows to {where}")
+    unfinished = counts.jobs - counts.finished
+    if unfinished:  # (an interrupted run, or one that follows workers that are not done)
+        print(
+            f"wrote {count} rows to {where}, {unfinished} job(s) of them not finished (status "
+            "queued, deferred or running, no answer yet): run the same command to finish "
+            "them, and it writes the file again"
+        )
+    else:
+        print(f"wrote {count} rows to {where}")

@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
         ).outcomes
         gate = settings.funnel.gate
         report = {"gate": f"{gate.mode}, K={gate.top_k}, tau={gate.threshold}"}
+    if getattr(outcome, "screen", None) is None:  # (no screen ran: nothing sent for one)
+        sent.pop("screen", None)
+    if not isinstance(outcome, Accepted) and getattr(outcome, "small_answer", None) is None:
+        sent.pop("speculate", None)  # the screen sent it to the agent: no speculation
     if isinstance(outcome, Accepted):
         report |= {
             "status": JobStatus.DONE,

@@ -10,6 +10,7 @@ from cli.output import say
 from common.contracts import JobStatus
 from common.store.db import open_store
 from common.store.reads import list_batches
+from common.store.tables import as_utc, iso_utc
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             record = {
                 "name": line.batch.name,
                 "id": line.batch.id,
-                "created_at": line.batch.created_at.isoformat(),
+                "created_at": iso_utc(line.batch.created_at),
                 "jobs": line.jobs,
                 "by_status": dict(line.by_status),
             }
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"{'NAME':<{width}}  {'ID':<32}  {'CREATED (UTC)':<16}  JOBS  DONE  FAILED  UNFINISHED")
     for line in lines:
         done, failed = line.by_status[JobStatus.DONE], line.by_status[JobStatus.FAILED]
-        created = line.batch.created_at.strftime("%Y-%m-%d %H:%M")
+        created = as_utc(line.batch.created_at).strftime("%Y-%m-%d %H:%M UTC")
         say(
             f"{line.batch.name:<{width}}  {line.batch.id}  {created:<16}  {line.jobs:>4}  "
             f"{done:>4}  {failed:>6}  {line.unfinished:>10}"

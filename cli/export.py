@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     with sessions() as session:
         batch = require_batch(session, args.batch)
         rows = batch_rows(session, batch.id, audit_disagreements=args.audit_disagreements)
-        count, files = export(rows, output, settings.sources.export_shard_rows)
+        count, files = export(rows, output, settings.sources.export_shard_rows, batch.id)
     where = f"{files} Parquet files under {args.out}" if output.layout == "parquet" else args.out
     say(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {where}")
     return 0

@@ -10,6 +10,7 @@ from cli.options import add_store_flags, settings_from_args
 from common.errors import InvalidInput
 from common.store.db import open_store
 from common.store.keys import create_key, list_keys, revoke_key
+from common.store.tables import as_utc
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "keys of one tenant share its jobs and idempotency keys",
     )
     create.add_argument("--admin", action="store_true", help="may read every tenant's jobs")
+    create.add_argument(
+        "--replace",
+        action="store_true",
+        help="revoke the active keys of this NAME first (in the same transaction): a key "
+        "made again each time, as `make browse` does, leaves only the last one working",
+    )
     create.set_defaults(run=run_create)
     listing = actions.add_parser("list", help="names, ids and states of the keys")
     listing.set_defaults(run=run_list)
@@ -48,12 +55,15 @@ def run_create(args: argparse.Namespace) -> int:
     # committed before the secret is printed: a reader that takes the first line and
     # leaves (`keys create NAME | head -1`) must not leave us holding an unsaved key
     with _sessions(args, create=True).begin() as session:
+        replaced = revoke_key(session, args.name) if args.replace else 0
         namesakes = [row for row in list_keys(session) if row.name == args.name]
         row, secret = create_key(session, args.name, tenant=args.tenant, admin=args.admin)
         role = "admin, reads every tenant" if row.admin else f"tenant {row.tenant!r}"
         described = f"key {row.id} for {row.name!r} ({role}): shown once, keep it safe"
     print(secret, flush=True)  # alone on stdout: KEY=$(speceyes keys create NAME)
     print(described, file=sys.stderr)
+    if replaced:
+        print(f"revoked {replaced} earlier key(s) named {args.name!r}", file=sys.stderr)
     live = [namesake.id for namesake in namesakes if namesake.revoked_at is None]
     if live:
         print(
@@ -69,7 +79,8 @@ def run_list(args: argparse.Namespace) -> int:
         for row in list_keys(session):
             state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
             role = "admin" if row.admin else f"tenant {row.tenant}"
-            print(f"{row.id}  {row.name:<30} {row.created_at:%Y-%m-%d %H:%M}  {state}  {role}")
+            made = as_utc(row.created_at)
+            print(f"{row.id}  {row.name:<30} {made:%Y-%m-%d %H:%M} UTC  {state}  {role}")
     return 0
 
 

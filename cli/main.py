@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("cli.serve", "serve the HTTP API"),
     "keys": ("cli.keys", "create, list and revoke API keys"),
     "worker": ("cli.worker", "run a fast or slow worker of the distributed pipeline"),
+    "workers": ("cli.workers", "fast and slow workers on this machine, restarted until Ctrl-C"),
     "models": (
         "cli.models",
         "build the tiny checkpoints or a random full-size one, train the synth models",

@@ -140,3 +140,15 @@ def _named(location: tuple[int | str, ...]) -> str:
         return path
     ways = [leaf.extra["flag"]] if "flag" in leaf.extra else []
     return f"{path} ({', '.join([*ways, leaf.env])})"
+
+
+def require_shared_store(settings: Settings) -> None:
+    """With a broker, every worker must reach the same store: refuse SQLite (a file of
+    this machine's, which workers elsewhere cannot share) before anything is sent."""
+    if settings.broker.url and settings.database_url.startswith("sqlite"):
+        raise ConfigurationError(
+            f"a broker ({settings.broker.url.split('@')[-1]}) needs a job store every worker "
+            f"shares, not the SQLite file {settings.database_url.removeprefix('sqlite:///')}: "
+            "set SPECEYES_DATABASE_URL (or --db) to PostgreSQL, e.g. "
+            "postgresql+psycopg://HOST/speceyes; or unset the broker to run embedded"
+        )

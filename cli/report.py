@@ -8,8 +8,8 @@ from typing import Any
 from cli.options import add_store_flags, settings_from_args
 from cli.output import say
 from common.audit import describe
-from common.errors import InvalidInput
-from common.store.analytics import SplitRun, split_runs
+from common.store import reads
+from common.store.analytics import SplitRun, split_runs, stage_costs
 from common.store.db import open_store
 from common.store.reads import find_batch, require_batch
 
@@ -103,11 +103,8 @@ def run(args: argparse.Namespace) -> int:
         methods.append(("SpecReason", specreason))
     methods = [(name, runs) for name, runs in methods if runs or name == args.label]
     splits = sorted({s for _, runs in methods for s in runs}, key=_paper_position)
-    if not splits:
-        raise InvalidInput(
-            "these batches have no finished rows with a known answer (a benchmark's, or a "
-            "manifest's 'answer' column) to score"
-        )
+    if not splits:  # nothing to score: what the funnel did needs no labels
+        return _print_funnel(sessions, [*args.batches, *(args.baselines or [])], args.markdown)
     header = ["", *splits, "avg"]
     table, funnel, shares, tokens = [], [], [], []
     for name, runs in methods:
@@ -158,6 +155,52 @@ def run(args: argparse.Namespace) -> int:
             if split in runs:
                 print(f"{bullet}{name:<12} {split}: {_how_scored(runs[split], args.scoring)}")
     return 0
+
+
+def _print_funnel(sessions: Any, names: list[str], markdown: bool) -> int:
+    """Per batch, what needs no known answer: beta, alpha, the share the small model
+    answered, and each stage's seconds per job."""
+    header = [
+        "batch",
+        "jobs",
+        "finished",
+        "beta",
+        "alpha",
+        "accepted %",
+        "fast s/job",
+        "agent s/job",
+    ]
+    table = []
+    with sessions() as session:
+        for name in names:
+            batch = require_batch(session, name)
+            counts = reads.batch_counts(session, batch.id)
+            fast_s, agent_s = stage_costs(session, batch.id)
+            accepted = (
+                f"{100 * counts.by_answerer['small'] / counts.finished:.1f}"
+                if counts.finished
+                else "-"
+            )
+            table.append(
+                [
+                    batch.name,
+                    str(counts.jobs),
+                    str(counts.finished),
+                    _share(counts.beta),
+                    _share(counts.alpha),
+                    accepted,
+                    f"{fast_s:.3f}" if fast_s else "-",
+                    f"{agent_s:.3f}" if agent_s else "-",
+                ]
+            )
+    print("no rows with a known answer to score: the funnel (beta: screened tool-free; alpha:")
+    print("speculated answers the gate accepted; accepted: the share the small model answered)")
+    _print(header, table, markdown)
+    return 0
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _row(name: str, splits: list[str], runs: dict[str, SplitRun], figure: Any) -> list[str]:

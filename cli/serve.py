@@ -11,7 +11,7 @@ import uvicorn
 
 from api.app import create_app
 from cli.compose import make_dispatcher
-from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
 from common.config import without_password
 from common.errors import ConfigurationError
 from common.logs import log_service
@@ -44,13 +44,19 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     log_service(settings.api.log_format)
     _check_port(settings.api.host, settings.api.port)
+    require_shared_store(settings)
     sessions = open_store(settings.database_url)
-    dispatcher = make_dispatcher(settings, sessions)  # a model that cannot be had: refused
+    try:
+        dispatcher = make_dispatcher(settings, sessions)  # a model that cannot be had: refused
+    except BaseException:
+        sessions.discard_if_unused()
+        raise
     app = create_app(settings, sessions=sessions, dispatcher=dispatcher)
     broker = settings.broker.url
     mode = f"broker {without_password(broker)}" if broker else "embedded runner"
     base = f"http://{settings.api.host}:{settings.api.port}"
     print(f"serving on {base} ({mode}); API docs at {base}/docs, review pages at {base}/ui")
+    print(f"job store: {sessions.described}")
     uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
     sessions.close()
     if "torch" in sys.modules:

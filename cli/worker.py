@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
-from cli.options import add_pipeline_flags, add_settings, settings_from_args
+from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
 from common.sandbox import require_code_sandbox
 from common.store.db import open_store
 from workers.app import make_app
@@ -75,7 +76,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     logging.getLogger().setLevel(args.loglevel)
-    open_store(settings.database_url).close()  # fail now if the store is wrong
+    require_shared_store(settings)
+    store = open_store(settings.database_url)  # fail now if the store is wrong
+    print(f"speceyes: job store {store.described}", file=sys.stderr)
+    store.close()
     if args.pool == "slow":
         require_code_sandbox(settings)  # Thyme: fail now if its code cannot be isolated
     app = make_app(settings, metrics_port=args.metrics_port, pool=args.pool)

@@ -9,7 +9,9 @@ Where results go (``Output``, checked before any work):
 
 - a file, ``.jsonl`` or ``.parquet``;
 - a folder or prefix (``out/``, ``s3://bucket/prefix/``): Parquet files of
-  ``sources.export_shard_rows`` rows each, ``part-00000.parquet`` and on;
+  ``sources.export_shard_rows`` rows each, ``part-00000.parquet`` and on, and
+  ``_speceyes.json`` naming the batch they are: a folder that holds another batch's
+  parts (or parts no export of ours named) is refused, never overwritten;
 - with ``webdataset``, a folder or prefix of new shards, one per source shard and named
   as it is, each sample kept whole with a ``speceyes.json`` member added (its row), so
   the corpus and its labels travel together.
@@ -25,7 +27,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any
@@ -41,7 +43,7 @@ from common.images import content_hash
 from common.locations import is_url, join, name_of
 from common.scoring import is_correct
 from common.store.reads import batch_results
-from common.store.tables import BatchItem, Job
+from common.store.tables import BatchItem, Job, iso_utc
 from common.webdataset import IMAGE_EXTENSIONS, Sample, write_labelled_shard
 
 FORMATS = (".jsonl", ".parquet")
@@ -121,10 +123,8 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
 
 
 def _utc(moment: datetime | None) -> str | None:
-    """ISO 8601 in UTC (SQLite hands a stored time back without its zone: it was UTC)."""
-    if moment is None:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+    """ISO 8601 in UTC, its zone written ``Z`` (as the API writes it)."""
+    return iso_utc(moment)
 
 
 def batch_rows(
@@ -213,10 +213,13 @@ def check_output(out: str, layout: str = "auto") -> Output:
     return Output(out, "file")
 
 
-def export(rows: Iterable[dict[str, Any]], output: Output, shard_rows: int) -> tuple[int, int]:
-    """Write ``rows`` as ``output`` says (not ``webdataset``: ``write_labelled``).
-    Returns (rows, files) written."""
+def export(
+    rows: Iterable[dict[str, Any]], output: Output, shard_rows: int, batch_id: str
+) -> tuple[int, int]:
+    """Write the rows of ``batch_id`` as ``output`` says (not ``webdataset``:
+    ``write_labelled``). Returns (rows, files) written."""
     if output.layout == "parquet":
+        claim_folder(output.target, batch_id)
         return write_parts(rows, output.target, shard_rows)
     if not is_url(output.target):
         return write_rows(rows, Path(output.target)), 1
@@ -224,6 +227,33 @@ def export(rows: Iterable[dict[str, Any]], output: Output, shard_rows: int) -> t
     with _remote_file(output.target) as handle:
         count = _write_to(rows, suffix, handle)
     return count, 1
+
+
+MARKER = "_speceyes.json"  # in a folder of parts: the batch they are
+
+
+def claim_folder(prefix: str, batch_id: str) -> None:
+    """Make ``prefix`` (a folder or URL) this batch's: refuse it where it holds another
+    batch's parts, or parts no export named; write the marker before any part."""
+    filesystem, root = fsspec.core.url_to_fs(prefix)
+    root = root.rstrip("/")
+    parts = filesystem.glob(f"{root}/part-*.parquet")
+    marker = f"{root}/{MARKER}"
+    owner = None
+    if filesystem.exists(marker):
+        try:
+            owner = json.loads(filesystem.cat_file(marker)).get("batch_id")
+        except (ValueError, AttributeError):
+            owner = None
+    if parts and owner != batch_id:
+        whose = f"batch {owner}'s" if owner else "parts no export of ours named"
+        raise InvalidInput(
+            f"{prefix} holds {whose} ({len(parts)} part files): export each batch to a "
+            "folder of its own (or remove those files first); the same batch again replaces "
+            "its own parts"
+        )
+    filesystem.makedirs(root, exist_ok=True)
+    filesystem.pipe_file(marker, json.dumps({"batch_id": batch_id}).encode())
 
 
 def write_parts(rows: Iterable[dict[str, Any]], prefix: str, shard_rows: int) -> tuple[int, int]:

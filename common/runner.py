@@ -69,6 +69,9 @@ class EmbeddedRunner(Dispatcher):
         self._claiming = threading.Lock()
         self._threads: list[threading.Thread] = []  # every stage thread started
         self._running: set[str] = set()  # the stage threads whose loop has not returned
+        # notified as each loop returns: what an interrupt waits on (a Thread.join cut
+        # short by Ctrl-C marks a thread that still runs as ended, and returns at once)
+        self._ended = threading.Condition()
         self._drained = False  # the threads were ended (and waited for) once already
 
     @cached_property
@@ -209,7 +212,9 @@ class EmbeddedRunner(Dispatcher):
                 self._errors.append(exc)
                 self.stop()
             finally:
-                self._running.discard(name)
+                with self._ended:
+                    self._running.discard(name)
+                    self._ended.notify_all()
 
         thread = threading.Thread(target=guarded, name=name, daemon=True)
         self._running.add(name)  # (before it starts: an interrupt may come in between)
@@ -246,15 +251,16 @@ class EmbeddedRunner(Dispatcher):
             self.models.stop.set()
         if self._drained:  # (close() after an interrupt: waited already, or told not to)
             return
-        deadline = time.monotonic() + DRAIN_S
+        started = time.monotonic()
+        mine = {thread.name for thread in self._threads if thread is threading.current_thread()}
         try:
-            for thread in self._threads:
-                if thread.ident is not None and thread is not threading.current_thread():
-                    thread.join(max(0.0, deadline - time.monotonic()))
+            with self._ended:
+                self._ended.wait_for(lambda: not self._running - mine, timeout=DRAIN_S)
         finally:
             self._drained = True
-        if lingering := self.lingering():
-            log.warning("still running after %.0f s: %s", DRAIN_S, ", ".join(lingering))
+        if lingering := sorted(set(self.lingering()) - mine):
+            waited = time.monotonic() - started
+            log.warning("still running after %.0f s: %s", waited, ", ".join(lingering))
 
     def _hold(self, stage: Stage, delay_s: float | None) -> None:
         if delay_s:

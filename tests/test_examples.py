@@ -36,13 +36,26 @@ def code_blocks(page: Path) -> list[tuple[str, str]]:
     return [(language, text) for language, text in found]
 
 
+def without_a_hub() -> dict[str, str]:
+    """The README's advice for a machine without a model hub: its ``export`` line."""
+    found = re.search(r"`export ((?:SPECEYES_\w+=\S+ ?)+)`", (ROOT / "README.md").read_text())
+    assert found, "the README tells a user without a hub what to export"
+    return dict(pair.split("=", 1) for pair in found.group(1).split())
+
+
+def test_without_a_hub_the_readme_serves_the_synth_models_as_the_demo_does():
+    advice = without_a_hub()
+    assert advice["SPECEYES_LARGE_MODEL"] == advice["SPECEYES_SMALL_MODEL"] == "synth"
+    demo = re.search(r"^DEMO_THRESHOLD := ([\d.]+)", (ROOT / "Makefile").read_text(), re.M)
+    assert demo and advice.get("SPECEYES_GATE_THRESHOLD") == demo.group(1)
+
+
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
     return {
         **env,
         "PATH": f"{BIN}{os.pathsep}{env['PATH']}",  # the venv, as `source .venv/bin/activate`
-        "SPECEYES_LARGE_MODEL": "synth",  # the README's advice without a hub
-        "SPECEYES_SMALL_MODEL": "synth",
+        **without_a_hub(),  # the README's advice, as it is written
         "SPECEYES_DATABASE_URL": f"sqlite:///{tmp_path / 'speceyes.db'}",
         "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads"),
     }
@@ -79,38 +92,77 @@ def _corpus(folder: Path) -> None:
     pq.write_table(table.drop_columns(["question"]), folder / "pets.parquet")
 
 
-def test_the_readmes_examples_run_as_written(tmp_path: Path):
+def readme_commands() -> list[str]:
+    """The README's one block of commands a user types, one a line, comments left out."""
+    blocks = [text for _, text in code_blocks(ROOT / "README.md") if text.strip() not in NOT_RUN]
+    if len(blocks) != 1:
+        return []  # (test_the_readme_has_one_block_of_examples says so)
+    return [line for line in blocks[0].splitlines() if line and not line.startswith("#")]
+
+
+COMMANDS = readme_commands()
+# what each command that writes something must have written, by what its --out names
+WRITTEN = {
+    "answers.jsonl": lambda folder: (folder / "answers.jsonl").is_file(),
+    "answers.parquet": lambda folder: (folder / "answers.parquet").is_file(),
+    "labelled/": lambda folder: (
+        sorted(p.name for p in (folder / "labelled").iterdir()) == ["00000.tar", "00001.tar"]
+    ),
+    "results/": lambda folder: (folder / "results" / "part-00000.parquet").is_file(),
+    "pets.jsonl": lambda folder: len((folder / "pets.jsonl").read_text().splitlines()) == 3,
+    "s3://corpora/labels/": lambda _: (
+        sorted(name.rsplit("/", 1)[-1] for name in fsspec.filesystem("s3").ls("corpora/labels"))
+        == ["_speceyes.json", "part-00000.parquet"]
+    ),
+}
+
+
+def test_the_readme_has_one_block_of_examples_each_run_here():
     blocks = [text for _, text in code_blocks(ROOT / "README.md") if text.strip() not in NOT_RUN]
     assert len(blocks) == 1, "a new README block: run it here, or say in NOT_RUN why not"
-    _corpus(tmp_path)
-    commands = [line for line in blocks[0].splitlines() if line and not line.startswith("#")]
-    assert len(commands) == 9
+    assert len(COMMANDS) == 9
+    outs = [command.split("--out ")[1].split()[0] for command in COMMANDS if "--out " in command]
+    assert sorted(outs) == sorted(WRITTEN)  # each output is checked
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the README's commands name, in one folder (built once per test process)."""
+    folder = tmp_path_factory.mktemp("readme")
+    _corpus(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "command", COMMANDS, ids=[" ".join(command.split()[:3])[:60] for command in COMMANDS]
+)
+def test_a_readme_example_runs_as_written(command: str, corpus: Path):
+    """Each command of the README's block, in its own test (each within the timeout, and
+    spread over the parallel workers), against the files it names."""
     # s3:// is an S3-compatible server on 127.0.0.1 (moto: no real S3 here), AWS_* set
-    with object_store() as store:
-        store.upload(tmp_path / "shards", "corpora/shards")
-        _run_all(commands, tmp_path)
-        written = sorted(fsspec.filesystem("s3").ls("corpora/labels"))
-    assert [name.rsplit("/", 1)[-1] for name in written] == ["part-00000.parquet"]
-    assert (tmp_path / "answers.jsonl").is_file() and (tmp_path / "answers.parquet").is_file()
-    assert sorted(p.name for p in (tmp_path / "labelled").iterdir()) == ["00000.tar", "00001.tar"]
-    assert (tmp_path / "results" / "part-00000.parquet").is_file()
-    assert len((tmp_path / "pets.jsonl").read_text().splitlines()) == 3
+    remote = object_store() if "s3://" in command else contextlib.nullcontext()
+    with remote as store:
+        if store is not None:
+            store.upload(corpus / "shards", "corpora/shards")
+        _run(command, corpus)
+        out = command.split("--out ")[1].split()[0] if "--out " in command else None
+        if out is not None:
+            assert WRITTEN[out](corpus), (command, out)
 
 
-def _run_all(commands: list[str], tmp_path: Path) -> None:
-    for command in commands:
-        done = subprocess.run(
-            ["bash", "-c", command],
-            cwd=tmp_path,
-            env=_env(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        # 0: every job done; 1: some failed (a synth model on photos of nothing it knows)
-        assert done.returncode in (0, 1), (command, done.stderr[-3000:])
-        assert "Traceback" not in done.stderr, (command, done.stderr[-3000:])
-        assert "batch " in done.stdout and "jobs " in done.stdout, (command, done.stdout)
+def _run(command: str, folder: Path) -> None:
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=folder,
+        env=_env(folder),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    # 0: every job done; 1: some failed (a synth model on photos of nothing it knows)
+    assert done.returncode in (0, 1), (command, done.stderr[-3000:])
+    assert "Traceback" not in done.stderr, (command, done.stderr[-3000:])
+    assert "batch " in done.stdout and "jobs " in done.stdout, (command, done.stdout)
 
 
 def test_the_apis_examples_run_as_written(tmp_path: Path):
@@ -157,10 +209,57 @@ def test_the_apis_examples_run_as_written(tmp_path: Path):
                     os.killpg(shell_run.pid, signal.SIGKILL)
         said = f"stdout:\n{output.read_text()[-3000:]}\nstderr:\n{errors.read_text()[-3000:]}"
         assert code == 0, said
-        job = json.loads((tmp_path / "job.json").read_text())
-        assert job["created"] is True
         lines = output.read_text().splitlines()
+        job = json.loads(next(line for line in lines if '"created"' in line))
+        assert job["created"] is True
+        # it leaves nothing where it is run (the store and uploads are this test's)
+        left = {path.name for path in tmp_path.iterdir() if not path.name.startswith("speceyes.db")}
+        assert left <= {"samples", "stdout.txt", "stderr.txt", "uploads"}, left
         assert any(f'"id":"{job["id"]}"' in line for line in lines), lines
         answered = [line.split() for line in lines if line.startswith(("a ", "b "))]
         assert [words[0] for words in answered] == ["a", "b"], lines
         assert all(words[2] in ("small", "large") for words in answered), lines
+
+
+def test_the_one_machine_distributed_example_runs_as_written(
+    tmp_path: Path, postgres_url: str, redis_client
+):
+    """docs/operations.md's block, as written, but for the store (this test's database)
+    and the key prefix (this test's own, on the shared Redis)."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page.split("## One machine, without Docker", 1)[1]
+    (block,) = [text for language, text in code_blocks_of(section) if language == "sh"][:1]
+    database = postgres_url.rsplit("/", 1)[1]
+    prefix = f"speceyes-test-{os.getpid()}-{tmp_path.name}:"
+    script = (
+        block.replace("postgresql+psycopg://127.0.0.1/speceyes", postgres_url)
+        .replace("CREATE DATABASE speceyes", f"CREATE DATABASE {database}")
+        .replace("SPECEYES_BROKER_KEY_PREFIX=speceyes:", f"SPECEYES_BROKER_KEY_PREFIX={prefix}")
+    )
+    assert script.count(postgres_url) == 1 and prefix in script
+    (tmp_path / "samples").symlink_to(ROOT / "samples")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    try:
+        done = subprocess.run(
+            ["bash", "-e", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=280,
+            start_new_session=True,
+        )
+    finally:  # (what the queues left under this test's prefix)
+        for key in redis_client.scan_iter(f"{prefix}*"):
+            redis_client.delete(key)
+    said = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, said
+    assert "sent 16 jobs to the fast queue" in done.stdout, said
+    rows = [json.loads(line) for line in (tmp_path / "distributed.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and all(row["status"] == "done" for row in rows), said
+    assert "stopped 3 worker(s)" in done.stdout, said
+
+
+def code_blocks_of(text: str) -> list[tuple[str, str]]:
+    return re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.M | re.S)

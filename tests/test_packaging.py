@@ -560,3 +560,24 @@ def test_api_client_re_exports_the_client():
     assert public <= set(api.client.__all__)
     for name in api.client.__all__:
         assert getattr(api.client, name) is getattr(speceyes_client, name)
+
+
+def test_compose_has_cpu_workers_with_the_synth_models_and_no_gpu():
+    """What `docker compose --profile cpu up` adds (docs/operations.md): a fast and a slow
+    worker that reserve no GPU and need no hub, beside the GPU ones it scales to 0."""
+    services = compose()["services"]
+    cpu = {name: s for name, s in services.items() if "cpu" in s.get("profiles", [])}
+    assert sorted(cpu) == ["worker-fast-cpu", "worker-slow-cpu"]
+    for name, service in cpu.items():
+        assert "deploy" not in service, name  # no GPU reservation
+        environment = service["environment"]
+        assert environment["SPECEYES_LARGE_MODEL"] == environment["SPECEYES_SMALL_MODEL"] == "synth"
+        assert (
+            environment["SPECEYES_BROKER_URL"]
+            == services["worker-fast"]["environment"]["SPECEYES_BROKER_URL"]
+        )
+    assert [s["command"][1] for s in cpu.values()] == ["fast", "slow"]
+    assert (
+        "--profile cpu up -d --scale worker-fast=0 --scale worker-slow=0"
+        in (ROOT / "docker-compose.yml").read_text()
+    )

@@ -10,6 +10,7 @@ from fastapi import Request
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from api.ui.session import UiSession
+from common.store.tables import as_utc
 
 
 def _real(value: Any) -> bool:
@@ -32,7 +33,7 @@ def _seconds(value: Any) -> str:
 
 
 def _when(value: datetime | None) -> str:
-    return "–" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+    return "–" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 ENVIRONMENT = Environment(
@@ -43,6 +44,18 @@ ENVIRONMENT = Environment(
     lstrip_blocks=True,
 )
 ENVIRONMENT.filters.update(percent=_percent, number=_number, seconds=_seconds, when=_when)
+
+
+def shows_image(job: Any) -> bool:
+    """Whether a job has an image the pages can show: not one that failed for its image
+    (unreadable, too large, of a refused shape, gone) or never had one; those get a
+    placeholder with the reason instead of a broken picture and a 404."""
+    if not job.image_path:
+        return False
+    return not (job.status == "failed" and (job.error_code or "").startswith("image"))
+
+
+ENVIRONMENT.globals.update(shows_image=shows_image)
 
 
 def render(name: str, request: Request, ui: UiSession | None, **context: Any) -> str:

@@ -59,7 +59,7 @@ def load_models(
             scripted or ScriptedSettings(),
             "thyme" if settings.agent.kind == "thyme" else settings.models.protocol,
         )
-        return Models(large=shared, small=shared)
+        return Models(large=shared, small=shared, stop=shared.stop)
 
     if settings.models.backend == "openai":
 

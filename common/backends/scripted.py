@@ -18,7 +18,6 @@ import json
 import math
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,7 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from common.backends.base import Generation, Speculation, plain_render
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
-from common.errors import ModelError
+from common.errors import Interrupted, ModelError
 from common.images import ResizeRule
 from common.protocols import REFERENCE, Protocol, get_protocol
 from common.scores import TokenScores, score_for
@@ -115,9 +114,12 @@ class SimulatedCost:
     def seconds(self, items: int) -> float:
         return self.fixed_s + self.per_item_s * items
 
-    def spend(self, items: int) -> None:
-        if (seconds := self.seconds(items)) > 0:
-            time.sleep(seconds)  # simulates model time; this is the work, not a wait
+    def spend(self, items: int, stop: threading.Event | None = None) -> None:
+        """Take the call's time; as a real model ends at its next token when the process
+        stops, a set ``stop`` ends it at once (``Interrupted``)."""
+        seconds = self.seconds(items)  # (simulates model time: the work, not a wait)
+        if seconds > 0 and (stop or threading.Event()).wait(seconds):
+            raise Interrupted("the model stopped generating: the process is stopping")
 
 
 # a Thyme trajectory for the scripted backend: code that crops (run in the sandbox), then
@@ -166,6 +168,8 @@ class ScriptedModel:
     name: str = "scripted"
     protocol: Protocol = REFERENCE
     resize_rule: ResizeRule = field(default_factory=ResizeRule)
+    # set when the process stops: a call ends at once, as a real model's does
+    stop: threading.Event = field(default_factory=threading.Event)
     calls: Counter[Phase] = field(default_factory=Counter, init=False)
     batch_sizes: list[tuple[Phase, int]] = field(default_factory=list, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -209,7 +213,7 @@ class ScriptedModel:
         with self._lock:
             self.calls[phase] += 1
             self.batch_sizes.append((phase, len(job_ids)))
-        self.costs.get(phase, SimulatedCost()).spend(len(job_ids))
+        self.costs.get(phase, SimulatedCost()).spend(len(job_ids), self.stop)
         scripts = [self.script(job_id) for job_id in job_ids]
         if any(phase in script.crash for script in scripts):
             os._exit(70)  # what a poison input does to a real model server: no cleanup

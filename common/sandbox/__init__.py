@@ -74,6 +74,7 @@ Stop = Literal[
     "bad_report",
 ]
 STDERR_TAIL = 2000  # characters of what the guest printed to stderr kept for the record
+START_S = 30.0  # the longest a guest may take to be ready for its code (its clock then starts)
 
 
 class SandboxUnavailable(ConfigurationError):
@@ -277,7 +278,9 @@ class SandboxSession:
         if self.group is not None:
             self.group.start_count()
         started = time.perf_counter()
-        deadline = started + limits.wall_s
+        # the wall clock counts from the guest being ready (``collect``); until then a
+        # start of up to START_S (a cold one, on a busy machine) is waited for
+        deadline = started + limits.wall_s + START_S
         assert process.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it died starting: its stderr says why
             process.stdin.write(json.dumps(request).encode() + b"\n")
@@ -290,6 +293,7 @@ class SandboxSession:
             stderr_cap=limits.output_bytes,
             # the group counts CPU exactly, where RLIMIT_CPU samples it at each tick
             over_cpu=lambda: group is not None and group.usage().cpu_s > limits.cpu_s,
+            wall_s=limits.wall_s,
         )
         for stream in (process.stdin, process.stdout, process.stderr):
             assert stream is not None
@@ -297,7 +301,8 @@ class SandboxSession:
                 stream.close()
         if overrun is not None:
             self._kill(process)
-        status = _wait(process, deadline if overrun is None else time.perf_counter() + 5)
+        # (the pipes close when the init ends: its launcher ends right after)
+        status = _wait(process, time.perf_counter() + 5)
         if status is None:  # it closed its pipes and ran on
             overrun = "timeout"
             self._kill(process)

@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeGuard
 
 from PIL import Image
 
-from common.sandbox.guest.harness import STATUS_MARK
+from common.sandbox.guest.harness import READY_MARK, STATUS_MARK
 from common.sandbox.guest.outputs import MOST_NOTES
 from common.sandbox.guest.pixels import smart_resize
 
@@ -126,13 +126,20 @@ def collect(
     stdout_cap: int,
     stderr_cap: int,
     over_cpu: Callable[[], bool] = lambda: False,
+    wall_s: float | None = None,
 ) -> tuple[bytearray, bytearray, Overrun | None]:
     """Read stdout and stderr until both close, the deadline passes, either exceeds its
     cap or ``over_cpu()`` (asked every ``CHECK_EVERY_S``) says the sandbox has spent its
-    CPU time (the overrun is returned; the caller kills the sandbox)."""
+    CPU time (the overrun is returned; the caller kills the sandbox).
+
+    ``wall_s``: once stdout opens with the init's ``READY_MARK`` (the guest is ready for
+    its code; the mark is taken off), the deadline becomes ``wall_s`` from then: a start
+    that a busy machine made slow is not counted against the code."""
     assert process.stdout is not None and process.stderr is not None
-    caps = {process.stdout.fileno(): stdout_cap, process.stderr.fileno(): stderr_cap}
+    stdout = process.stdout.fileno()
+    caps = {stdout: stdout_cap, process.stderr.fileno(): stderr_cap}
     received = {fd: bytearray() for fd in caps}  # (grown in place: no second copy)
+    awaiting_ready = wall_s is not None
     small_reads = 0
     overrun: Overrun | None = None
     with selectors.DefaultSelector() as selector:
@@ -152,6 +159,12 @@ def collect(
                     selector.unregister(key.fileobj)
                     continue
                 received[key.fd] += data
+                if awaiting_ready and key.fd == stdout:
+                    awaiting_ready = False
+                    if received[stdout].startswith(READY_MARK):
+                        del received[stdout][: len(READY_MARK)]
+                        assert wall_s is not None
+                        deadline = time.perf_counter() + wall_s
                 if len(received[key.fd]) > caps[key.fd]:
                     overrun = "output_limit"
                 small_reads += len(data) < SMALL_READ

@@ -104,9 +104,45 @@ def _alembic(engine: Engine, action: str, revision: str) -> None:
 class Store(sessionmaker[Session]):
     """The job store: sessions (``store()``, ``store.begin()``) on an engine it owns."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, new_file: Path | None = None) -> None:
         super().__init__(engine, expire_on_commit=False)
         self.engine = engine
+        self.new_file = new_file  # a SQLite file made by this opening
+
+    @property
+    def described(self) -> str:
+        """Where the store is, for people: a SQLite file's absolute path, or the URL
+        without its password."""
+        url = self.engine.url
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            return f"{Path(url.database).resolve()} (SQLite)"
+        return _safe(url.render_as_string(hide_password=False))
+
+    def discard_if_unused(self) -> None:
+        """Close, and remove a SQLite file this opening made and nothing was written to
+        (a command refused before its first job must leave no empty store behind)."""
+        self.close()
+        file = self.new_file
+        if file is None or not file.is_file():
+            return
+        probe = create_engine(f"sqlite:///{file}")
+        try:
+            with probe.connect() as connection:
+                used = connection.exec_driver_sql(
+                    "SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM batches) "
+                    "+ (SELECT count(*) FROM api_keys)"
+                ).scalar()
+        except OperationalError:
+            return  # (not ours to judge)
+        finally:
+            probe.dispose()
+        if not used:
+            for path in (
+                file,
+                file.with_name(file.name + "-wal"),
+                file.with_name(file.name + "-shm"),
+            ):
+                path.unlink(missing_ok=True)
 
     @cached_property
     def relaxed(self) -> Engine:
@@ -144,8 +180,10 @@ def open_store(url: str, *, create: bool = True) -> Store:
     ``create=False`` (commands that only read): a SQLite file that does not exist is a
     ``ConfigurationError``; no file or folder is made.
     """
+    new_file = None
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         file = Path(url.removeprefix("sqlite:///")).expanduser()
+        new_file = None if file.exists() else file
         if not create and not file.is_file():
             raise ConfigurationError(
                 f"no job store at {file}: nothing has been written there (annotate, serve "
@@ -168,7 +206,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
         engine.dispose()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise ConfigurationError(f"cannot open the job store at {_safe(url)}: {reason}") from None
-    return Store(engine)
+    return Store(engine, new_file)
 
 
 def _empty(engine: Engine) -> bool:

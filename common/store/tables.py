@@ -25,12 +25,14 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Dialect,
     Float,
     ForeignKey,
     Index,
     Integer,
     String,
     Text,
+    TypeDecorator,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -39,6 +41,38 @@ from common.contracts import Stage
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` in UTC, with its zone (a time stored without one was stored in UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def iso_utc(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC, ``Z`` for the zone: how every time leaves the service (the API,
+    exports, the command line's JSON)."""
+    return None if moment is None else as_utc(moment).isoformat().replace("+00:00", "Z")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A moment, always read back in UTC with its zone: SQLite hands times back without
+    one, PostgreSQL in its session's time zone."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return as_utc(value) if isinstance(value, datetime) else value
+
+    def coerce_compared_value(self, op: Any, value: Any) -> Any:
+        """A moment compared with a moment; with anything else (``beat_at - timedelta``:
+        an interval) as the plain column type does."""
+        if isinstance(value, datetime):
+            return self
+        return self.impl_instance.coerce_compared_value(op, value)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else as_utc(value)
 
 
 def gate_threshold(gate: Any) -> float | None:
@@ -61,7 +95,7 @@ class Batch(Base):
     name: Mapped[str] = mapped_column(String(200), index=True)
     source: Mapped[str] = mapped_column(Text)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # models, agent, gate, funnel mode
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
     audit_alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # drift, once raised
 
@@ -127,17 +161,17 @@ class Job(Base):
     audit_answer: Mapped[str | None] = mapped_column(Text)
     audit_agrees: Mapped[bool | None]
     audit_error: Mapped[str | None] = mapped_column(Text)
-    audited_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    audited_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # a person's review (common.store.reviews): kept beside the model's answer, never over it
     reviewed_answer: Mapped[str | None] = mapped_column(Text)
     reviewer: Mapped[str | None] = mapped_column(String(200))  # the reviewing key's name
-    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reviewed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    fast_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    gated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    agent_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    fast_started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    gated_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    agent_started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     @property
     def scored_text(self) -> str | None:
@@ -192,7 +226,7 @@ class JudgeVerdict(Base):
     model: Mapped[str] = mapped_column(String(200))
     verdict: Mapped[bool]
     response: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class ApiKey(Base):
@@ -203,8 +237,8 @@ class ApiKey(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     tenant: Mapped[str] = mapped_column(String(200))  # whose jobs this key submits and reads
     admin: Mapped[bool] = mapped_column(Boolean, default=False)  # reads every tenant's
 
@@ -216,8 +250,8 @@ class Worker(Base):
 
     id: Mapped[str] = mapped_column(String(100), primary_key=True)  # pool@host:pid:nonce
     pool: Mapped[str] = mapped_column(String(16))
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    beat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    beat_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class Lease(Base):
@@ -227,7 +261,7 @@ class Lease(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     holder: Mapped[str] = mapped_column(String(100))
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class Control(Base):
@@ -238,4 +272,4 @@ class Control(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[Any] = mapped_column(JSON)
-    set_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    set_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)

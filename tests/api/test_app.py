@@ -430,3 +430,13 @@ def test_a_server_run_with_method_specreason_sends_its_jobs_straight_to_the_agen
     with server.sessions() as session:  # the report tells its batch from a funnel's
         batch = session.get(Batch, batch.json()["id"])
         assert batch is not None and batch.config == {"method": "specreason"}
+
+
+def test_the_docs_page_is_served_whole_by_this_server(api):
+    server = api()
+    page = server.http.get("/docs")
+    assert page.status_code == 200
+    assert "/docs/assets/swagger-ui-bundle.js" in page.text and "https://" not in page.text
+    script = server.http.get("/docs/assets/swagger-ui-bundle.js")
+    assert script.status_code == 200 and len(script.content) > 100_000
+    assert server.http.get("/docs/assets/swagger-ui.css").status_code == 200

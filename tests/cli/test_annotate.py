@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -12,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tqdm import tqdm
 
+import cli.annotate
 from cli.main import main
 from tests.helpers.images import png, write_images
 from tests.helpers.sandbox import bubblewrap_or_skip
@@ -143,7 +146,9 @@ def test_running_the_same_command_again_resumes_without_redoing(tmp_path: Path, 
     assert len(db_rows(db, "select id from jobs")) == 8  # other gate settings: other jobs
 
 
-def run_in_background(tmp_path: Path, db: Path, agent_step_s: float) -> subprocess.Popen:
+def run_in_background(
+    tmp_path: Path, db: Path, agent_step_s: float, out: Path | None = None
+) -> subprocess.Popen:
     env = {
         **os.environ,
         "SPECEYES_SCRIPTED__TOOL_FREE": "0.0",
@@ -161,6 +166,7 @@ def run_in_background(tmp_path: Path, db: Path, agent_step_s: float) -> subproce
         "--db",
         f"sqlite:///{db}",
         "--no-progress",
+        *(["--out", str(out)] if out is not None else []),
     ]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -212,6 +218,33 @@ def test_ctrl_c_puts_unfinished_jobs_back(tmp_path: Path):
     assert statuses.get("deferred", 0) + statuses.get("queued", 0) + statuses["done"] == 12
 
 
+@pytest.mark.faults
+def test_ctrl_c_mid_step_ends_at_once_and_says_what_it_wrote(tmp_path: Path):
+    """Ctrl-C while the agent is inside a 20 s step: the step ends at once (as a real
+    model's generation does at its next token), no thread is reported "still running"
+    (the wait was cut short before and said so in the same second), and --out says that
+    the rows it wrote are not all finished."""
+    write_images(tmp_path / "c", 3)
+    db = tmp_path / "s.db"
+    process = run_in_background(tmp_path, db, agent_step_s=20, out=tmp_path / "out.jsonl")
+    wait_until(
+        lambda: (
+            db_rows(db, "select count(*) from jobs where status = 'running' and stage = 'agent'")
+            == [(1,)]
+            if db.exists()
+            else False
+        ),
+        deadline_s=60,
+        what="the agent's step",
+    )
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and time.monotonic() - started < 15
+    assert b"still running" not in stderr, stderr[-2000:]
+    assert b"3 job(s) of them not finished" in stdout, stdout
+
+
 def test_export_and_jobs_show(tmp_path: Path, capsys):
     write_images(tmp_path / "c", 3)
     db = f"sqlite:///{tmp_path / 's.db'}"
@@ -256,7 +289,7 @@ def test_a_model_that_cannot_be_found_is_one_line(tmp_path: Path, capsys, monkey
         "folder nor in the Hugging Face cache, and HF_HUB_OFFLINE is set. Without a hub: "
         "--small synth --large synth"
     )
-    assert db_rows(db, "select count(*) from jobs") == [(0,)]
+    assert not db.exists()  # refused before its first job: no empty store left behind
 
 
 def test_the_default_models_offline_fail_fast_before_any_job(tmp_path: Path):
@@ -286,8 +319,7 @@ def test_the_default_models_offline_fail_fast_before_any_job(tmp_path: Path):
     assert "--small synth --large synth" in result.stderr
     # (27 s of transformers' retries before): the check is a cache look and one 5 s probe
     assert seconds - start_s < 10, f"refused after {seconds:.1f} s (starting: {start_s:.1f} s)"
-    assert db_rows(db, "select count(*) from jobs") == [(0,)]
-    assert db_rows(db, "select count(*) from batches") == [(0,)]
+    assert not db.exists()  # no batch, no job, no empty store
 
 
 def test_new_weights_in_the_same_checkpoint_folder_make_new_jobs(tmp_path: Path, capsys):
@@ -487,3 +519,66 @@ def test_rows_that_share_an_id_keep_a_job_each_and_a_file_gone_for_a_while_keeps
     (tmp_path / "imgs" / "img001.png").rename(tmp_path / "away.png")
     annotate(*args)
     assert sorted(db_rows(db, asked)) == first  # still done, with its answer
+
+
+def test_a_refused_run_keeps_a_store_that_was_there_and_every_run_names_its_store(
+    tmp_path: Path, capsys
+):
+    write_images(tmp_path / "c", 2)
+    db = tmp_path / "s.db"
+    assert annotate(str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}") == 0
+    assert f"speceyes: job store {db.resolve()} (SQLite)" in capsys.readouterr().err
+    refused = annotate(
+        str(tmp_path / "c"),
+        "-q",
+        "Q?",
+        "--small",
+        str(tmp_path / "nowhere"),
+        "--db",
+        f"sqlite:///{db}",
+    )
+    assert refused == 2 and db_rows(db, "select count(*) from jobs") == [(2,)]  # kept
+
+
+def test_a_broker_with_a_sqlite_store_is_refused_before_anything_is_sent(tmp_path: Path, capsys):
+    write_images(tmp_path / "c", 1)
+    db = tmp_path / "s.db"
+    broker = "redis://127.0.0.1:1/0"  # (nothing listens there: a send would say so)
+    code = annotate(str(tmp_path / "c"), "-q", "Q?", "--broker", broker, "--db", f"sqlite:///{db}")
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "needs a job store every worker shares, not the SQLite file" in err
+    assert not db.exists()
+    assert main(["worker", "fast", "--broker", broker, "--db", f"sqlite:///{db}"]) == 2
+    assert main(["serve", "--broker", broker, "--db", f"sqlite:///{db}"]) == 2
+    assert not db.exists()
+
+
+def test_the_bar_counts_as_the_summary_does_and_says_what_a_stall_waits_for(
+    tmp_path: Path, capsys, monkeypatch
+):
+    """The bar's words come from the same counts as its number (they lagged one update
+    behind): every state it shows agrees with itself, its last is the summary's, and
+    nothing finishing for a while is said, with what the jobs are doing (an agent step
+    of 1.5 s: a stall of 0.5 s)."""
+    shown: list[tuple[int, str]] = []
+
+    class Recorded(tqdm):  # what each refresh shows: the number and the words
+        def refresh(self, *args, **kwargs):
+            if self.desc == "annotating":
+                shown.append((self.n, self.postfix or ""))
+            return super().refresh(*args, **kwargs)
+
+    monkeypatch.setattr(cli.annotate, "tqdm", Recorded)
+    monkeypatch.setattr(cli.annotate, "STALL_S", 0.5)
+    monkeypatch.setenv("SPECEYES_SCRIPTED__TOOL_FREE", "0.0")
+    monkeypatch.setenv("SPECEYES_SCRIPTED__AGENT_STEP_S", "1.5")
+    write_images(tmp_path / "c", 3)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    assert main(["annotate", str(tmp_path / "c"), "-q", "Q?", *SCRIPTED, "--db", db]) == 0
+    captured = capsys.readouterr()
+    assert "nothing finished for 0.5 s: 1 running, 0 waiting for the fast stage, " in captured.err
+    for number, words in shown[1:]:  # each state: agent + small + failed is the number
+        answered = re.findall(r"(?:small|agent|failed) (\d+)", words)
+        assert sum(map(int, answered)) == number, (number, words)
+    assert shown[-1] == (3, "small 0 | agent 3 | failed 0 | running 0 | waiting 0")
+    assert "done         3: small model 0 (0.0% of jobs), agent 3" in captured.out

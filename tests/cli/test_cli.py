@@ -259,3 +259,21 @@ def test_a_settings_help_keeps_its_ellipsis(capsys):
     with pytest.raises(SystemExit):
         main(["annotate", "--help"])
     assert "'cuda:0', ..." in " ".join(capsys.readouterr().out.split())
+
+
+def test_ask_explains_only_what_was_sent(capsys, tmp_path: Path):
+    """A query the screen sends to the agent was never speculated on: --explain shows its
+    screen and agent steps, and no small model's prompt."""
+    scripts = tmp_path / "scripts.json"
+    scripts.write_text(
+        json.dumps({"*": {"needs_tools": True, "agent_steps": ["<answer>B</answer>"]}})
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECEYES_SCRIPTED__SCRIPTS_FILE", str(scripts))
+        code = main(
+            ["ask", str(SAMPLE), "-q", "What colour?", "--backend", "scripted", "--explain"]
+        )
+    printed = capsys.readouterr().out
+    assert code == 0 and "answered_by  large" in printed
+    assert "--- sent (screen) ---" in printed and "--- sent (agent, step 1) ---" in printed
+    assert "--- sent (speculate) ---" not in printed

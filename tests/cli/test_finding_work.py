@@ -15,6 +15,8 @@ from common.store.db import open_store
 from common.store.keys import check_key
 from tests.helpers.images import write_images
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _manifest(tmp_path: Path) -> Path:
     write_images(tmp_path / "imgs", 2)
@@ -106,6 +108,24 @@ def test_keys_need_a_name_and_a_second_key_of_a_name_is_pointed_out(tmp_path: Pa
     assert "shown once" in first.err and "note:" not in first.err
     assert main(["keys", "create", "svc", *db]) == 0
     assert "note: 1 other active key(s) named 'svc'" in capsys.readouterr().err
+
+
+def test_a_key_made_again_with_replace_leaves_only_the_last_one_working(tmp_path: Path, capsys):
+    """What `make browse` does on each run: the earlier demo key is revoked, not piled up."""
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    for _ in range(3):
+        assert main(["keys", "create", "demo-reviewer", "--admin", "--replace", *db]) == 0
+    assert "revoked 1 earlier key(s) named 'demo-reviewer'" in capsys.readouterr().err
+    assert main(["keys", "list", *db]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    states = [word for line in listed for word in line.split() if word in ("active", "revoked")]
+    assert sorted(states) == ["active", "revoked", "revoked"]
+
+
+def test_make_browse_serves_the_demo_as_it_ran_with_one_key():
+    recipe = (ROOT / "Makefile").read_text().split("\nbrowse:", 1)[1].split("\n\n", 1)[0]
+    assert "keys create demo-reviewer --admin --replace" in recipe
+    assert "--threshold $(DEMO_THRESHOLD)" in recipe
 
 
 class _LeavesAfterOneLine(io.StringIO):

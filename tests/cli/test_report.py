@@ -103,3 +103,22 @@ def test_a_batch_with_known_answers_that_is_no_benchmark_is_reported(tmp_path: P
         "SpecEyes     answers.jsonl: 5 rows with a known answer (1 failed), by our rules "
         "(no benchmark: the reference has no rules for these)"
     ) in printed
+
+
+def test_a_batch_without_known_answers_reports_what_needs_none(tmp_path: Path, capsys):
+    """A folder of photos and one question: nothing to score, but beta, alpha, the
+    accepted share and the stages' seconds need no labels."""
+    write_images(tmp_path / "photos", 4)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    flags = ["--backend", "scripted", "--db", db, "--no-progress"]
+    main(["annotate", str(tmp_path / "photos"), "-q", "Is there a dog?", *flags])
+    capsys.readouterr()
+    assert main(["report", "photos", "--db", db]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("no rows with a known answer to score: the funnel")
+    header, row = printed.splitlines()[2:4]
+    assert header.split()[:3] == ["batch", "jobs", "finished"]
+    name, jobs, finished, beta, alpha, accepted, fast_s, _ = row.split()
+    assert (name, jobs, finished) == ("photos", "4", "4")
+    assert 0 <= float(beta) <= 1 and 0 <= float(alpha) <= 1 and float(fast_s) > 0
+    assert 0 <= float(accepted) <= 100

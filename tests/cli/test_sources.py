@@ -293,11 +293,13 @@ def test_each_source_is_read_from_an_s3_compatible_server(tmp_path: Path, upload
         args = ["-q", "What is it?"] if kind == "folder" else []
         assert annotate(db, f"{base}/{name}", *args, "--out", str(out)) == 0
         store.upload(tmp_path / "corpus", "other")  # (the store is still up: s3 out)
-        assert annotate(db, f"{base}/{name}", *args, "--out", "s3://other/results/") == 0
+        # (a prefix of its own: another batch's parts in one are refused, never replaced)
+        assert annotate(db, f"{base}/{name}", *args, "--out", f"s3://other/results-{kind}/") == 0
         import fsspec
 
-        written = fsspec.filesystem("s3").ls("other/results")
-        assert [name.rsplit("/", 1)[-1] for name in written] == ["part-00000.parquet"]
+        written = fsspec.filesystem("s3").ls(f"other/results-{kind}")
+        names = sorted(name.rsplit("/", 1)[-1] for name in written)
+        assert names == ["_speceyes.json", "part-00000.parquet"]  # (the parts, whose batch)
         if kind == "shards":  # labelled shards written back to the store
             labelled = "s3://other/labelled/"
             assert (

@@ -102,3 +102,37 @@ def test_confidence_is_the_accepted_answers_and_gate_confidence_the_small_models
         result_row(item, accepted)["confidence"],
         result_row(item, accepted)["gate_confidence"],
     ) == (0.99, 0.99)
+
+
+def test_a_folder_keeps_one_batchs_parts_and_refuses_another_batchs(tmp_path: Path, capsys):
+    """`export A --out exp/` then `export B --out exp/` would leave only B: refused, A's
+    parts kept; A again replaces its own; parts no export named are refused too."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    for name in ("first", "second"):
+        write_images(tmp_path / name, 2)
+        main(
+            [
+                "annotate",
+                str(tmp_path / name),
+                "-q",
+                "Q?",
+                "--backend",
+                "scripted",
+                "--db",
+                db,
+                "--no-progress",
+            ]
+        )
+    out = tmp_path / "exp"
+    assert main(["export", "first", "--out", f"{out}/", "--db", db]) == 0
+    before = pq.read_table(out / "part-00000.parquet").column("job_id").to_pylist()
+    capsys.readouterr()
+    assert main(["export", "second", "--out", f"{out}/", "--db", db]) == 2
+    assert "holds batch " in capsys.readouterr().err
+    assert pq.read_table(out / "part-00000.parquet").column("job_id").to_pylist() == before
+    assert main(["export", "first", "--out", f"{out}/", "--db", db]) == 0  # its own again
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "part-00000.parquet").write_bytes(b"someone else's")
+    assert main(["export", "first", "--out", f"{foreign}/", "--db", db]) == 2
+    assert "parts no export of ours named" in capsys.readouterr().err

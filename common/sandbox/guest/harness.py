@@ -58,6 +58,7 @@ WATCHDOG_GRACE_S = 5.0  # the init ends a guest this long after the worker's wal
 # the init's last bytes on the result channel: the mark, the guest's wait status as eight
 # hex digits, a newline (the host reads it from the end: ``channel.split_status``)
 STATUS_MARK = b"\n\x00speceyes-status "
+READY_MARK = b"\x06"  # the init's first byte on the result channel: the guest is ready
 
 
 class PrintLimit(Exception):
@@ -201,21 +202,24 @@ def _die_with_parent() -> None:
 def main() -> None:
     limits = json.loads(sys.argv[1])
     request, for_request = os.pipe()  # the init hands the guest its request here ...
-    from_guest, results = os.pipe()  # ... and relays what it writes back from here
+    from_guest, results = os.pipe()  # ... and relays what it writes back from here;
+    started, ready = os.pipe()  # the guest says here that it is ready for its code
     guest = os.fork()
     if guest == 0:
-        os.close(for_request)
-        os.close(from_guest)
-        _guest(limits, request, results)
-    os.close(request)
-    os.close(results)
-    _init(guest, limits["wall_s"] + WATCHDOG_GRACE_S, for_request, from_guest)
+        for fd in (for_request, from_guest, started):
+            os.close(fd)
+        _guest(limits, request, results, ready)
+    for fd in (request, results, ready):
+        os.close(fd)
+    _init(guest, limits["wall_s"] + WATCHDOG_GRACE_S, for_request, from_guest, started)
 
 
-def _init(guest: int, wall_s: float, for_request: int, from_guest: int) -> None:
+def _init(guest: int, wall_s: float, for_request: int, from_guest: int, started: int) -> None:
     """Hand the guest its request, relay what it writes back, end it when the worker is
-    gone (stdin hangs up) or ``wall_s`` after its request; then write its wait status
-    after everything it wrote (stdout is the init's alone: the guest cannot reach it)."""
+    gone (stdin hangs up) or ``wall_s`` after it is ready for its code; then write its
+    wait status after everything it wrote (stdout is the init's alone: the guest cannot
+    reach it). When the guest is ready, the init says so first (``READY_MARK``): the
+    worker's wall clock counts from there, not from a start a busy machine made slow."""
     libc = ctypes.CDLL(None)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # (gVisor's /proc of it: root's only)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a PID 1 takes no signal it does not handle)
@@ -226,9 +230,11 @@ def _init(guest: int, wall_s: float, for_request: int, from_guest: int) -> None:
     os.set_blocking(1, True)
     watch = select.poll()
     watch.register(0, select.POLLIN)  # the request, then only its hanging up
+    watch.register(started, select.POLLIN)
     watch.register(from_guest, select.POLLIN)
     watch.register(wake, select.POLLIN)
-    line, deadline, status, relaying = b"", None, None, True
+    order = {started: 0, wake: 1, 0: 2, from_guest: 3}  # (ready is said before any result)
+    line, handed, deadline, status, relaying = b"", False, None, None, True
     while True:
         if status is None:
             pid, waited = os.waitpid(guest, os.WNOHANG)  # (after the wake-up fd is set)
@@ -238,12 +244,17 @@ def _init(guest: int, wall_s: float, for_request: int, from_guest: int) -> None:
         left: int | None = None
         if deadline is not None:
             left = max(0, int((deadline - time.monotonic()) * 1000))
-        ready = watch.poll(left)
+        events = sorted(watch.poll(left), key=lambda event: order[event[0]])
         if deadline is not None and time.monotonic() > deadline:
             _end(guest)  # (the worker kills it first; this is for a worker that cannot)
-        for fd, events in ready:
+        for fd, event in events:
             if fd == wake:
                 os.read(wake, 512)
+            elif fd == started:
+                watch.unregister(started)
+                if os.read(started, 1):
+                    _write_all(guest, READY_MARK)
+                    deadline = time.monotonic() + wall_s
             elif fd == from_guest:
                 data = os.read(from_guest, 1 << 20)
                 if data:
@@ -251,7 +262,7 @@ def _init(guest: int, wall_s: float, for_request: int, from_guest: int) -> None:
                 else:
                     watch.unregister(from_guest)
                     relaying = False
-            elif deadline is None and events & select.POLLIN:  # (the request)
+            elif not handed and event & select.POLLIN:  # (the request)
                 data = os.read(0, 1 << 16)
                 line += data
                 if not data:
@@ -259,9 +270,9 @@ def _init(guest: int, wall_s: float, for_request: int, from_guest: int) -> None:
                 if b"\n" in line:
                     _write_all(guest, line[: line.index(b"\n") + 1], fd=for_request)
                     os.close(for_request)
-                    deadline = time.monotonic() + wall_s
+                    handed = True
                     watch.modify(0, select.POLLHUP)
-            elif events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+            elif event & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
                 _end(guest)  # stdin hung up: the worker is gone
     _write_all(guest, STATUS_MARK + b"%08x\n" % (status & 0xFFFFFFFF))
     os._exit(0)
@@ -283,14 +294,16 @@ def _end(guest: int) -> None:
     os._exit(1)
 
 
-def _guest(limits: dict[str, Any], request: int, results: int) -> None:
+def _guest(limits: dict[str, Any], request: int, results: int, ready: int) -> None:
     """The guest: its request on fd 0, its result channel fd 3, fd 1 and 2 to stderr;
-    nothing else open, nothing of the init's."""
+    nothing else open, nothing of the init's (``ready`` is closed once said)."""
     os.dup2(request, 0)
     channel = os.dup(results)
     os.dup2(2, 1)
     os.dup2(channel, RESULT_FD)
-    os.closerange(RESULT_FD + 1, 1 << 16)
+    readiness = os.dup(ready) if ready < RESULT_FD + 1 else ready  # (kept past the closing)
+    os.closerange(RESULT_FD + 1, readiness)
+    os.closerange(readiness + 1, 1 << 16)
     result = os.fdopen(RESULT_FD, "wb")
     # warm up before the request arrives (the host starts this process ahead of time)
     import autopep8  # noqa: F401
@@ -303,6 +316,8 @@ def _guest(limits: dict[str, Any], request: int, results: int) -> None:
     _die_with_parent()
     _apply_limits(limits)
     seccomp.install(refuse_times=limits["host_devices"])
+    os.write(readiness, b"!")  # ready: the wall clock of the code starts now
+    os.close(readiness)
     request_line = sys.stdin.readline()
     sys.setrecursionlimit(2000)
     report, images = _execute(json.loads(request_line), limits, outputs, rewrite)

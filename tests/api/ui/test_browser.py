@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from PIL import Image
 from playwright.sync_api import Page, expect
 from sqlalchemy import select
 
@@ -147,7 +148,7 @@ def test_filter_the_grid(page: Page, page_errors, live: Live) -> None:
     page.wait_for_url("**/results?**who=small**")
     rows = page.locator("table.grid tbody tr.row")
     expect(rows).to_have_count(4)
-    for text in rows.locator("td:nth-child(4)").all_inner_texts():
+    for text in rows.locator("td:nth-child(5)").all_inner_texts():  # (who answered)
         assert text == "small model"
     page.fill("input[name=q]", "#3")
     page.select_option("select[name=who]", "")
@@ -273,3 +274,54 @@ def test_another_tenant_gets_404_for_the_batch_the_job_and_the_image(
         assert response is not None and response.status == 404, path
     page.goto(f"{live.base}/ui/batches")
     expect(page.locator("main")).not_to_contain_text("private")
+
+
+def test_the_api_docs_render_with_nothing_but_this_server(page: Page, live: Live) -> None:
+    """/docs offline: Swagger UI's script and styles come from the server, not a CDN
+    (every other request is refused here, and there is none)."""
+    elsewhere: list[str] = []
+
+    def only_this_server(route) -> None:
+        if route.request.url.startswith(live.base):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_this_server)
+    page.goto(f"{live.base}/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("SpecEyes")
+    expect(page.locator(".opblock-summary-path", has_text="/v1/jobs").first).to_be_visible()
+    assert elsewhere == []
+
+
+def test_failed_rows_show_why_not_a_broken_image_and_every_row_its_id_and_link(
+    page: Page, page_errors, live: Live
+) -> None:
+    """A row refused for its image's shape, and one with an empty question: placeholders
+    with the reason (no 404s), a row-id column that tells rows of one question apart,
+    and a link to each job, the empty question's too."""
+    thin = live.images[0].with_name("thin.png")
+    Image.new("RGB", (3000, 10), (200, 0, 0)).save(thin)
+    jobs = [
+        {"image_path": str(live.images[0]), "question": "[small] a picture", "id": "good.png"},
+        {"image_path": str(thin), "question": "[small] a sliver", "id": "thin.png"},
+        {"image_path": str(live.images[1]), "question": "", "id": "blank.png"},
+    ]
+    answer = live.http.post("/v1/batches", json={"name": "edges", "jobs": jobs})
+    assert answer.status_code == 202, answer.text
+    batch_id = answer.json()["id"]
+    live.finished(batch_id)
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    sign_in(page, live, then=f"/ui/batches/{batch_id}/results")
+    rows = page.locator("table.grid tbody tr.row")
+    expect(rows).to_have_count(3)
+    assert rows.locator("td.row-id").all_inner_texts() == ["good.png", "thin.png", "blank.png"]
+    placeholders = page.locator("table.grid .thumb.missing")
+    expect(placeholders).to_have_count(2)
+    assert "image_invalid" in placeholders.nth(0).inner_text()
+    assert "aspect ratio" in (placeholders.nth(0).get_attribute("title") or "")
+    page.get_by_role("link", name="(no question)").click()
+    expect(page.locator("main")).to_contain_text("question_empty")
+    assert missing == [] and page_errors == []

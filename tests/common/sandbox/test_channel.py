@@ -8,6 +8,9 @@ import dataclasses
 import json
 import random
 import re
+import subprocess
+import sys
+import time
 import unicodedata
 
 import pytest
@@ -18,11 +21,12 @@ from common.sandbox.channel import (
     Grid,
     ReportLimits,
     clean_text,
+    collect,
     decode_text,
     parse,
     split_status,
 )
-from common.sandbox.guest.harness import STATUS_MARK
+from common.sandbox.guest.harness import READY_MARK, STATUS_MARK
 from common.sandbox.guest.outputs import MOST_NOTES, frames, printed_paths
 
 LIMITS = ReportLimits(header_bytes=4096, text_chars=100, images=2, pixels=1000)
@@ -211,3 +215,25 @@ def test_the_guest_leaves_out_thin_and_over_budget_images_and_caps_its_notes(tmp
     assert "400 visual tokens, over the 300" in notes[1]
     assert len(notes) == MOST_NOTES and notes[-1] == "4 more image(s) left out"
     parse(report({**EMPTY, "notes": notes}), LIMITS)  # a genuine report is never refused
+
+
+@pytest.mark.parametrize(("after_ready_s", "overrun"), [(0.3, None), (1.5, "timeout")])
+def test_the_wall_clock_counts_from_the_guest_being_ready(after_ready_s, overrun):
+    """A start a busy machine made slow (1.2 s, over a wall clock of 1 s) is not counted:
+    the code's time is, from the init's ready mark (which is taken off)."""
+    script = (
+        "import sys, time\ntime.sleep(1.2)\n"
+        f"sys.stdout.buffer.write({READY_MARK!r}); sys.stdout.flush()\n"
+        f"time.sleep({after_ready_s})\nprint('done')"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        out, _, got = collect(
+            process, time.perf_counter() + 1.0 + 30, stdout_cap=1000, stderr_cap=1000, wall_s=1.0
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert got == overrun and (overrun or bytes(out) == b"done\n")
