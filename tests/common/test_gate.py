@@ -147,3 +147,54 @@ def test_the_score_is_the_aggregate_before_the_squash_and_score_for_inverts_it()
         (result,) = score_answers([_answer_with_score(score_for(wanted))], GateSettings(top_k=4))
         assert result.confidence == pytest.approx(wanted, rel=1e-6)
         assert result.score == pytest.approx(score_for(wanted), rel=1e-6)
+
+
+def test_one_competitor_is_the_mean_and_a_spread_of_zero():
+    """K = 2: one competitor, mu is it and sigma is 0 (divided by K - 1 = 1, not more)."""
+    (result,) = score_answers([TokenScores([[5.0, 3.0]], [0.0])], GateSettings(top_k=2))
+    assert result.token_scores == [pytest.approx((5.0 - 3.0) / 1e-6, rel=1e-12)]
+
+
+def test_a_competitor_at_the_placeholder_bound_is_left_out():
+    """Values at or below -9000 are a server's fillers: out, at the bound too."""
+    at_bound = TokenScores([[-0.1, -3.0, -4.0, -9000.0]], [0.0])
+    without = TokenScores([[-0.1, -3.0, -4.0]], [0.0])
+    (bounded,) = score_answers([at_bound], GateSettings(top_k=4))
+    (three,) = score_answers([without], GateSettings(top_k=3))
+    assert bounded.token_scores == pytest.approx(three.token_scores, rel=1e-12)
+
+
+def test_a_token_without_a_competitor_is_never_confident():
+    (result,) = score_answers([TokenScores([[5.0, -9999.0]], [0.0])], GateSettings(top_k=2))
+    assert result.token_scores == [float("-inf")] and result.confidence == 0.0
+
+
+def test_a_one_token_answer_and_the_default_k_of_64():
+    """``confidence`` scores an answer of one token (only none is 0.0), over the top 64."""
+    row = torch.tensor([[10.0, *[float(-i) for i in range(100)]]])
+    top = sorted(row[0].tolist(), reverse=True)[:64]
+    mu = sum(top[1:]) / 63
+    sigma = math.sqrt(sum((v - mu) ** 2 for v in top[1:]) / 63)
+    expected = sigmoid(0.6 * (top[0] - mu) / (sigma + 1e-6))
+    assert confidence(row) == pytest.approx(expected, rel=1e-12)
+
+
+def test_logprob_mode_counts_a_token_whose_last_competitor_is_a_placeholder():
+    """The log-probability baseline reads the top value; a filler among the rest does not
+    make the token unusable."""
+    scores = TokenScores([[-0.5, -2.0, -9999.0]], [0.0])
+    (result,) = score_answers([scores], GateSettings(mode="logprob", top_k=3))
+    assert result.confidence == pytest.approx(math.exp(-0.5), rel=1e-12)
+
+
+def test_a_batch_of_empty_answers_is_refused_whole():
+    empty = [TokenScores([], []), TokenScores([], [])]
+    results = score_answers(empty, GateSettings(threshold=1e-9))
+    assert [(r.confidence, r.accepted) for r in results] == [(0.0, False), (0.0, False)]
+
+
+@pytest.mark.parametrize("mode", ["min", "mean", "bottom20"])
+def test_a_confident_one_token_answer_is_accepted_in_every_mode(mode):
+    """One token (a letter, yes or no: the common answer) is an answer like any other."""
+    (result,) = score_answers([_answer_with_score(9.0)], GateSettings(mode=mode, threshold=0.98))
+    assert result.accepted and result.score == pytest.approx(9.0, rel=1e-6)

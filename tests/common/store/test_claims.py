@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, text
 
 from common.agents.deepeyes import Trajectory
 from common.config import GateSettings
@@ -188,3 +188,59 @@ def test_claims_commit_without_waiting_for_the_disk_and_records_wait(postgres_ur
                 assert session.scalar(show) == "on"
     finally:
         sessions.close()
+
+
+def test_releasing_a_batchs_running_jobs_leaves_other_batches_running(sessions):
+    """An interrupted annotate puts back its own batch's jobs, never a server's others."""
+    with sessions.begin() as session:
+        mine, theirs = new_batch(session, "mine"), new_batch(session, "theirs")
+        submission.submit_items(session, mine, items("a"), "cfg")
+        submission.submit_items(session, theirs, items("b"), "other-cfg")
+        mine_id = mine.id
+    claim_all(sessions)
+    with sessions.begin() as session:
+        assert claims.release_running(session, mine_id) == 1
+    with sessions() as session:
+        statuses = sorted(session.scalars(select(Job.status)))
+    assert statuses == ["queued", "running"]
+
+
+def test_a_deferred_job_keeps_the_gate_only_where_the_gate_judged_it_and_its_detail(sessions):
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x", "y"), "cfg")
+    x, y = claim_all(sessions)
+    outcomes = [
+        Deferred(x.job_id, "tools_needed", ScreenResult(True, "yes")),  # the screen's doing
+        Deferred(y.job_id, "low_confidence", ScreenResult(False, "no"), "B", 0.5, "below tau"),
+    ]
+    with sessions.begin() as session:
+        assert claims.record_fast(session, outcomes, GATE) == 2
+    with sessions() as session:
+        screened, gated = session.get(Job, x.job_id), session.get(Job, y.job_id)
+    assert (screened.gate, screened.error_message) == (None, None)
+    assert gated.gate == {"mode": "min", "top_k": 64, "threshold": 0.98}
+    assert gated.error_message == "below tau"
+
+
+def test_a_job_handed_back_is_taken_over_at_once_and_a_stale_age_of_zero_takes_any(sessions):
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x", "y"), "cfg")
+    x, y = claim_all(sessions)  # (running since just now)
+    with sessions.begin() as session:
+        taken = claims.claim_ids(session, [x.job_id], Stage.FAST, stale_after_s=60, takeover=True)
+        stale = claims.claim_ids(session, [y.job_id], Stage.FAST, stale_after_s=0)
+    assert [t.job_id for t in taken] == [x.job_id] and [t.job_id for t in stale] == [y.job_id]
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_claim_passes_over_jobs_another_claim_is_taking(sessions):
+    """Two workers claiming at once never wait on each other's rows: the second takes
+    what the first has not locked (FOR UPDATE SKIP LOCKED)."""
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x", "y"), "cfg")
+    with sessions.begin() as first:
+        held = claims.claim(first, Stage.FAST, 1)
+        with sessions.begin() as second:
+            second.execute(text("SET LOCAL lock_timeout = '2s'"))
+            other = claims.claim(second, Stage.FAST, 1)
+    assert len(held) == len(other) == 1 and held[0].job_id != other[0].job_id
