@@ -96,11 +96,11 @@ browse: setup
 	$(VENV)/bin/speceyes serve --db sqlite:///demo.db --small synth --large synth \
 		--threshold $(DEMO_THRESHOLD)
 
-# The suite (tests/lanes.py): everything but the sandbox's tests in parallel (each test
-# has its own database and Redis prefix), then those one at a time (they check the whole
-# machine for leftovers), the second lane whatever the first did; the last line counts
-# both. TEST_WORKERS: parallel pytest-xdist workers (one a core). ARGS: more pytest
-# arguments, for both lanes.
+# The suite (tests/lanes.py), two lanes side by side: everything but the sandbox's tests
+# in parallel (each test has its own database and Redis prefix), and those one at a time
+# (they check the whole machine for leftovers); a failure in one never stops the other,
+# and the last line counts both. TEST_WORKERS: the first lane's pytest-xdist workers (one
+# a core). ARGS: more pytest arguments, for both lanes (--serial: one after the other).
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: setup
 	$(PY) -m tests.lanes --workers $(TEST_WORKERS) $(ARGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -169,9 +170,20 @@ def contained(code: str, sandbox: Sandbox) -> str:
     assert use.cpu_s <= HOST_CPU_BOUND_S, f"the worker spent {use.cpu_s:.2f} CPU s"
     assert first.sandbox_peak_mb is not None and first.sandbox_peak_mb <= TEST_LIMITS.memory_mb
     assert first.sandbox_cpu_s is not None and first.sandbox_cpu_s <= TEST_LIMITS.cpu_s + 0.5
-    # the next job on this worker: as if nothing had happened
-    assert trajectory_of(CROP, sandbox).steps[0].images
+    next_job_works(sandbox)
     return said
+
+
+def next_job_works(sandbox: Sandbox) -> None:
+    """The next job on this worker runs as if nothing had happened. Twice at most: a
+    busy machine may stop one (its observation is then a warning, for the log); a worker
+    the program broke fails both."""
+    first = trajectory_of(CROP, sandbox).steps[0]
+    if first.images:
+        return
+    warnings.warn(f"the next job failed once: {first.observation}", stacklevel=2)
+    again = trajectory_of(CROP, sandbox).steps[0]
+    assert again.images, (first.observation, again.observation)
 
 
 # -- images whose view outgrows what was saved, at the default limits --------------------
