@@ -25,6 +25,7 @@ parallel (pytest-xdist), then these; pytest refuses to run them in parallel work
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,13 @@ KINDS = ("unit", "integration", "faults", "browser")
 SERVICE_FIXTURES = {"postgres_url", "postgres_admin", "redis_client", "broker_env", "sandbox"}
 SANDBOX_FOLDER = Path(__file__).parent / "common" / "sandbox"
 
+
+# A suite started in the background by a script (``make test &``) inherits SIGINT ignored,
+# and so would every process its tests start: a Ctrl-C test's `speceyes annotate` would
+# then run on, Python's KeyboardInterrupt never installed. A handler, unlike an ignored
+# signal, is not inherited: each child starts with Ctrl-C as a terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ONE_AT_A_TIME = pytest.mark.skip(
     reason="starts code sandboxes: never in parallel workers (make test runs these after "

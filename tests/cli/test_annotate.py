@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,25 @@ def test_running_the_same_command_again_resumes_without_redoing(tmp_path: Path, 
     assert len(db_rows(db, "select id from jobs")) == 8  # other gate settings: other jobs
 
 
-def run_in_background(
-    tmp_path: Path, db: Path, agent_step_s: float, out: Path | None = None
+@pytest.fixture
+def run_in_background(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Starts `speceyes annotate` on the scripted models in the background; what a test
+    gave up on is killed at its end, never left computing."""
+    started: list[subprocess.Popen] = []
+
+    def start(db: Path, agent_step_s: float, out: Path | None = None) -> subprocess.Popen:
+        started.append(_annotate_in_background(tmp_path, db, agent_step_s, out))
+        return started[-1]
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _annotate_in_background(
+    tmp_path: Path, db: Path, agent_step_s: float, out: Path | None
 ) -> subprocess.Popen:
     env = {
         **os.environ,
@@ -181,10 +199,12 @@ def done_count(db: Path) -> int:
 
 
 @pytest.mark.faults
-def test_a_killed_run_resumes_with_no_job_lost_and_none_done_twice(tmp_path: Path, monkeypatch):
+def test_a_killed_run_resumes_with_no_job_lost_and_none_done_twice(
+    tmp_path: Path, monkeypatch, run_in_background
+):
     write_images(tmp_path / "c", 12)
     db = tmp_path / "s.db"
-    process = run_in_background(tmp_path, db, agent_step_s=0.25)
+    process = run_in_background(db, agent_step_s=0.25)
     wait_until(lambda: done_count(db) >= 3, deadline_s=60, what="3 jobs done")
     process.kill()  # SIGKILL: no chance to clean up
     process.wait()
@@ -204,10 +224,10 @@ def test_a_killed_run_resumes_with_no_job_lost_and_none_done_twice(tmp_path: Pat
 
 
 @pytest.mark.faults
-def test_ctrl_c_puts_unfinished_jobs_back(tmp_path: Path):
+def test_ctrl_c_puts_unfinished_jobs_back(tmp_path: Path, run_in_background):
     write_images(tmp_path / "c", 12)
     db = tmp_path / "s.db"
-    process = run_in_background(tmp_path, db, agent_step_s=0.25)
+    process = run_in_background(db, agent_step_s=0.25)
     wait_until(lambda: done_count(db) >= 2, deadline_s=60, what="2 jobs done")
     process.send_signal(signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
@@ -219,14 +239,14 @@ def test_ctrl_c_puts_unfinished_jobs_back(tmp_path: Path):
 
 
 @pytest.mark.faults
-def test_ctrl_c_mid_step_ends_at_once_and_says_what_it_wrote(tmp_path: Path):
+def test_ctrl_c_mid_step_ends_at_once_and_says_what_it_wrote(tmp_path: Path, run_in_background):
     """Ctrl-C while the agent is inside a 20 s step: the step ends at once (as a real
     model's generation does at its next token), no thread is reported "still running"
     (the wait was cut short before and said so in the same second), and --out says that
     the rows it wrote are not all finished."""
     write_images(tmp_path / "c", 3)
     db = tmp_path / "s.db"
-    process = run_in_background(tmp_path, db, agent_step_s=20, out=tmp_path / "out.jsonl")
+    process = run_in_background(db, agent_step_s=20, out=tmp_path / "out.jsonl")
     wait_until(
         lambda: (
             db_rows(db, "select count(*) from jobs where status = 'running' and stage = 'agent'")

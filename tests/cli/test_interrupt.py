@@ -70,6 +70,15 @@ class Annotate:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    def __enter__(self) -> Annotate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """A run the test gave up on is killed, never left computing."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
     def interrupt(self) -> tuple[int, str, str]:
         """SIGINT; the exit code, stdout and stderr once it has ended."""
         self.process.send_signal(signal.SIGINT)
@@ -86,29 +95,29 @@ class Annotate:
     ],
 )
 def test_ctrl_c_exits_130_in_each_stage(tmp_path: Path, tiny_cache_dir, stage, images, flags):
-    run = Annotate(tmp_path, tiny_cache_dir, images, *flags)
-    if stage == "loading":
-        reached = lambda: "loading the large model" in run.stderr()  # noqa: E731
-    else:
-        reached = lambda: _running_in(run.db, stage)  # noqa: E731
-    wait_until(
-        lambda: reached() or run.process.poll() is not None,
-        deadline_s=120,
-        every_s=0.02,
-        what=lambda: f"the {stage} stage; stderr: {run.stderr()[-2000:]}",
-    )
-    assert run.process.poll() is None, run.stderr()[-2000:]
-    code, stdout, stderr = run.interrupt()
-    assert code == 130, f"stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}"
-    assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
-    statuses = dict(_rows(run.db, "select status, count(*) from jobs group by status"))
-    assert "running" not in statuses  # every job claimed at the time was put back
-    if stage != "loading":
-        assert "run the same command to resume" in stdout
-        assert statuses.get("queued", 0) + statuses.get("deferred", 0) > 0
-        # an interrupt is not the jobs' doing: no attempt counted against those put back
-        attempts = "select max(attempts) from jobs where status in ('queued', 'deferred')"
-        assert _rows(run.db, attempts) in ([(0,)], [(None,)])
+    with Annotate(tmp_path, tiny_cache_dir, images, *flags) as run:
+        if stage == "loading":
+            reached = lambda: "loading the large model" in run.stderr()  # noqa: E731
+        else:
+            reached = lambda: _running_in(run.db, stage)  # noqa: E731
+        wait_until(
+            lambda: reached() or run.process.poll() is not None,
+            deadline_s=120,
+            every_s=0.02,
+            what=lambda: f"the {stage} stage; stderr: {run.stderr()[-2000:]}",
+        )
+        assert run.process.poll() is None, run.stderr()[-2000:]
+        code, stdout, stderr = run.interrupt()
+        assert code == 130, f"stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}"
+        assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+        statuses = dict(_rows(run.db, "select status, count(*) from jobs group by status"))
+        assert "running" not in statuses  # every job claimed at the time was put back
+        if stage != "loading":
+            assert "run the same command to resume" in stdout
+            assert statuses.get("queued", 0) + statuses.get("deferred", 0) > 0
+            # an interrupt is not the jobs' doing: no attempt counted against those put back
+            attempts = "select max(attempts) from jobs where status in ('queued', 'deferred')"
+            assert _rows(run.db, attempts) in ([(0,)], [(None,)])
 
 
 def test_ctrl_c_on_serve_while_a_trajectory_runs_shuts_down_in_order(

@@ -182,9 +182,10 @@ def test_a_one_token_answer_and_the_default_k_of_64():
 def test_logprob_mode_counts_a_token_whose_last_competitor_is_a_placeholder():
     """The log-probability baseline reads the top value; a filler among the rest does not
     make the token unusable."""
-    scores = TokenScores([[-0.5, -2.0, -9999.0]], [0.0])
-    (result,) = score_answers([scores], GateSettings(mode="logprob", top_k=3))
-    assert result.confidence == pytest.approx(math.exp(-0.5), rel=1e-12)
+    for values in ([-0.5, -2.0, -9999.0], [-0.5, -9999.0, -9999.0]):  # (the second: none)
+        scores = TokenScores([values], [0.0])
+        (result,) = score_answers([scores], GateSettings(mode="logprob", top_k=3))
+        assert result.confidence == pytest.approx(math.exp(-0.5), rel=1e-12), values
 
 
 def test_a_batch_of_empty_answers_is_refused_whole():

@@ -57,8 +57,8 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
         "gate",
         "accepted=answer.num_tokens > 0 and",
-        r"core/ReplaceComparisonOperator_Gt_GtE",
-        "an empty answer's confidence is 0, and tau is over 0: never accepted either way",
+        r"core/(ReplaceComparisonOperator_Gt_GtE|NumberReplacer)",
+        "(>= 0, > -1) an empty answer's confidence is 0 and tau over 0: never accepted",
     ),
     Equivalent(
         "gate",
@@ -107,5 +107,12 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "changed += max(0, result.rowcount)",
         r"core/NumberReplacer",
         "max(-1, n): a rowcount is never below 0 where a driver reports one (both do)",
+    ),
+    Equivalent(
+        "gate",
+        "usable = valid[..., 0] & (count > 0)",
+        r"core/NumberReplacer",
+        "valid[..., 1]: values come sorted, fillers last, so the second is valid exactly "
+        "when a competitor is (count > 0), and then the first is too",
     ),
 )
