@@ -27,6 +27,7 @@ from common.export import (
     check_labelled,
     check_output,
     export,
+    parts_of,
     write_labelled,
 )
 from common.judge import Judge, judge_batch
@@ -440,9 +441,7 @@ def _export(
             batch_rows(session, batch_id), output, settings.sources.export_shard_rows, batch_id
         )
     where = (
-        f"{files} Parquet files under {output.target}"
-        if output.layout == "parquet"
-        else output.target
+        f"{parts_of(files)} under {output.target}" if output.layout == "parquet" else output.target
     )
     unfinished = counts.jobs - counts.finished
     if unfinished:  # (an interrupted run, or one that follows workers that are not done)

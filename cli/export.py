@@ -6,7 +6,7 @@ import argparse
 
 from cli.options import add_settings, add_store_flags, settings_from_args
 from cli.output import say
-from common.export import batch_rows, check_output, export
+from common.export import batch_rows, check_output, export, parts_of
 from common.store.db import open_store
 from common.store.reads import require_batch
 
@@ -42,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
         batch = require_batch(session, args.batch)
         rows = batch_rows(session, batch.id, audit_disagreements=args.audit_disagreements)
         count, files = export(rows, output, settings.sources.export_shard_rows, batch.id)
-    where = f"{files} Parquet files under {args.out}" if output.layout == "parquet" else args.out
+    where = f"{parts_of(files)} under {args.out}" if output.layout == "parquet" else args.out
     say(f"wrote {count} rows of batch {batch.id} ({batch.name}) to {where}")
     return 0

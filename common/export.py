@@ -248,7 +248,7 @@ def claim_folder(prefix: str, batch_id: str) -> None:
     if parts and owner != batch_id:
         whose = f"batch {owner}'s" if owner else "parts no export of ours named"
         raise InvalidInput(
-            f"{prefix} holds {whose} ({len(parts)} part files): export each batch to a "
+            f"{prefix} holds {whose} ({parts_of(len(parts))}): export each batch to a "
             "folder of its own (or remove those files first); the same batch again replaces "
             "its own parts"
         )
@@ -373,3 +373,8 @@ def _write_to(rows: Iterable[dict[str, Any]], suffix: str, handle: IO[bytes]) ->
         handle.write((json.dumps(row, ensure_ascii=False) + "\n").encode())
         count += 1
     return count
+
+
+def parts_of(files: int) -> str:
+    """ "1 Parquet file", "3 Parquet files": how the commands name what an export wrote."""
+    return f"{files} Parquet file{'' if files == 1 else 's'}"

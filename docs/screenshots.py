@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "images"
@@ -82,7 +82,7 @@ def _shoot(base: str, key: str) -> None:
         page.screenshot(path=OUT / "ui-batches.png")
         page.click("table.batches a")
         page.wait_for_selector("table.grid")
-        page.wait_for_load_state("networkidle")  # the thumbnails
+        _load_every_image(page)  # (the grid's thumbnails load lazily, as a reader scrolls)
         batch_url = page.url
         page.screenshot(path=OUT / "ui-batch.png", full_page=True)
         page.goto(f"{batch_url}/results?who=large")
@@ -96,6 +96,17 @@ def _shoot(base: str, key: str) -> None:
         page.screenshot(path=OUT / "ui-review.png")
         browser.close()
     print(f"wrote {', '.join(sorted(p.name for p in OUT.glob('ui-*.png')))} in {OUT}")
+
+
+def _load_every_image(page: Page) -> None:
+    """A full-page picture shows rows no reader has scrolled to: load their images now."""
+    page.evaluate("document.querySelectorAll('img').forEach(i => { i.loading = 'eager'; })")
+    deadline = time.monotonic() + 30
+    while not page.evaluate("[...document.images].every(i => i.complete)"):
+        if time.monotonic() > deadline:
+            sys.exit("the grid's images did not load in 30 s")
+        page.wait_for_timeout(100)  # (the page's own CSP forbids a function polled in it)
+    page.wait_for_load_state("networkidle")
 
 
 if __name__ == "__main__":

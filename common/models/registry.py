@@ -51,7 +51,8 @@ def resolve_model(spec: str, role: Role, cache_dir: Path) -> str:
 HUB_PROBE_S = 5.0
 
 OFFLINE_HINT = (
-    "Without a hub: --small synth --large synth (the trained tiny models shipped here), "
+    "Without a hub: --small synth --large synth --threshold 0.9 (the trained tiny models "
+    "shipped here, at their own scale: docs/synth.md), "
     "tiny (random weights), or a checkpoint folder (--large /models/DeepEyes-7B)"
 )
 

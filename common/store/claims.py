@@ -191,7 +191,7 @@ def statuses(session: Session, job_ids: Sequence[str]) -> dict[str, str]:
 
 
 def release_ids(
-    session: Session, job_ids: Sequence[str], stage: Stage, *, count_attempt: bool = True
+    session: Session, job_ids: Sequence[str], stage: Stage, *, count_attempt: bool
 ) -> int:
     """Put claimed jobs back to wait for ``stage`` again (a retry, not a result).
 

@@ -307,7 +307,7 @@ def test_a_model_that_cannot_be_found_is_one_line(tmp_path: Path, capsys, monkey
     assert err.splitlines()[-1].startswith(
         "speceyes: configuration error: model 'no-such-org/model' (small) is neither a local "
         "folder nor in the Hugging Face cache, and HF_HUB_OFFLINE is set. Without a hub: "
-        "--small synth --large synth"
+        "--small synth --large synth --threshold 0.9"
     )
     assert not db.exists()  # refused before its first job: no empty store left behind
 

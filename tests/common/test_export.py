@@ -8,7 +8,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from cli.main import main
-from common.export import SCHEMA, result_row, write_rows
+from common.export import SCHEMA, parts_of, result_row, write_rows
 from common.store.tables import BatchItem, Job
 from tests.helpers.images import write_images
 
@@ -136,3 +136,7 @@ def test_a_folder_keeps_one_batchs_parts_and_refuses_another_batchs(tmp_path: Pa
     (foreign / "part-00000.parquet").write_bytes(b"someone else's")
     assert main(["export", "first", "--out", f"{foreign}/", "--db", db]) == 2
     assert "parts no export of ours named" in capsys.readouterr().err
+
+
+def test_the_parts_are_counted_in_words():
+    assert [parts_of(n) for n in (1, 2)] == ["1 Parquet file", "2 Parquet files"]
