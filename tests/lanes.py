@@ -28,6 +28,7 @@ LANES = (
     ("parallel", ["-m", "not sandbox and not soak"], True),
     ("sandbox", ["-m", "sandbox"], False),
 )
+SLOWEST = "--durations=12"  # each lane lists its slowest tests: where the time goes
 # pytest's last line: "== 3 failed, 760 passed, 2 skipped in 421.49s (0:07:01) =="
 SUMMARY = re.compile(r"=+ (.*?) in ([\d.]+)s")
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
@@ -47,6 +48,7 @@ class Lane:
     counts: dict[str, int] = field(default_factory=dict)
     code: int = 0
     started: float = 0.0
+    ended: float = 0.0
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _reader: threading.Thread | None = None
@@ -72,6 +74,7 @@ class Lane:
                     _say(line)
                 else:
                     self.kept.append(line)
+        self.ended = time.monotonic()  # (its own end: the other lane may still be shown)
 
     def show(self) -> None:
         """From now on its output goes to stdout, what it kept first."""
@@ -86,7 +89,7 @@ class Lane:
         assert self.process is not None and self._reader is not None
         self.code = self.process.wait()
         self._reader.join()
-        self.seconds = time.monotonic() - self.started
+        self.seconds = self.ended - self.started
         for number, kind in COUNT.findall(self.summary):
             self.counts[kind.rstrip("s") if kind.startswith("error") else kind] = int(number)
 
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     lanes = []
     for name, marker, parallel in LANES:
         extra = ["-n", str(args.workers)] if parallel and args.workers > 1 else []
-        lanes.append(Lane(name, [*marker, *extra, *pytest_args]))
+        lanes.append(Lane(name, [*marker, *extra, SLOWEST, *pytest_args]))
     started = time.monotonic()
     if args.serial:
         for lane in lanes:

@@ -192,9 +192,15 @@ def _annotate_in_background(
 
 
 def done_count(db: Path) -> int:
+    return count_of(db, "status = 'done'")
+
+
+def count_of(db: Path, where: str) -> int:
+    """The jobs of a run's store that match ``where``; 0 before the store is made (its
+    file may exist before its tables do)."""
     try:
-        return db_rows(db, "select count(*) from jobs where status = 'done'")[0][0]
-    except sqlite3.OperationalError:  # not created yet
+        return db_rows(db, f"select count(*) from jobs where {where}")[0][0]
+    except sqlite3.OperationalError:
         return 0
 
 
@@ -248,12 +254,7 @@ def test_ctrl_c_mid_step_ends_at_once_and_says_what_it_wrote(tmp_path: Path, run
     db = tmp_path / "s.db"
     process = run_in_background(db, agent_step_s=20, out=tmp_path / "out.jsonl")
     wait_until(
-        lambda: (
-            db_rows(db, "select count(*) from jobs where status = 'running' and stage = 'agent'")
-            == [(1,)]
-            if db.exists()
-            else False
-        ),
+        lambda: count_of(db, "status = 'running' and stage = 'agent'") == 1,
         deadline_s=60,
         what="the agent's step",
     )
