@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 
@@ -57,7 +58,14 @@ def run(args: argparse.Namespace) -> int:
     base = f"http://{settings.api.host}:{settings.api.port}"
     print(f"serving on {base} ({mode}); API docs at {base}/docs, review pages at {base}/ui")
     print(f"job store: {sessions.described}")
-    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
+    # uvicorn shuts down in order on SIGTERM as on Ctrl-C, then raises the signal again
+    # for whatever handler was there before it: by default, death before the store is
+    # closed (SQLite's -wal and -shm left behind). This one lets the run end here.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     sessions.close()
     if "torch" in sys.modules:
         # The shutdown ended the embedded runner's threads in order (its close()); after a

@@ -150,3 +150,18 @@ def test_ctrl_c_on_serve_while_a_trajectory_runs_shuts_down_in_order(
     assert server.process.returncode == 0, stderr[-3000:]
     assert "terminate called" not in stderr and "Traceback" not in stderr, stderr[-3000:]
     assert not _rows(db, "select 1 from jobs where status = 'running'")
+
+
+def test_sigterm_stops_serve_as_cleanly_as_ctrl_c(tmp_path: Path):
+    """A service manager's stop (SIGTERM): the same orderly shutdown, exit 0, and the
+    SQLite store closed (no -wal or -shm file left beside it)."""
+    db = tmp_path / "s.db"
+    env = {**os.environ, "SPECEYES_UPLOAD_DIR": str(tmp_path / "up")}
+    flags = ["--backend", "scripted", "--db", f"sqlite:///{db}"]
+    with served(tmp_path, env, *flags) as server:
+        job = {"question": "Q?", "image_base64": base64.b64encode(png()).decode()}
+        answer = httpx.post(f"{server.base}/v1/jobs", json=job, headers={"X-API-Key": server.key})
+        assert answer.status_code == 202, answer.text
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=60) == 0, server.stderr()[-3000:]
+    assert db.exists() and sorted(p.name for p in tmp_path.glob("s.db*")) == ["s.db"]
