@@ -22,6 +22,7 @@ message for it changes nothing (``common.work``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ class Reconciler:
         self.sessions, self.dispatcher, self.settings = sessions, dispatcher, settings
         self.holder, self.clock = holder, clock
         self._missing_since: dict[str, float] = {}  # job id -> first sweep that missed it
-        self._distrust_held_until = 0.0
+        self._distrust_held_until = -math.inf  # (held messages trusted until a death)
         self._resend_now = False
 
     def broker_restarted(self) -> None:

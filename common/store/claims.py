@@ -115,9 +115,13 @@ def claim_ids(
     handed back when its worker died, is claimed on its own: ``FastWork.run_ids``).
     """
     now = utcnow()
-    held = takeover or stale_after_s is not None
-    stale = now - timedelta(seconds=0 if takeover else stale_after_s or 0)
+    stale = None  # running jobs started before this are claimed too (none: no running job)
+    if takeover:
+        stale = now  # (however recently it started)
+    elif stale_after_s is not None:
+        stale = now - timedelta(seconds=stale_after_s)
     parameters = {"ids": list(job_ids), "now": now, "stale": stale, "worker": worker}
+    held = stale is not None
     rows = session.execute(_claim_statement(stage, untried_only, held), parameters).all()
     return _tickets(rows)
 

@@ -52,8 +52,8 @@ PROMISES = (
         "A running job is taken over only when stale or handed back",
         "docs/operations.md",
         "common/store/claims.py",
-        "held = takeover or stale_after_s is not None",
-        "held = True",
+        "stale = None  # running jobs started before this",
+        "stale = now  # running jobs started before this",
         (
             "tests/common/test_work.py::test_running_jobs_are_taken_over_only_when_stale_or_handed_back",
         ),
