@@ -115,4 +115,64 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "valid[..., 1]: values come sorted, fillers last, so the second is valid exactly "
         "when a competitor is (count > 0), and then the first is too",
     ),
+    Equivalent(
+        "channel",
+        "CHECK_EVERY_S = 0.1",
+        r"core/NumberReplacer",
+        "how often the CPU is asked while the guest is quiet: the limit's latency, not its outcome",
+    ),
+    Equivalent(
+        "channel",
+        "SMALL_READ = 1 << 16",
+        r"core/NumberReplacer",
+        "what a small read is to the throttle: how often the worker wakes, not what it reads",
+    ),
+    Equivalent(
+        "channel",
+        "FREE_SMALL_READS = 64",
+        r"core/NumberReplacer",
+        "one small read more or less before the throttle: timing only",
+    ),
+    Equivalent(
+        "channel",
+        "if small_reads > FREE_SMALL_READS:",
+        r"core/ReplaceComparisonOperator_Gt_GtE",
+        "the throttle one read sooner: timing only",
+    ),
+    Equivalent(
+        "channel",
+        "data = os.read(key.fd, 1 << 20)",
+        r"core/NumberReplacer",
+        "the size of each read (512 KiB or 2 MiB): every byte is read either way",
+    ),
+    Equivalent(
+        "channel",
+        "else (0, 0)",
+        r"core/NumberReplacer",
+        "(1, 0) or (0, 1): a side of 0 is refused as surely as two",
+    ),
+    Equivalent(
+        "channel",
+        "if remaining <= 0:",
+        r"core/ReplaceComparisonOperator_LtE_Lt",
+        "exactly 0 s left: the next pass finds less than 0 and ends the same way",
+    ),
+    Equivalent(
+        "channel",
+        "@dataclass(frozen=True)",
+        r"core/ReplaceTrueWithFalse",
+        "frozen or not: nothing assigns to a report's limits",
+    ),
+    Equivalent(
+        "channel",
+        "assert process.stdout is not None and process.stderr is not None",
+        r"core/ReplaceAndWithOr",
+        "an assertion for the type checker: both pipes are always asked for",
+    ),
+    Equivalent(
+        "channel",
+        "if status > 0xFFFF or not (exited or signalled):",
+        r"core/NumberReplacer",
+        "0xFFFE: a status of 0xFFFF is neither an exit nor a signal, refused either way",
+    ),
 )

@@ -50,6 +50,7 @@ def test_a_well_formed_report_gives_its_images_from_raw_pixels():
     ("stdout", "said"),
     [
         (b"", "no report line"),
+        (b"\n", "not valid JSON"),  # (an empty report line is one)
         (b"x" * 5000 + b"\n", "no report line within 4096"),
         (b"[" * 2000 + b"]" * 2000 + b"\n", "not valid JSON (RecursionError)"),
         (b"\xff\xfe\n", "not valid JSON"),
@@ -237,3 +238,76 @@ def test_the_wall_clock_counts_from_the_guest_being_ready(after_ready_s, overrun
         process.kill()
         process.wait()
     assert got == overrun and (overrun or bytes(out) == b"done\n")
+
+
+def test_images_of_exactly_the_pixel_budget_are_taken():
+    header = {**EMPTY, "images": [{"width": 100, "height": 10}]}  # 1000: the budget
+    assert parse(report(header, bytes(3 * 1000)), LIMITS).images[0].size == (100, 10)
+
+
+def test_a_side_is_refused_with_the_exact_bound_it_broke():
+    bad = report({**EMPTY, "images": [{"width": 2**31, "height": 1}]})
+    with pytest.raises(BadReport, match=r"integers from 1 to 2147483647$"):
+        parse(bad, LIMITS)
+
+
+def test_a_note_is_cut_at_300_characters():
+    parsed = parse(report({**EMPTY, "notes": ["n" * 400]}), LIMITS)
+    assert parsed.notes == ["n" * 300]
+
+
+@pytest.mark.parametrize(
+    ("status", "taken"),
+    [
+        (9, 9),  # killed by SIGKILL
+        (31 | 0x80, 31 | 0x80),  # SIGSYS, with a core
+        (0x7F, None),  # "stopped", not an end
+        (0x017F, None),  # stopped by a signal
+        (0x0105, None),  # a signal with an exit code: no such status
+        (1, 1),  # SIGHUP, the lowest
+        (0x0100, 0x0100),  # exit 1
+        (0xFF00, 0xFF00),  # exit 255, the highest
+        (0x10000, None),  # past any exit code
+    ],
+)
+def test_only_a_status_a_process_can_end_with_is_taken(status, taken):
+    out = bytearray(report(EMPTY) + STATUS_MARK + b"%08x\n" % status)
+    assert split_status(out) == taken
+    unmarked = bytearray(b"x" * len(STATUS_MARK) + b"%08x\n" % status)  # (the guest's)
+    assert split_status(unmarked) is None
+
+
+def _collected(script: str, wall_s: float | None = None) -> tuple[bytes, bytes, str | None]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        out, err, overrun = collect(
+            process, time.perf_counter() + 30, stdout_cap=10_000, stderr_cap=10_000, wall_s=wall_s
+        )
+    finally:
+        process.kill()
+        process.wait()
+    return bytes(out), bytes(err), overrun
+
+
+def test_the_ready_mark_is_taken_once_from_the_start_of_stdout():
+    """Only the init's first byte on stdout is its ready mark: a guest that writes to
+    stderr first (a warning at import) changes nothing, and a result of the guest's that
+    begins with the same byte is the guest's (taking it too would restart the clock)."""
+    script = (
+        "import os, time\nos.write(2, b'a warning')\ntime.sleep(0.3)\n"
+        f"os.write(1, {READY_MARK!r})\ntime.sleep(0.3)\nos.write(1, {READY_MARK!r} + b'out')"
+    )
+    out, err, overrun = _collected(script, wall_s=10)
+    assert (out, err, overrun) == (READY_MARK + b"out", b"a warning", None)
+
+
+def test_a_guest_trickling_bytes_is_read_whole():
+    """Hundreds of tiny writes (past the free small reads, each next read is throttled):
+    every byte arrives, in order."""
+    script = (
+        "import os, time\nfor i in range(150):\n    os.write(1, b'%d,' % i)\n    time.sleep(0.002)"
+    )
+    out, _, overrun = _collected(script)
+    assert overrun is None and out == b"".join(b"%d," % i for i in range(150))
