@@ -246,7 +246,8 @@ programs = [
     "x = 0\\nwhile True:\\n    x += 1",
 ]
 stops = []
-with Sandbox(TEST_LIMITS.model_copy(update={'wall_s': 2.0, 'cpu_s': 1})).session() as session:
+# (1 CPU-s within 6 s of wall clock: a sixth of a core, which a busy machine still gives)
+with Sandbox(TEST_LIMITS.model_copy(update={'wall_s': 6.0, 'cpu_s': 1})).session() as session:
     for code in programs:
         stops.append(session.run({**probe_request(session), "code": code}).stop)
 zombies = 0

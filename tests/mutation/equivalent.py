@@ -175,4 +175,16 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         r"core/NumberReplacer",
         "0xFFFE: a status of 0xFFFF is neither an exit nor a signal, refused either way",
     ),
+    Equivalent(
+        "channel",
+        "if small_reads > FREE_SMALL_READS:",
+        r"core/AddNot",
+        "the throttle on the first reads instead of the later ones: timing only",
+    ),
+    Equivalent(
+        "channel",
+        "continue",
+        r"core/ReplaceContinueWithBreak",
+        "a stream that closed ends this pass: the other ready one is read on the next",
+    ),
 )
