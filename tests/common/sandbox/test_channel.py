@@ -168,7 +168,8 @@ def test_an_image_on_the_grid_is_taken_with_the_size_the_code_saved():
         # the thin attack forged: a 10,000,000 x 1 source is no view at all (its aspect)
         (_sized(11_333_588, 28, (10_000_000, 1)), "not the model's view"),
         # a view of a size the grid never gives (not a multiple of 28)
-        (_sized(100, 50, (100, 50)), "not the model's view"),
+        (_sized(100, 50, (100, 50)), "a 100x50 image is not the model's view of the 100x50"),
+        (_sized(56, 56, (30, 40)), "not the model's view of the 30x40 image it claims"),
         # the right shape for its source, but over what the trajectory may be shown
         (_sized(3584, 3584, (3584, 3584)), "200000 pixels together"),
         # sides Pillow could not hold, or arithmetic could not take
@@ -268,6 +269,7 @@ def test_a_note_is_cut_at_300_characters():
         (0x0100, 0x0100),  # exit 1
         (0xFF00, 0xFF00),  # exit 255, the highest
         (0x10000, None),  # past any exit code
+        (0x0101, None),  # an exit code with a signal: no such status
     ],
 )
 def test_only_a_status_a_process_can_end_with_is_taken(status, taken):
@@ -311,3 +313,15 @@ def test_a_guest_trickling_bytes_is_read_whole():
     )
     out, _, overrun = _collected(script)
     assert overrun is None and out == b"".join(b"%d," % i for i in range(150))
+
+
+def test_the_longest_aspect_is_shown_and_one_past_it_is_not():
+    assert GRID.view(200 * 28, 28) is not None  # exactly 200: shown
+    assert GRID.view(200 * 28 + 1, 28) is None
+
+
+def test_output_of_exactly_its_cap_is_no_overrun():
+    out, _, overrun = _collected("import os\nos.write(1, b'x' * 10_000)")
+    assert overrun is None and len(out) == 10_000  # (the cap _collected sets)
+    _, _, over = _collected("import os\nos.write(1, b'x' * 10_001)")
+    assert over == "output_limit"
