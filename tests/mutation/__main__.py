@@ -36,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("promises", help="run each documented promise's mutant")
-    for name, text in (("modules", "run cosmic-ray"), ("report", "count and list survivors")):
+    for name, text in (
+        ("modules", "run cosmic-ray"),
+        ("report", "count and list survivors"),
+        ("recheck", "run each survivor of the last run again, against today's tests"),
+    ):
         command = commands.add_parser(name, help=text)
         command.add_argument("names", nargs="*", help="modules (default: all)")
     args = parser.parse_args(argv)
@@ -46,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "modules":
         for module in chosen:
             run_module(module)
+    if args.command == "recheck":
+        return max((recheck(module) for module in chosen), default=0)
     return report(chosen)
 
 
@@ -156,7 +162,55 @@ def _score(counts: Counter[str]) -> str:
     return f"{100 * (counts['killed'] + counts['timeout']) / alive:.1f}%" if alive else "-"
 
 
-def _outcomes(module: Module, session: Path) -> tuple[Counter[str], list[str]]:
+def recheck(module: Module) -> int:
+    """After a triage: each mutant that survived the module's last run, applied again (its
+    diff, on the file as committed) under the tests as they are now. A survivor judged
+    equivalent since is left out; one still alive is listed. 1 if any is."""
+    session = WORK / f"{module.name}.sqlite"
+    if not session.exists():
+        return 0
+    _refuse_if_changed(module.path)
+    source = (REPO / module.path).read_text().splitlines()
+    alive = 0
+    for item, result in _dump(session):
+        if result is None or result["worker_outcome"] != "normal":
+            continue
+        if result["test_outcome"] != "survived":
+            continue
+        mutation = item["mutations"][0]
+        row = mutation["start_pos"][0]
+        text = source[row - 1].strip() if row <= len(source) else ""
+        if _equivalent(module.name, mutation["operator_name"], text):
+            continue
+        applied = subprocess.run(
+            ["git", "apply", "-p1", "-"],
+            cwd=REPO,
+            input=_as_git_diff(result["diff"], module.path),
+            text=True,
+            capture_output=True,
+        )
+        if applied.returncode:
+            print(f"  no longer applies  line {row}: {text}")
+            continue
+        try:
+            done = subprocess.run([*PYTEST, *module.tests], cwd=REPO, capture_output=True)
+        finally:
+            subprocess.run(["git", "checkout", "--", module.path], cwd=REPO, check=True)
+        verdict = "killed" if done.returncode else "SURVIVED"
+        alive += verdict == "SURVIVED"
+        print(f"  {verdict:8s} line {row} {mutation['operator_name']}: {text}", flush=True)
+    print(f"{module.name}: {alive} survivor(s) still alive")
+    return 1 if alive else 0
+
+
+def _as_git_diff(diff: str, path: str) -> str:
+    """cosmic-ray's diff names the file by its path both sides; git apply wants a/ b/."""
+    lines = diff.splitlines()
+    body = [line for line in lines if not line.startswith(("---", "+++"))]
+    return "\n".join([f"--- a/{path}", f"+++ b/{path}", *body]) + "\n"
+
+
+def _dump(session: Path) -> list[tuple[dict, dict | None]]:
     dumped = subprocess.run(
         [str(Path(sys.executable).with_name("cosmic-ray")), "dump", str(session)],
         cwd=REPO,
@@ -164,11 +218,14 @@ def _outcomes(module: Module, session: Path) -> tuple[Counter[str], list[str]]:
         text=True,
         check=True,
     ).stdout
+    return [tuple(json.loads(line)) for line in dumped.splitlines()]
+
+
+def _outcomes(module: Module, session: Path) -> tuple[Counter[str], list[str]]:
     source = (REPO / module.path).read_text().splitlines()
     counts: Counter[str] = Counter()
     survivors = []
-    for line in dumped.splitlines():
-        item, result = json.loads(line)
+    for item, result in _dump(session):
         if result is None:
             counts["pending"] += 1
             continue

@@ -172,8 +172,8 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
         "channel",
         "if status > 0xFFFF or not (exited or signalled):",
-        r"core/NumberReplacer",
-        "0xFFFE: a status of 0xFFFF is neither an exit nor a signal, refused either way",
+        r"core/(NumberReplacer|ReplaceComparisonOperator_Gt_GtE)",
+        "(> 0xFFFE, >= 0xFFFF) a status of 0xFFFF is neither exit nor signal: refused anyway",
     ),
     Equivalent(
         "channel",
@@ -204,5 +204,25 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "small_reads = 0",
         r"core/NumberReplacer",
         "the throttle one small read sooner or later: timing only",
+    ),
+    Equivalent(
+        "channel",
+        "break",
+        r"core/ReplaceBreakWithContinue",
+        "an overrun set: the loop's own condition (overrun is None) ends it either way",
+    ),
+    Equivalent(
+        "channel",
+        "signalled = 0 < status & 0x7F < 0x7F and status >> 8 == 0",
+        r"core/(NumberReplacer|ReplaceComparisonOperator_Lt_LtE)",
+        "(-1 <, 0 <=) signal bits of 0 are an exit, taken as one either way; (< 126) no "
+        "signal is numbered 126 (Linux's last is 64); the others are killed",
+    ),
+    Equivalent(
+        "channel",
+        "THROTTLE_S = 0.005",
+        r"core/NumberReplacer",
+        "1.005 s: how long a throttled read waits, timing only (-0.995 is killed: a sleep "
+        "below 0 raises)",
     ),
 )
