@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.hostile_programs import PROGRAMS as HOSTILE
+from tests.mutation.modules import MODULES
 from tests.mutation.promises import PROMISES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +75,15 @@ def test_every_promise_names_tests_that_exist_and_a_change_that_applies():
         for node in promise.tests:
             path, _, name = node.partition("::")
             assert (ROOT / path).is_file() and name in functions, node
+
+
+def test_every_module_under_mutation_exists_with_the_tests_it_names():
+    _, functions = _tests_by_name()
+    for module in MODULES:
+        assert (ROOT / module.path).is_file(), module
+        for node in module.tests:
+            path, _, name = node.partition("::")
+            assert (ROOT / path).is_file() and (not name or name in functions), node
 
 
 def test_nothing_is_printed_unescaped_without_a_reason():

@@ -48,7 +48,16 @@ MODULES = (
         ("tests/common/test_dispatch.py", "tests/common/test_runner.py"),
     ),
     Module("work", "common/work.py", ("tests/common/test_work.py", "tests/common/test_runner.py")),
-    Module("export", "common/export.py", ("tests/common/test_export.py",)),
+    Module(
+        "export",
+        "common/export.py",
+        (
+            "tests/common/test_export.py",
+            "tests/cli/test_annotate.py::test_export_and_jobs_show",
+            "tests/cli/test_sources.py::test_results_go_out_as_parquet_parts_and_as_labelled_shards",
+            "tests/cli/test_sources.py::test_labelled_shards_never_overwrite_each_other_or_their_source",
+        ),
+    ),
     Module("ui-session", "api/ui/session.py", ("tests/api/ui/test_pages.py",)),
     Module(
         "tenancy",
