@@ -134,16 +134,19 @@ class Sandbox:
         """A workspace for one trajectory, with a guest process already starting."""
         return SandboxSession(self, spare=spare)
 
-    def guest_setup(self, workdir: str, *, counted: bool, host_devices: bool) -> str:
+    def guest_setup(self, workdir: str, *, counted: bool, grouped: bool, host_devices: bool) -> str:
         """The guest's folder and own limits, as its one argument (``counted``: a control
         group counts its tasks, so RLIMIT_NPROC, which counts the uid's everywhere, is
-        off; ``host_devices``: the device nodes it sees are the host's, so it may not set
-        file times)."""
+        off; ``grouped``: a control group counts its CPU exactly; ``host_devices``: the
+        device nodes it sees are the host's, so it may not set file times)."""
         limits = self.limits
         return json.dumps(
             {
                 "workdir": workdir,
                 "cpu_s": limits.cpu_s,
+                # the group counts CPU exactly from the request: the kernel's RLIMIT_CPU
+                # is then a backstop, not counting the warm-up before it
+                "cpu_after_warm_up": grouped,
                 # with a group the memory of everything it runs is counted there; the
                 # address space only stops absurd reservations (libraries reserve more
                 # than they touch)
@@ -251,7 +254,9 @@ class SandboxSession:
         host_devices = launcher.name == "none" or (
             launcher.name == "bubblewrap" and not self.workspace.own_devices
         )
-        setup = self.sandbox.guest_setup(self.root, counted=counted, host_devices=host_devices)
+        setup = self.sandbox.guest_setup(
+            self.root, counted=counted, grouped=self.group is not None, host_devices=host_devices
+        )
         command = launcher.command(self.workspace, setup)
         if self.group is not None:
             command = [*self.group.join_command(), *command]

@@ -7,8 +7,11 @@ start sandboxes run one at a time, in one pytest-xdist group (``sandbox`` marker
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -236,7 +239,7 @@ session.run({**probe_request(session), "code": code})
 
 
 SUBREAPER_WORKER = """
-import ctypes, pathlib
+import ctypes, json, pathlib
 from common.sandbox import Sandbox, probe_request
 from tests.helpers.sandbox import TEST_LIMITS
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
@@ -245,15 +248,29 @@ programs = [
     "data = b'x' * (1 << 20)\\nfor _ in range(50):\\n    os.write(1, data)",
     "x = 0\\nwhile True:\\n    x += 1",
 ]
-stops = []
+ended = []
 # (1 CPU-s within 6 s of wall clock: a sixth of a core, which a busy machine still gives)
 with Sandbox(TEST_LIMITS.model_copy(update={'wall_s': 6.0, 'cpu_s': 1})).session() as session:
     for code in programs:
-        stops.append(session.run({**probe_request(session), "code": code}).stop)
+        execution = session.run({**probe_request(session), "code": code})
+        ended.append([execution.stop, execution.detail, round(execution.cpu_s, 2)])
 zombies = 0
 for task in pathlib.Path("/proc/self/task").iterdir():
     for child in (task / "children").read_text().split():
         if "State:\\tZ" in pathlib.Path(f"/proc/{child}/status").read_text():
             zombies += 1
-print(" ".join(stops), "|", zombies)
+print(json.dumps({"ended": ended, "zombies": zombies}))
 """
+
+
+def reaped_by_a_subreaper(script: str = SUBREAPER_WORKER) -> None:
+    """Run ``script`` (``SUBREAPER_WORKER`` or a variant) as a worker of its own: its
+    three programs end at their three limits and leave it no zombie."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout)
+    stops = [stop for stop, _, _ in said["ended"]]
+    assert stops == ["timeout", "output_limit", "cpu_limit"], said["ended"]
+    assert said["zombies"] == 0

@@ -4,8 +4,6 @@ bubblewrap (what they observe may differ: gVisor shows its own /proc and /dev/sh
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +13,11 @@ from common.sandbox import Sandbox, SandboxUnavailable, probe_request
 from tests.helpers.hostile_programs import INT80, PROGRAMS
 from tests.helpers.sandbox import (
     CROP,
-    REPO,
     SUBREAPER_WORKER,
     TEST_LIMITS,
     bubblewrap_or_skip,
     contained,
+    reaped_by_a_subreaper,
     trajectory_of,
 )
 
@@ -63,13 +61,7 @@ def test_a_worker_that_reaps_orphans_is_left_no_zombies_by_gvisor(gvisor):
     script = SUBREAPER_WORKER.replace(
         "Sandbox(TEST_LIMITS", 'Sandbox(isolation="gvisor", limits=TEST_LIMITS'
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    stops, zombies = done.stdout.split("|")
-    assert stops.split() == ["timeout", "output_limit", "cpu_limit"]
-    assert zombies.strip() == "0"
+    reaped_by_a_subreaper(script)
 
 
 @pytest.mark.parametrize(
