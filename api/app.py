@@ -31,7 +31,7 @@ from api.errors import install_handlers
 from api.middleware import BodyLimit
 from api.routes import batches, health, jobs
 from common.config import Settings
-from common.dispatch import Dispatcher, StoreOnly
+from common.pipeline.dispatch import Dispatcher, StoreOnly
 from common.store.db import open_store
 
 log = logging.getLogger(__name__)

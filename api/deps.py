@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.errors import ApiError
 from api.limiter import RateLimiter
 from common.config import Settings
-from common.dispatch import Dispatcher
+from common.pipeline.dispatch import Dispatcher
 from common.store.keys import check_key
 
 

@@ -46,7 +46,7 @@ from common.images import (
     read_image_bytes,
 )
 from common.limits import OverLimit, check_id, check_name, check_query
-from common.locations import is_reference
+from common.sources.locations import is_reference
 from common.store import reads
 from common.store.submission import NewItem, storable_item
 
@@ -345,6 +345,6 @@ def public_path(path: str | None, upload_root: Path) -> str | None:
 
 def unsent(error: RetryableError) -> None:
     """A committed job the broker would not take now: the answer is still 202, and the
-    reconciler sends it once the broker is back (``common.reconcile``)."""
+    reconciler sends it once the broker is back (``common.pipeline.reconcile``)."""
     UNSENT.inc()
     log.warning("committed, not sent (the reconciler will send it): %s", error)

@@ -15,12 +15,21 @@ from tqdm import tqdm
 
 from cli.compose import make_dispatcher
 from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
-from common.audit import describe
 from common.contracts import AnsweredBy, JobStatus, SourceRow
-from common.corpus import Corpus, open_source
-from common.dispatch import Watch
 from common.errors import ConfigurationError, InvalidInput
-from common.export import (
+from common.evaluation.audit import describe
+from common.evaluation.judge import Judge, judge_batch
+from common.limits import check_name, check_query
+from common.logs import JOBS
+from common.pipeline.dispatch import Watch
+from common.pipeline.runner import EmbeddedRunner
+from common.pipeline.submit import submit_corpus
+from common.sources.corpus import Corpus, open_source
+from common.sources.locations import name_of
+from common.sources.webdataset import Columns
+from common.store.analytics import batch_scores
+from common.store.db import Store, open_store
+from common.store.export import (
     LAYOUTS,
     Output,
     batch_rows,
@@ -30,23 +39,14 @@ from common.export import (
     parts_of,
     write_labelled,
 )
-from common.judge import Judge, judge_batch
-from common.limits import check_name, check_query
-from common.locations import name_of
-from common.logs import JOBS
-from common.runner import EmbeddedRunner
-from common.store.analytics import batch_scores
-from common.store.db import Store, open_store
 from common.store.reads import batch_counts
 from common.store.tables import Batch
-from common.submit import submit_corpus
-from common.webdataset import Columns
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
     from common.config import Settings
-    from common.dispatch import Dispatcher, RunResult
+    from common.pipeline.dispatch import Dispatcher, RunResult
     from common.store.reads import BatchCounts
 
 DESCRIPTION = """\

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, cast
 from cli.options import add_funnel_flags, add_model_flags, settings_from_args
 from common.backends import check_models, load_models
 from common.contracts import Accepted, AnsweredBy, DeferReason, Deferred, Failed, JobStatus
-from common.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.limits import check_query
+from common.pipeline.funnel import prepare_query, run_agent_stage, run_fast_stage
 from common.sandbox import require_code_sandbox
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from cli.options import add_store_flags, settings_from_args
-from common.calibration import default_grid, pick_tau, sweep
 from common.errors import InvalidInput
+from common.evaluation.calibration import default_grid, pick_tau, sweep
 from common.store.analytics import calibration_items, stage_costs
 from common.store.db import open_store
 from common.store.reads import require_batch

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from common.backends import check_models, load_models
 from common.config import Settings
-from common.dispatch import Dispatcher
-from common.runner import EmbeddedRunner
+from common.pipeline.dispatch import Dispatcher
+from common.pipeline.runner import EmbeddedRunner
 from common.sandbox import require_code_sandbox
 from workers.queues import CeleryDispatcher
 

@@ -6,8 +6,8 @@ import argparse
 
 from cli.options import add_settings, add_store_flags, settings_from_args
 from cli.output import say
-from common.export import batch_rows, check_output, export, parts_of
 from common.store.db import open_store
+from common.store.export import batch_rows, check_output, export, parts_of
 from common.store.reads import require_batch
 
 

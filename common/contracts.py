@@ -46,7 +46,7 @@ class Queue(StrEnum):
 
     FAST = "fast"  # jobs queued for phases I-III
     SLOW = "slow"  # jobs deferred to the agent
-    AUDIT = "audit"  # accepted jobs drawn for an audit (common.audit)
+    AUDIT = "audit"  # accepted jobs drawn for an audit (common.evaluation.audit)
 
 
 class AnsweredBy(StrEnum):
@@ -64,7 +64,7 @@ class DeferReason(StrEnum):
     BASELINE = "baseline"  # no speculation at all (speedup baselines)
     SPECREASON = "specreason"  # SpecReason's jobs skip phases I-III (common.agents.specreason)
     CALIBRATION = "calibration"  # a calibration run: speculated AND sent to the agent
-    AUDIT_PAUSED = "audit_paused"  # an audit alarm paused accepting (common.audit)
+    AUDIT_PAUSED = "audit_paused"  # an audit alarm paused accepting (common.evaluation.audit)
 
 
 class FailureCode(StrEnum):
@@ -158,8 +158,8 @@ class AgentOutcome:
 
 @dataclass(frozen=True)
 class SourceRow:
-    """One row of a corpus as its reader found it (``common.corpus``,
-    ``common.benchmarks``): a job to submit, or, with ``error``, one that failed alone."""
+    """One row of a corpus as its reader found it (``common.sources.corpus``,
+    ``common.sources.benchmarks``): a job to submit, or, with ``error``, one that failed alone."""
 
     position: int  # 0-based order in the source
     item_id: str  # the row's id, or the image path relative to the source

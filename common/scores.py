@@ -1,13 +1,22 @@
 """What the gate reads and what it returns, as plain values (no torch).
 
-A backend turns a model's output into ``TokenScores`` at its edge; ``common.gate``
+A backend turns a model's output into ``TokenScores`` at its edge; ``common.pipeline.gate``
 computes ``GateResult`` from them. Both travel through contracts, the store and the
 calibration replay, which therefore never need torch.
+
+What a calibration run keeps to replay any gate later (``encode``, ``decode``): per
+speculated job, the top ``REPLAY_K`` logits of every answer token and each token's
+log-sum-exp, as float32 (the backend computes them in float32, so nothing is rounded: a
+replayed gate decides exactly as the live one did), base64 in a small JSON record:
+about 0.5 KB per answer token. (Replaying: ``common.evaluation.calibration.replay``.)
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import math
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,3 +66,28 @@ def score_for(confidence: float) -> float:
     """The score S whose squashed confidence is ``confidence`` (the sigmoid's inverse),
     for stand-ins that must produce a chosen confidence."""
     return math.log(confidence / (1 - confidence)) / SQUASH
+
+
+def encode(scores: TokenScores) -> str:
+    """``scores`` as a compact JSON record (every row cut to the same width)."""
+    width = min((len(row) for row in scores.top_values), default=0)
+    top = array("f", (value for row in scores.top_values for value in row[:width]))
+    norm = array("f", scores.log_normalizer)
+    return json.dumps(
+        {
+            "tokens": scores.num_tokens,
+            "k": width,
+            "top": base64.b64encode(top.tobytes()).decode(),
+            "norm": base64.b64encode(norm.tobytes()).decode(),
+        }
+    )
+
+
+def decode(record: str) -> TokenScores:
+    data = json.loads(record)
+    tokens, width = int(data["tokens"]), int(data["k"])
+    top, norm = array("f"), array("f")
+    top.frombytes(base64.b64decode(data["top"]))
+    norm.frombytes(base64.b64decode(data["norm"]))
+    rows = [list(top[t * width : (t + 1) * width]) for t in range(tokens)]
+    return TokenScores(rows, list(norm))

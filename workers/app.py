@@ -1,4 +1,4 @@
-"""The workers' Celery app: the fast (batched) and slow tasks, thin over ``common.work``.
+"""The workers' Celery app: the fast (batched) and slow tasks, thin over ``common.pipeline.work``.
 
 - ``speceyes.fast`` is a celery-batches task: messages (each a micro-batch of job ids,
   as ``CeleryDispatcher.send_fast`` packs them, or one id) are buffered until
@@ -37,12 +37,12 @@ from celery.worker import state as worker_state
 from celery_batches import Batches, SimpleRequest
 
 from common.backends import Models, load_models
+from common.backends.inference_client import Backoff
 from common.config import Settings
 from common.errors import BackendUnavailable
-from common.gate import warm_up
-from common.inference_client import Backoff
+from common.pipeline.gate import warm_up
+from common.pipeline.work import AgentWork, FastWork
 from common.store.db import open_store
-from common.work import AgentWork, FastWork
 from workers import metrics
 from workers.queues import (
     AUDIT_TASK,
@@ -82,7 +82,7 @@ def _ids(request: SimpleRequest) -> list[str]:
 
 def backoff_s(settings: Settings, retries: int) -> float:
     """The wait before the ``retries``-th send after an outage: the service's one backoff
-    (``common.inference_client.Backoff``: doubling, capped, jittered)."""
+    (``common.backends.inference_client.Backoff``: doubling, capped, jittered)."""
     recovery = settings.recovery
     policy = Backoff(first_s=recovery.retry_delay_s, max_s=recovery.retry_max_delay_s)
     return policy.delay_s(retries + 1)

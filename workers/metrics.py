@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from common.contracts import Accepted, Deferred, Failed, JobStatus, Stage
-from common.work import StageReport
+from common.pipeline.work import StageReport
 from workers.queues import CeleryDispatcher
 
 JOBS = Counter(

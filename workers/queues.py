@@ -28,8 +28,8 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from common.config import Settings
-from common.dispatch import Dispatcher
 from common.errors import BackendUnavailable, ConfigurationError
+from common.pipeline.dispatch import Dispatcher
 
 FAST_TASK = "speceyes.fast"
 SLOW_TASK = "speceyes.slow"

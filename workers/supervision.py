@@ -4,7 +4,7 @@ One daemon thread per worker process, every ``heartbeat_s``:
 
 - **heartbeat**: writes the worker's row (``common.store.liveness``); while the database
   does not answer, the worker is not ready;
-- **reconciler**: every ``reconcile_interval_s``, one sweep (``common.reconcile``); only
+- **reconciler**: every ``reconcile_interval_s``, one sweep (``common.pipeline.reconcile``); only
   the lease holder among all workers acts;
 - **broker restarts**: the broker's run id (Redis ``INFO server``) is read each tick; a
   new one means it restarted and dropped every connection and message. The reconciler
@@ -46,7 +46,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.config import Settings
-from common.reconcile import Reconciler
+from common.pipeline.reconcile import Reconciler
 from common.store import liveness
 from workers.queues import CeleryDispatcher
 

@@ -23,13 +23,13 @@ from api.intake import (
 )
 from api.metrics import SUBMITTED
 from api.schemas import BatchSubmitted, BatchView, ItemRefused, JobSpec, RowsPage, RowView
-from common.audit import figures
-from common.dispatch import send_waiting
 from common.errors import InvalidInput
-from common.export import result_row
+from common.evaluation.audit import figures
 from common.logs import job_failed
+from common.pipeline.dispatch import send_waiting
 from common.store import reads, reviews, submission
 from common.store.browse import PAGE_ROWS, BadCursor, results_page
+from common.store.export import result_row
 
 router = APIRouter(prefix="/batches", tags=["batches"])
 

@@ -42,14 +42,14 @@ from api.ui.session import (
     signin_nonce,
     start_session,
 )
-from common.audit import figures_of
 from common.config import ImageSettings, Settings
 from common.errors import ImageError, InvalidInput
-from common.export import result_row
+from common.evaluation.audit import figures_of
 from common.images import image_size
-from common.locations import is_local_file, read_located
+from common.sources.locations import is_local_file, read_located
 from common.store import reads, reviews
 from common.store.browse import BadCursor, kept_overview, overview, results_page
+from common.store.export import result_row
 from common.store.keys import check_key
 from common.store.tables import Batch, BatchItem, Job
 

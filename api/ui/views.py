@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from api.browse import zoom_box_of
-from common.scoring import is_correct, reference_verdict
+from common.protocols.scoring import is_correct, reference_verdict
 from common.store.browse import HISTOGRAM_BINS, Histogram
 from common.store.reads import BatchCounts
 from common.store.tables import BatchItem, Job

@@ -16,8 +16,8 @@ from sqlalchemy.engine import make_url
 
 from api.app import create_app
 from cli.options import settings_from_args
-from common.dispatch import StoreOnly
 from common.errors import InvalidInput
+from common.pipeline.dispatch import StoreOnly
 from common.store.db import Store, open_store
 from common.store.keys import create_key
 from lab.bench import seeded_batch, ui

@@ -49,11 +49,11 @@ from common.config import AgentSettings, ImageSettings
 from common.contracts import Query
 from common.errors import ImageError, SourceUnavailable
 from common.images import image_suffix
-from common.locations import read_located
 from common.protocols import Protocol
 from common.protocols import thyme as THYME
 from common.sandbox import QWEN25_GRID, Sandbox, SandboxSession, view_request
 from common.sandbox.channel import Grid
+from common.sources.locations import read_located
 
 _CODE = re.compile(THYME.CODE_BLOCK, re.IGNORECASE)
 _ANSWER = re.compile(THYME.ANSWER, re.DOTALL)
@@ -224,7 +224,7 @@ def _own_jpeg(query: Query) -> bytes | None:
     job was loaded); None otherwise, or if it cannot be read now."""
     if query.image_path is None:
         return None
-    try:  # (a file, a tar member, a table cell or a remote object: common.locations)
+    try:  # (a file, a tar member, a table cell or a remote object: common.sources.locations)
         data = read_located(query.image_path, ImageSettings())
     except (ImageError, SourceUnavailable):  # (re-encoded from the decoded image instead)
         return None

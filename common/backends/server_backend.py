@@ -26,7 +26,7 @@
   after a failed execution in Thyme's first step the reference continues the *user*
   turn keeping its final newline; a server drops it.
 - The requests of a micro-batch go out at once through the endpoint's one long-lived
-  client (``common.inference_client``: pooled connections, at most ``concurrency`` in
+  client (``common.backends.inference_client``: pooled connections, at most ``concurrency`` in
   flight); 429, 5xx and connection errors are tried again by the service's one backoff
   (capped, jittered, honouring ``Retry-After``), then raised as ``BackendUnavailable``
   (retryable: the job is tried again later); other 4xx are errors of the request
@@ -47,11 +47,11 @@ import httpx
 from PIL import Image
 
 from common.backends.base import Generation, Speculation, final_answer
+from common.backends.inference_client import Backoff, ChatClient, Refused
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError, ModelError
 from common.images import ResizeRule
-from common.inference_client import Backoff, ChatClient, Refused
 from common.protocols import Protocol
 from common.scores import TokenScores
 

@@ -8,5 +8,5 @@
 - ``keys``: the HTTP API's keys, stored hashed.
 
 Nothing here decodes an image or sends a message: the caller's transaction commits, and
-only then is work sent on (``common.dispatch``).
+only then is work sent on (``common.pipeline.dispatch``).
 """

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from common.contracts import DeferReason, JobStatus
-from common.scoring import is_correct, reference_verdict
+from common.protocols.scoring import is_correct, reference_verdict
 from common.store.reads import BatchCounts, batch_jobs, batch_results, counts_of
 from common.store.tables import BatchItem, Job
 

@@ -6,7 +6,7 @@ Results are paged by cursor, never by offset: a page is "the next ``limit`` rows
 this one" in the listing's order (the batch's row order, or confidence then row), so
 page 2,000 of a 100,000-row batch costs what page 1 does. Filters the database can judge
 are SQL; "wrong against the expected answer" needs the scoring rules
-(``common.scoring``), so those rows are fetched in chunks and judged here until the page
+(``common.protocols.scoring``), so those rows are fetched in chunks and judged here until the page
 is full.
 """
 
@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, not_, or_, select
 from sqlalchemy.orm import Session, defer
 
 from common.contracts import AnsweredBy, JobStatus
-from common.scoring import is_correct
+from common.protocols.scoring import is_correct
 from common.store.analytics import ScoreTally, SplitScore, busy_of
 from common.store.reads import BatchCounts, batch_counts, batch_jobs
 from common.store.tables import BatchItem, Job, gate_threshold

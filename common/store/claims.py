@@ -32,7 +32,7 @@ from common.contracts import (
     Stage,
     Ticket,
 )
-from common.replay import encode
+from common.scores import encode
 from common.store import arrays
 from common.store.reads import batch_jobs
 from common.store.tables import Job, utcnow

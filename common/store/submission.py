@@ -5,7 +5,7 @@ Every job has an idempotency key, unique in the table: the same request under th
 configuration is the same job, so submitting it again finds the job instead of making a
 second one. A batch has a key too (an ``annotate`` run's source and configuration, or an
 API client's ``Idempotency-Key``). Nothing here commits: the caller's transaction does,
-and only then is the work sent on (``common.dispatch``).
+and only then is the work sent on (``common.pipeline.dispatch``).
 """
 
 from __future__ import annotations

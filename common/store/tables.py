@@ -143,7 +143,7 @@ class Job(Base):
     token_scores: Mapped[list[float] | None] = mapped_column(JSON)
     gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # mode, top_k, threshold
     defer_reason: Mapped[str | None] = mapped_column(String(32))
-    replay: Mapped[str | None] = mapped_column(Text)  # calibration runs (common.replay)
+    replay: Mapped[str | None] = mapped_column(Text)  # calibration runs (common.scores)
     # phase IV
     trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # outcome
@@ -156,7 +156,8 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
     worker: Mapped[str | None] = mapped_column(String(100))  # the worker holding it (running)
-    # the online audit of an accepted answer (common.audit): pending, running, done, failed
+    # the online audit of an accepted answer (common.evaluation.audit): pending, running,
+    # done, failed
     audit_status: Mapped[str | None] = mapped_column(String(16), index=True)
     audit_answer: Mapped[str | None] = mapped_column(Text)
     audit_agrees: Mapped[bool | None]

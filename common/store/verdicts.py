@@ -1,4 +1,4 @@
-"""The judge's verdicts on benchmark rows: written as they come (``common.judge``)."""
+"""The judge's verdicts on benchmark rows: written as they come (``common.evaluation.judge``)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from common.backends.lockstep import Lockstep
 from common.backends.transformers_backend import TransformersModel
 from common.config import AgentSettings, Settings
 from common.contracts import Query
-from common.funnel import run_agent_stage
 from common.models.registry import protocol_name, resolve_model
+from common.pipeline.funnel import run_agent_stage
 from common.protocols import get_protocol
 
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from common.backends import load_models
 from common.backends.scripted import ScriptedSettings
 from common.config import Settings
-from common.corpus import read_source
-from common.gate import warm_up
-from common.runner import EmbeddedRunner
+from common.pipeline.gate import warm_up
+from common.pipeline.runner import EmbeddedRunner
+from common.pipeline.submit import submit_corpus
+from common.sources.corpus import read_source
 from common.store import analytics
 from common.store.db import open_store
-from common.submit import submit_corpus
 from lab.bench.schedule import Draw, run_draws
 from lab.bench.workload import write_corpus
 

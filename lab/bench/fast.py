@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from common.backends import Models
 from common.config import FunnelSettings
 from common.contracts import Query
-from common.funnel import gate_stage, screen_stage, speculate_stage
+from common.pipeline.funnel import gate_stage, screen_stage, speculate_stage
 
 
 @dataclass(frozen=True)

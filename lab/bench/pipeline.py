@@ -39,9 +39,9 @@ from sqlalchemy import select
 
 from common.backends.scripted import ScriptedSettings
 from common.config import Settings
-from common.dispatch import Dispatcher, Watch, follow_store
 from common.errors import ConfigurationError
 from common.images import content_hash
+from common.pipeline.dispatch import Dispatcher, Watch, follow_store
 from common.store import analytics, reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job

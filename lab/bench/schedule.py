@@ -33,8 +33,8 @@ from sqlalchemy import select
 
 from common.backends.scripted import SimulatedCost
 from common.contracts import AnsweredBy, DeferReason
+from common.pipeline.work import halves
 from common.store.tables import BatchItem, Job
-from common.work import halves
 
 
 class Draw(StrEnum):

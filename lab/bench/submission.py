@@ -5,8 +5,8 @@ column, or WebDataset shards): each image is a 1x1 PNG with a distinct trailer, 
 row is its own job and hashing costs what it costs for small files. Then one process
 (spawned, so its peak memory is its own) opens the source and submits it to a scratch
 PostgreSQL database beside ``database_url`` the way ``annotate`` does
-(``common.corpus.open_source`` + ``common.submit.submit_corpus``, no broker): rows are
-read a record batch at a time, hashed, and written a chunk per transaction.
+(``common.sources.corpus.open_source`` + ``common.pipeline.submit.submit_corpus``, no
+broker): rows are read a record batch at a time, hashed, and written a chunk per transaction.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from common.config import Settings
-from common.corpus import open_source
+from common.pipeline.submit import submit_corpus
+from common.sources.corpus import open_source
 from common.store.db import open_store
-from common.submit import submit_corpus
 from lab.bench.scratch import scratch_database
 
 ROWS_PER_GROUP = 10_000  # the generated table's row groups

@@ -28,16 +28,16 @@ from sqlalchemy import select
 from common.backends import Models
 from common.config import GateMode, GateSettings, Settings
 from common.contracts import Query
-from common.corpus import read_source
-from common.funnel import screen_stage, speculate_stage
-from common.gate import score_answers
-from common.runner import EmbeddedRunner
+from common.pipeline.funnel import screen_stage, speculate_stage
+from common.pipeline.gate import score_answers
+from common.pipeline.runner import EmbeddedRunner
+from common.pipeline.submit import submit_corpus
+from common.protocols.scoring import is_correct
 from common.scores import accepts
-from common.scoring import is_correct
+from common.sources.corpus import read_source
 from common.store.analytics import batch_accuracy
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
-from common.submit import submit_corpus
 from lab.synth.world import SynthItem, items, write_manifest
 
 MODES: tuple[GateMode, ...] = ("min", "mean", "bottom20", "logprob")

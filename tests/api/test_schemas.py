@@ -37,8 +37,8 @@ def test_a_job_the_small_model_never_saw_has_no_gate():
 def test_every_time_leaves_in_utc_with_its_zone(sessions):
     """A job's and a batch's times, as the API, the export and the command line's JSON
     write them, end in Z on SQLite (which stores none) and PostgreSQL alike."""
-    from common.export import result_row
     from common.store import submission
+    from common.store.export import result_row
     from common.store.tables import Batch, BatchItem, iso_utc
     from tests.helpers.store import items, new_batch
 

@@ -98,7 +98,7 @@ def test_export_to_a_folder_is_refused_and_leaves_no_partial_file(tmp_path: Path
 
 
 def test_a_failed_export_removes_its_partial_file(tmp_path: Path):
-    from common import export
+    from common.store import export
 
     def broken_rows():
         yield {"id": "a"}

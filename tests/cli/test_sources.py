@@ -114,7 +114,7 @@ def test_the_same_shards_again_resume_and_a_changed_member_is_caught(tmp_path: P
     assert "resumed: 3 rows, 0 new jobs" in capsys.readouterr().out
     # the same bytes at the same place, other pixels: the worker's digest check fails it
     from common.config import ImageSettings
-    from common.funnel import prepare_query
+    from common.pipeline.funnel import prepare_query
 
     job = jobs_of(db)["000001"]
     data = bytearray(shard.read_bytes())
@@ -122,7 +122,7 @@ def test_the_same_shards_again_resume_and_a_changed_member_is_caught(tmp_path: P
     replaced = image_bytes(50)[: place["size"]].ljust(place["size"], b"\0")
     data[place["offset"] : place["offset"] + place["size"]] = replaced
     shard.write_bytes(bytes(data))
-    from common.locations import _GROUPS, _RECENT
+    from common.sources.locations import _GROUPS, _RECENT
 
     _GROUPS.clear(), _RECENT.clear()
     failed = prepare_query(

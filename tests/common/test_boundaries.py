@@ -30,7 +30,7 @@ def test_no_common_module_imports_the_queue_the_web_or_the_lab():
         for module in pkgutil.walk_packages(common.__path__, prefix="common.")
         if not module.name.startswith("common.models.weights")
     )
-    assert "common.store.claims" in names and "common.work" in names  # the walk found them
+    assert "common.store.claims" in names and "common.pipeline.work" in names  # the walk found them
     probe = (
         "import importlib, sys\n"
         f"for name in {names!r}: importlib.import_module(name)\n"

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from api.app import create_app
 from api.client import SpecEyesClient
 from common.config import Settings
-from common.dispatch import StoreOnly
+from common.pipeline.dispatch import StoreOnly
 from common.store.db import open_store
 from common.store.keys import create_key
 from common.store.tables import Job

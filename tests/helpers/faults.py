@@ -23,10 +23,10 @@ from sqlalchemy import select
 
 from common.config import Settings
 from common.contracts import JobStatus
-from common.dispatch import follow_store, send_waiting
+from common.pipeline.dispatch import follow_store, send_waiting
+from common.pipeline.submit import submit_corpus
 from common.store.db import open_store
 from common.store.tables import Job
-from common.submit import submit_corpus
 from tests.helpers.images import write_images
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import WorkerProcess
@@ -263,7 +263,7 @@ class Run:
         return started
 
     def submit(self, count: int) -> str:
-        from common.corpus import read_source
+        from common.sources.corpus import read_source
 
         folder = self.tmp_path / "corpus"
         write_images(folder, count)

@@ -22,14 +22,14 @@ class Module:
 
 
 MODULES = (
-    Module("gate", "common/gate.py", ("tests/common/test_gate.py",)),
+    Module("gate", "common/pipeline/gate.py", ("tests/common/pipeline/test_gate.py",)),
     Module(
         "claims",
         "common/store/claims.py",
         (
             "tests/common/store/test_claims.py",
-            "tests/common/test_work.py",
-            "tests/common/test_reconcile.py",
+            "tests/common/pipeline/test_work.py",
+            "tests/common/pipeline/test_reconcile.py",
         ),
     ),
     Module(
@@ -37,22 +37,28 @@ MODULES = (
         "common/store/submission.py",
         (
             "tests/common/store/test_submission.py",
-            "tests/common/test_submit.py",
+            "tests/common/pipeline/test_submit.py",
             "tests/api/test_hardening.py",
         ),
     ),
-    Module("reconcile", "common/reconcile.py", ("tests/common/test_reconcile.py",)),
+    Module(
+        "reconcile", "common/pipeline/reconcile.py", ("tests/common/pipeline/test_reconcile.py",)
+    ),
     Module(
         "dispatch",
-        "common/dispatch.py",
-        ("tests/common/test_dispatch.py", "tests/common/test_runner.py"),
+        "common/pipeline/dispatch.py",
+        ("tests/common/pipeline/test_dispatch.py", "tests/common/pipeline/test_runner.py"),
     ),
-    Module("work", "common/work.py", ("tests/common/test_work.py", "tests/common/test_runner.py")),
+    Module(
+        "work",
+        "common/pipeline/work.py",
+        ("tests/common/pipeline/test_work.py", "tests/common/pipeline/test_runner.py"),
+    ),
     Module(
         "export",
-        "common/export.py",
+        "common/store/export.py",
         (
-            "tests/common/test_export.py",
+            "tests/common/store/test_export.py",
             "tests/cli/test_annotate.py::test_export_and_jobs_show",
             "tests/cli/test_sources.py::test_results_go_out_as_parquet_parts_and_as_labelled_shards",
             "tests/cli/test_sources.py::test_labelled_shards_never_overwrite_each_other_or_their_source",

@@ -23,11 +23,11 @@ class Promise:
 PROMISES = (
     Promise(
         "The gate's confidence is sigmoid(0.6 S)",
-        "README.md, common/gate.py",
-        "common/gate.py",
+        "README.md, common/pipeline/gate.py",
+        "common/pipeline/gate.py",
         "return torch.sigmoid(SQUASH * score), score, per_token",
         "return torch.sigmoid(score), score, per_token",
-        ("tests/common/test_gate.py::test_tau_098_is_a_min_score_of_6_486",),
+        ("tests/common/pipeline/test_gate.py::test_tau_098_is_a_min_score_of_6_486",),
     ),
     Promise(
         "A second delivery of an outcome changes nothing (exactly-once recording)",
@@ -55,13 +55,13 @@ PROMISES = (
         "stale = None  # running jobs started before this",
         "stale = now  # running jobs started before this",
         (
-            "tests/common/test_work.py::test_running_jobs_are_taken_over_only_when_stale_or_handed_back",
+            "tests/common/pipeline/test_work.py::test_running_jobs_are_taken_over_only_when_stale_or_handed_back",
         ),
     ),
     Promise(
         "Running the same command again resumes without redoing",
         "docs/annotating.md",
-        "common/submit.py",
+        "common/pipeline/submit.py",
         "batch_key = idempotency_key(source, [chunks.first_question], config_key)",
         "batch_key = idempotency_key(source, [chunks.first_question], config_key, time.time())",
         (
@@ -71,18 +71,20 @@ PROMISES = (
     Promise(
         "The export's columns are stable",
         "docs/annotating.md",
-        "common/export.py",
+        "common/store/export.py",
         '("screen_needs_tools", pa.bool_()),',
         '("needs_tools", pa.bool_()),',
-        ("tests/common/test_export.py::test_the_schema_is_the_published_one",),
+        ("tests/common/store/test_export.py::test_the_schema_is_the_published_one",),
     ),
     Promise(
         "The export's types are stable",
         "docs/annotating.md",
-        "common/export.py",
+        "common/store/export.py",
         '("confidence", pa.float64()),',
         '("confidence", pa.float32()),',
-        ("tests/common/test_export.py::test_an_exported_file_reads_with_the_published_types",),
+        (
+            "tests/common/store/test_export.py::test_an_exported_file_reads_with_the_published_types",
+        ),
     ),
     Promise(
         "A form without the session's token changes nothing (CSRF)",
@@ -114,32 +116,32 @@ PROMISES = (
     Promise(
         "Jobs are committed, then enqueued",
         "docs/api.md",
-        "common/dispatch.py",
+        "common/pipeline/dispatch.py",
         "            yield outbox\n        started = time.perf_counter()\n        try:\n"
         "            if outbox.fast:\n                self.send_fast(outbox.fast, delay_s=delay_s)",
         "            yield outbox\n            self.send_fast(outbox.fast, delay_s=delay_s)\n"
         "        started = time.perf_counter()\n        try:\n"
         "            if False:\n                pass",
         (
-            "tests/common/test_dispatch.py::test_jobs_are_sent_only_once_their_transaction_has_committed",
+            "tests/common/pipeline/test_dispatch.py::test_jobs_are_sent_only_once_their_transaction_has_committed",
         ),
     ),
     Promise(
         "A bad job fails alone; its batch-mates are untouched",
         "README.md",
-        "common/work.py",
+        "common/pipeline/work.py",
         "            if len(group) > 1:\n",
         "            if False:\n",
-        ("tests/common/test_runner.py::test_a_poison_job_fails_alone_after_its_attempts",),
+        ("tests/common/pipeline/test_runner.py::test_a_poison_job_fails_alone_after_its_attempts",),
     ),
     Promise(
         "A killed slow worker's trajectory is sent again in the sweep that finds it",
         "README.md, docs/operations.md",
-        "common/reconcile.py",
+        "common/pipeline/reconcile.py",
         "            outbox.to_slow(orphans[Stage.AGENT])\n",
         "",
         (
-            "tests/common/test_reconcile.py::"
+            "tests/common/pipeline/test_reconcile.py::"
             "test_a_dead_slow_workers_trajectory_goes_back_to_the_slow_queue_at_once",
         ),
     ),

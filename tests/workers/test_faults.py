@@ -176,7 +176,7 @@ def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
         again = upload(server, png(), idempotency_key="k")  # a retry sends it now
         assert job_id in server.dispatcher.message_ids()
         redis.restart()  # lost again; this time nobody retries: the reconciler sends it
-        from common.reconcile import Reconciler
+        from common.pipeline.reconcile import Reconciler
 
         clock = [0.0]
         reconciler = Reconciler(

@@ -16,11 +16,11 @@ from sqlalchemy import select
 from common.backends.scripted import JobScript
 from common.config import Settings
 from common.contracts import JobStatus, Stage
-from common.corpus import open_source, read_source
-from common.dispatch import follow_store, send_waiting
+from common.pipeline.dispatch import follow_store, send_waiting
+from common.pipeline.submit import submit_corpus
+from common.sources.corpus import open_source, read_source
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
-from common.submit import submit_corpus
 from tests.helpers.corpora import object_store, write_parquet, write_shards
 from tests.helpers.images import write_images
 from tests.helpers.routes import ROUTES

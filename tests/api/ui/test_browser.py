@@ -20,7 +20,7 @@ from api.app import create_app
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel, SimulatedCost
 from common.config import Settings
-from common.runner import EmbeddedRunner
+from common.pipeline.runner import EmbeddedRunner
 from common.store.db import open_store
 from common.store.keys import create_key
 from common.store.tables import Job

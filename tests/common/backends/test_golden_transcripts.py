@@ -335,8 +335,8 @@ def _hr_query(tmp_path, *, for_thyme: bool = False) -> Query:
     import base64
     import io
 
-    from common.benchmarks import read_benchmark
     from common.images import load_image
+    from common.sources.benchmarks import read_benchmark
 
     buffer = io.BytesIO()
     Image.new("RGB", (448, 336), (0, 0, 255)).save(buffer, format="PNG")
@@ -435,7 +435,7 @@ def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
     the first turn's image: not re-saved (a quality-95 copy of a quality-60 JPEG has
     other pixels)."""
     from common.agents.thyme import run_thyme
-    from common.funnel import prepare_query
+    from common.pipeline.funnel import prepare_query
 
     bubblewrap_or_skip()
     original = tmp_path / "sa_1234.jpg"

@@ -12,7 +12,7 @@ from common.backends import load_models
 from common.backends.lockstep import Lockstep
 from common.config import AgentSettings, Settings
 from common.contracts import Query
-from common.funnel import run_agent_stage
+from common.pipeline.funnel import run_agent_stage
 from tests.helpers.models import ForceText
 
 

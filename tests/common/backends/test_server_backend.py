@@ -10,13 +10,13 @@ import pytest
 from PIL import Image, ImageDraw
 
 from common.agents.deepeyes import run_deepeyes
+from common.backends.inference_client import Backoff
 from common.backends.server_backend import Endpoint, ServerModel
 from common.backends.transformers_backend import TransformersModel
 from common.config import AgentSettings, GateSettings
 from common.contracts import Query
 from common.errors import BackendUnavailable, ConfigurationError
-from common.gate import score_answers
-from common.inference_client import Backoff
+from common.pipeline.gate import score_answers
 from common.protocols import REFERENCE, THYME
 from tests.helpers.images import write_images
 from tests.helpers.models import ForceText

@@ -12,8 +12,8 @@ from common.agents.deepeyes import run_deepeyes
 from common.backends import load_models
 from common.config import AgentSettings, FunnelSettings, GateSettings, Settings
 from common.contracts import Accepted, Deferred, Query
-from common.funnel import run_fast_stage
-from common.scoring import is_correct
+from common.pipeline.funnel import run_fast_stage
+from common.protocols.scoring import is_correct
 from lab.synth.world import make_item
 
 # The gate threshold these models are served with (make demo): the small model's answers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common.corpus import read_source
+from common.sources.corpus import read_source
 from lab.synth.world import (
     CELL,
     COLOURS,

@@ -1,0 +1,318 @@
+"""How a committed job reaches its stage: one interface, two ways of delivering.
+
+- in-process (``common.pipeline.runner.EmbeddedRunner``): the stages run as threads of this
+  process and claim waiting jobs from the store; sending only wakes them;
+- Celery (``workers.queues.CeleryDispatcher``): job ids go to the fast or slow queue
+  by task name, for ``speceyes worker`` processes anywhere.
+
+The command line (the composition root) picks one; the API, ``annotate`` and the stages
+themselves only see ``Dispatcher``.
+
+Work is sent only after the transaction that wrote it commits, or a worker could be
+handed a job it cannot see yet (or one that was rolled back). ``Dispatcher.transaction``
+makes that the structure rather than a habit::
+
+    with dispatcher.transaction(sessions) as tx:
+        job = submit_job(tx.session, ...)
+        tx.to_fast([job.id])
+    # committed here, then sent
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.contracts import JobStatus
+from common.errors import RetryableError
+from common.store import reads
+from common.store.reads import BatchCounts
+
+Progress = Callable[[BatchCounts], None]
+Stalled = Callable[[float], None]
+Outage = Callable[[float, str | None], None]
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What to call while waiting for a batch."""
+
+    on_progress: Progress | None = None  # with the batch's counts, every poll
+    on_stall: Stalled | None = None  # once each time nothing finished for a while
+    # while the store does not answer: (seconds so far, the reason), every
+    # OUTAGE_REPORT_S; then once with (seconds, None) when it answers again
+    on_outage: Outage | None = None
+
+
+OUTAGE_REPORT_S = 10.0
+# A follower waits at least this many times as long as its last read of the counts took,
+# so following a large batch costs the store a tenth of one connection at most.
+FOLLOW_WAIT_PER_READ = 9.0
+FOLLOW_WAIT_MAX_S = 5.0  # (one slow read, after a reconnection, must not stop it long)
+
+
+NO_WATCH = Watch()
+
+
+@dataclass
+class RunResult:
+    """How waiting for a batch ended."""
+
+    counts: BatchCounts
+    interrupted: bool = False
+    released: int = 0  # in-flight jobs put back on an interrupt (in-process only)
+    finished_now: int = 0  # jobs that reached done / failed while we waited
+    seconds: float = 0.0
+    read_s: float = 0.0  # spent reading the counts (following a store)
+
+
+@dataclass
+class Outbox:
+    """Job ids to send once the transaction they were written in commits."""
+
+    session: Session
+    fast: list[str] = field(default_factory=list)
+    slow: list[str] = field(default_factory=list)
+    audit: list[str] = field(default_factory=list)
+    sent_s: float = 0.0  # spent sending, after the commit (for the overhead figures)
+
+    def to_fast(self, job_ids: Iterable[str]) -> None:
+        self.fast.extend(job_ids)
+
+    def to_slow(self, job_ids: Iterable[str]) -> None:
+        self.slow.extend(job_ids)
+
+    def to_audit(self, job_ids: Iterable[str]) -> None:
+        self.audit.extend(job_ids)
+
+
+class Dispatcher(ABC):
+    """Delivers committed jobs to the fast (phases I-III) and slow (agent) stages."""
+
+    component: str | None = None  # what ``check`` checks, named in readiness probes
+
+    @abstractmethod
+    def send_fast(
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
+    ) -> int:
+        """Deliver jobs waiting for the fast stage; returns how many were sent.
+
+        ``delay_s`` holds them back (a retry); ``takeover`` marks jobs the sender holds as
+        running and hands back, so the next stage may claim them at once; ``retries``
+        counts the sends after an outage so far (the next backs off longer).
+        """
+
+    @abstractmethod
+    def send_slow(
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
+    ) -> int:
+        """Deliver jobs waiting for the agent; as ``send_fast``."""
+
+    def wait(
+        self, sessions: sessionmaker[Session], batch_id: str, watch: Watch = NO_WATCH
+    ) -> RunResult:
+        """Return once every job of the batch is finished, or on Ctrl-C. By default the
+        work happens elsewhere, so this follows the store (``follow_store``)."""
+        return follow_store(sessions, batch_id, watch)
+
+    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
+        """Deliver audits (``common.evaluation.audit``), to be taken only when no deferred
+        job waits. Dispatchers without an audit path deliver none: the audits wait in the store."""
+        return 0
+
+    def message_ids(self, *, held: bool = True) -> set[str] | None:
+        """The job ids of the messages the broker holds (waiting; with ``held``, also those
+        workers took and have not acknowledged), or None where that cannot be known."""
+        return None
+
+    def start(self) -> None:  # noqa: B027 -- most dispatchers have nothing to start
+        """Begin delivering jobs as they are sent (a server's lifetime)."""
+
+    def check(self) -> None:  # noqa: B027 -- an in-process dispatcher is always there
+        """Raise ``BackendUnavailable`` unless jobs can be delivered now."""
+
+    def close(self) -> None:  # noqa: B027
+        """Stop delivering; release connections and threads."""
+
+    @contextmanager
+    def transaction(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        delay_s: float | None = None,
+        on_send_error: Callable[[RetryableError], None] | None = None,
+    ) -> Iterator[Outbox]:
+        """A transaction whose outbox is sent after it commits (and never if it fails);
+        ``delay_s`` holds the sent jobs back that long (retries).
+
+        A send that fails after the commit raises ``BackendUnavailable``, or, with
+        ``on_send_error``, is handed to it: the jobs are committed and waiting, and the
+        reconciler sends them once the broker is back (``common.pipeline.reconcile``).
+        """
+        with sessions.begin() as session:
+            outbox = Outbox(session)
+            yield outbox
+        started = time.perf_counter()
+        try:
+            if outbox.fast:
+                self.send_fast(outbox.fast, delay_s=delay_s)
+            if outbox.slow:
+                self.send_slow(outbox.slow, delay_s=delay_s)
+            if outbox.audit:
+                self.send_audit(outbox.audit, delay_s=delay_s)
+        except RetryableError as exc:
+            if on_send_error is None:
+                raise
+            on_send_error(exc)
+        finally:
+            outbox.sent_s = time.perf_counter() - started
+
+
+class StoreOnly(Dispatcher):
+    """Sends nothing: jobs wait in the store for whoever works it (a server with no
+    runner). It remembers what it was asked to send, which tests read."""
+
+    def __init__(self) -> None:
+        self.sent_fast: list[str] = []
+        self.sent_slow: list[str] = []
+
+    def send_fast(
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
+    ) -> int:
+        return _remember(self.sent_fast, job_ids)
+
+    def send_slow(
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        takeover: bool = False,
+        retries: int = 0,
+    ) -> int:
+        return _remember(self.sent_slow, job_ids)
+
+
+def _remember(sent: list[str], job_ids: Iterable[str]) -> int:
+    ids = list(job_ids)
+    sent += ids
+    return len(ids)
+
+
+def send_waiting(outbox: Outbox, batch_id: str) -> None:
+    """Put every job of the batch that waits for a stage in the outbox (a resumed batch:
+    sending again what may be queued already is harmless, as a stage handed a job that no
+    longer waits for it does nothing)."""
+    outbox.to_fast(reads.job_ids(outbox.session, batch_id, JobStatus.QUEUED))
+    outbox.to_slow(reads.job_ids(outbox.session, batch_id, JobStatus.DEFERRED))
+
+
+def follow_store(
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    watch: Watch = NO_WATCH,
+    *,
+    poll_s: float = 0.5,
+    stall_s: float = 30.0,
+    deadline_s: float | None = None,
+) -> RunResult:
+    """Watch the store until the batch is finished (or Ctrl-C, or ``deadline_s``).
+
+    For work done elsewhere (workers): the rows are the progress. ``watch.on_stall(s)`` is
+    called once each time nothing has finished for ``stall_s`` (no worker running, most
+    likely). A store that stops answering is waited for (``watch.on_outage``), not an
+    error: the workers go on. Interrupting stops the watching only.
+    """
+    on_progress, on_stall = watch.on_progress, watch.on_stall
+    started = time.perf_counter()
+    outage = _Outage(watch.on_outage)
+    counts = outage.counts(sessions, batch_id, poll_s)
+    finished_before, last_change, last_finished, warned = (
+        counts.finished,
+        started,
+        counts.finished,
+        False,
+    )
+    try:
+        while counts.finished < counts.jobs:
+            if on_progress is not None:
+                on_progress(counts)
+            now = time.perf_counter()
+            if deadline_s is not None and now - started > deadline_s:
+                break
+            if counts.finished != last_finished:
+                last_change, last_finished, warned = now, counts.finished, False
+            elif not warned and now - last_change > stall_s and on_stall is not None:
+                on_stall(now - last_change)
+                warned = True
+            # polling the store (its rows are the progress), less often as reads grow
+            wait_s = FOLLOW_WAIT_PER_READ * outage.last_read_s
+            time.sleep(max(poll_s, min(wait_s, FOLLOW_WAIT_MAX_S)))
+            counts = outage.counts(sessions, batch_id, poll_s)
+    except KeyboardInterrupt:
+        result = RunResult(counts, interrupted=True)
+    else:
+        result = RunResult(counts)
+        if on_progress is not None:
+            on_progress(counts)
+    result.finished_now = result.counts.finished - finished_before
+    result.seconds = time.perf_counter() - started
+    result.read_s = outage.read_s
+    return result
+
+
+class _Outage:
+    """Reading the batch's counts through a store outage: report it, wait, go on."""
+
+    def __init__(self, report: Outage | None) -> None:
+        self.report = report
+        self.since: float | None = None
+        self.reported = 0.0
+        self.last_read_s = 0.0  # the last read's seconds
+        self.read_s = 0.0  # every read's
+
+    def counts(self, sessions: sessionmaker[Session], batch_id: str, poll_s: float) -> BatchCounts:
+        while True:
+            try:
+                started = time.perf_counter()
+                counts = _counts(sessions, batch_id)
+                self.last_read_s = time.perf_counter() - started
+                self.read_s += self.last_read_s
+            except DBAPIError as exc:
+                now = time.perf_counter()
+                self.since = self.since if self.since is not None else now
+                if self.report is not None and now - self.reported >= OUTAGE_REPORT_S:
+                    self.reported = now
+                    self.report(now - self.since, str(exc.orig or exc).strip().splitlines()[0])
+                time.sleep(max(poll_s, 1.0))
+                continue
+            if self.since is not None:
+                if self.report is not None:
+                    self.report(time.perf_counter() - self.since, None)
+                self.since, self.reported = None, 0.0
+            return counts
+
+
+def _counts(sessions: sessionmaker[Session], batch_id: str) -> BatchCounts:
+    with sessions() as session:
+        return reads.batch_counts(session, batch_id)

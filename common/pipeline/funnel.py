@@ -1,0 +1,301 @@
+"""The SpecEyes funnel as plain functions over batches.
+
+Every runner (the embedded runner, the Celery tasks, the benchmarks) calls these; none
+of them holds model math of its own. In order:
+
+1. ``prepare_query``: decode and validate a job's image (a bad image fails that job);
+2. ``screen_stage`` (phase I): does the job need tools? one batched call of the screener;
+3. ``speculate_stage`` (phase II): the small model answers the tool-free jobs, batched;
+4. ``gate_stage`` (phase III): answer separability accepts or defers each answer;
+5. ``run_fast_stage`` chains 2-4 over one micro-batch: each job ends ``Accepted``,
+   ``Deferred`` (with the reason) or ``Failed``;
+6. ``run_agent_stage`` (phase IV): one deferred job through the agent loop.
+
+A model call that raises is retried on halves of its batch until the failing job stands
+alone, so one bad job never fails the others; retryable errors (a model server down)
+propagate for the runner to retry the whole batch later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from common.agents.deepeyes import run_deepeyes
+from common.agents.specreason import run_specreason
+from common.agents.thyme import run_thyme
+from common.agents.trajectory import Trajectory
+from common.backends.base import Speculation, VisionLanguageModel
+from common.config import AgentSettings, FunnelSettings, GateSettings, ImageSettings
+from common.contracts import (
+    Accepted,
+    AgentOutcome,
+    DeferReason,
+    Deferred,
+    Failed,
+    FailureCode,
+    FastOutcome,
+    Query,
+    ScreenResult,
+)
+from common.errors import ImageError, ModelError, RetryableError
+from common.images import content_hash, decode_image
+from common.pipeline.gate import score_answers
+from common.scores import REPLAY_K, GateResult
+from common.sources.locations import describe, read_located
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class FastBatchResult:
+    outcomes: list[FastOutcome]  # one per query, in order
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase, for the batch
+
+
+def prepare_query(
+    job_id: str,
+    image_path: str,
+    question: str,
+    options: Sequence[str] | None = None,
+    limits: ImageSettings | None = None,
+    expected_hash: str | None = None,
+    shown_path: str | None = None,
+) -> Query | Failed:
+    """Load a job's image into a ``Query``, or fail the job with the reason.
+
+    With ``expected_hash``, an image file that changed since the job was submitted fails
+    the job rather than answering a question about other pixels.
+    """
+    limits = limits or ImageSettings()
+    where = describe(image_path)
+    try:
+        data = read_located(image_path, limits)
+        if expected_hash is not None and content_hash(data) != expected_hash:
+            return Failed(
+                job_id, FailureCode.IMAGE_CHANGED, f"{where} changed since it was submitted"
+            )
+        image = decode_image(data, limits)
+    except ImageError as exc:
+        return Failed(job_id, exc.code, f"{where}: {exc}")
+    options_ = tuple(options) if options else None
+    return Query(job_id, image, question, options_, image_path, shown_path)
+
+
+def per_job(call: Callable[[list[T]], list[R]], items: list[T]) -> list[R | ModelError]:
+    """``call`` over ``items``; on failure, bisect until each failing item stands alone."""
+    if not items:
+        return []
+    try:
+        results = call(items)
+    except RetryableError:
+        raise
+    except Exception as exc:
+        if len(items) == 1:
+            log.warning("model call failed for one job: %s", exc)
+            log.info("the model call's traceback", exc_info=True)  # (with -v)
+            return [ModelError(f"{type(exc).__name__}: {exc}")]
+        middle = len(items) // 2
+        return per_job(call, items[:middle]) + per_job(call, items[middle:])
+    if len(results) != len(items):
+        raise ModelError(f"backend returned {len(results)} results for {len(items)} jobs")
+    return list(results)
+
+
+def screen_stage(
+    queries: list[Query], model: VisionLanguageModel, *, max_new_tokens: int
+) -> list[ScreenResult | ModelError]:
+    """Phase I over a batch."""
+    return per_job(lambda batch: model.screen(batch, max_new_tokens=max_new_tokens), queries)
+
+
+def speculate_stage(
+    queries: list[Query], model: VisionLanguageModel, *, max_new_tokens: int, top_k: int
+) -> list[Speculation | ModelError]:
+    """Phase II over a batch."""
+    return per_job(
+        lambda batch: model.speculate(batch, max_new_tokens=max_new_tokens, top_k=top_k), queries
+    )
+
+
+def gate_stage(speculations: Sequence[Speculation], gate: GateSettings) -> list[GateResult]:
+    """Phase III over a batch."""
+    return score_answers([s.scores for s in speculations], gate)
+
+
+def run_fast_stage(
+    queries: list[Query],
+    *,
+    large: VisionLanguageModel,
+    small: VisionLanguageModel,
+    settings: FunnelSettings,
+    on_screened: Callable[[list[Deferred]], None] | None = None,
+) -> FastBatchResult:
+    """Phases I-III over one micro-batch; one outcome per query, in order.
+
+    ``on_screened`` receives the jobs screening sent to the agent as soon as phase I is
+    over, so that they need not wait for phases II-III of their batch-mates.
+    """
+    if settings.baseline:
+        return FastBatchResult([Deferred(q.job_id, DeferReason.BASELINE) for q in queries])
+    if settings.calibrate:
+        return _calibration_batch(queries, large=large, small=small, settings=settings)
+    result = FastBatchResult([])
+    outcomes: dict[str, FastOutcome] = {}
+    screens: dict[str, ScreenResult] = {}
+    if settings.screener != "none":
+        started = time.perf_counter()
+        screener = large if settings.screener == "large" else small
+        results = screen_stage(queries, screener, max_new_tokens=settings.screen_max_new_tokens)
+        for query, screen in zip(queries, results, strict=True):
+            if isinstance(screen, ModelError):
+                outcomes[query.job_id] = Deferred(
+                    query.job_id, DeferReason.SCREEN_ERROR, detail=str(screen)
+                )
+                continue
+            screens[query.job_id] = screen
+            if screen.needs_tools:
+                outcomes[query.job_id] = Deferred(query.job_id, DeferReason.TOOLS_NEEDED, screen)
+        result.seconds["screen"] = time.perf_counter() - started
+        early = [o for o in outcomes.values() if isinstance(o, Deferred)]
+        if on_screened is not None and early:
+            on_screened(early)
+
+    tool_free = [q for q in queries if q.job_id not in outcomes]
+    started = time.perf_counter()
+    speculations = speculate_stage(
+        tool_free,
+        small,
+        max_new_tokens=settings.speculate_max_new_tokens,
+        top_k=settings.gate.top_k,
+    )
+    result.seconds["speculate"] = time.perf_counter() - started
+    answered: list[tuple[Query, Speculation]] = []
+    for query, speculation in zip(tool_free, speculations, strict=True):
+        if isinstance(speculation, ModelError):
+            outcomes[query.job_id] = Deferred(
+                query.job_id,
+                DeferReason.SMALL_MODEL_ERROR,
+                screens.get(query.job_id),
+                detail=str(speculation),
+            )
+        else:
+            answered.append((query, speculation))
+
+    started = time.perf_counter()
+    verdicts = gate_stage([speculation for _, speculation in answered], settings.gate)
+    result.seconds["gate"] = time.perf_counter() - started
+    for (query, speculation), verdict in zip(answered, verdicts, strict=True):
+        screened = screens.get(query.job_id)
+        outcomes[query.job_id] = (
+            Accepted(
+                query.job_id, speculation.answer, verdict.confidence, verdict.token_scores, screened
+            )
+            if verdict.accepted
+            else Deferred(
+                query.job_id,
+                DeferReason.LOW_CONFIDENCE,
+                screened,
+                speculation.answer,
+                verdict.confidence,
+            )
+        )
+    result.outcomes = [outcomes[q.job_id] for q in queries]
+    return result
+
+
+def _calibration_batch(
+    queries: list[Query],
+    *,
+    large: VisionLanguageModel,
+    small: VisionLanguageModel,
+    settings: FunnelSettings,
+) -> FastBatchResult:
+    """A calibration run's fast stage: every job is screened (when there is a screener)
+    and speculated, keeping the top ``REPLAY_K`` logits per answer token, gated as the
+    settings say (for the record), and then sent to the agent whatever the gate said."""
+    result = FastBatchResult([])
+    screens: dict[str, ScreenResult] = {}
+    if settings.screener != "none":
+        started = time.perf_counter()
+        screener = large if settings.screener == "large" else small
+        results = screen_stage(queries, screener, max_new_tokens=settings.screen_max_new_tokens)
+        screens = {
+            q.job_id: s
+            for q, s in zip(queries, results, strict=True)
+            if not isinstance(s, ModelError)
+        }
+        result.seconds["screen"] = time.perf_counter() - started
+    started = time.perf_counter()
+    top_k = max(settings.gate.top_k, REPLAY_K)
+    speculations = speculate_stage(
+        queries, small, max_new_tokens=settings.speculate_max_new_tokens, top_k=top_k
+    )
+    result.seconds["speculate"] = time.perf_counter() - started
+    answered = [s for s in speculations if not isinstance(s, ModelError)]
+    verdicts = iter(gate_stage(answered, settings.gate))
+    for query, speculation in zip(queries, speculations, strict=True):
+        screen = screens.get(query.job_id)
+        if isinstance(speculation, ModelError):
+            result.outcomes.append(
+                Deferred(query.job_id, DeferReason.CALIBRATION, screen, detail=str(speculation))
+            )
+            continue
+        verdict = next(verdicts)
+        result.outcomes.append(
+            Deferred(
+                query.job_id,
+                DeferReason.CALIBRATION,
+                screen,
+                speculation.answer,
+                verdict.confidence,
+                replay=speculation.scores,
+            )
+        )
+    return result
+
+
+def run_agent_stage(
+    query: Query,
+    large: VisionLanguageModel,
+    limits: AgentSettings | None = None,
+    *,
+    specreason: tuple[VisionLanguageModel, float] | None = None,
+) -> AgentOutcome:
+    """Phase IV for one job: a final answer, or a clear error (never a guess).
+    ``specreason`` (the small model, the score threshold): the job runs SpecReason
+    (``common.agents.specreason``) instead of the agent alone."""
+    limits = limits or AgentSettings()
+    agent = run_thyme if limits.kind == "thyme" else run_deepeyes
+    # a model that batches concurrent trajectories' steps (backends.lockstep) is told
+    # that one is in flight; any other model has nothing to count
+    in_flight = getattr(large, "trajectory", nullcontext)()
+    try:
+        with in_flight:
+            if specreason is None:
+                trajectory = agent(query, large, limits)
+            else:
+                small, threshold = specreason
+                trajectory = run_specreason(query, large, small, limits, threshold=threshold)
+    except RetryableError:
+        raise
+    except Exception as exc:
+        log.warning("agent failed on job %s: %s", query.job_id, exc)
+        log.info("the agent's traceback", exc_info=True)  # (with -v)
+        return AgentOutcome(
+            query.job_id,
+            None,
+            Trajectory(),
+            FailureCode.MODEL_ERROR,
+            f"{type(exc).__name__}: {exc}",
+        )
+    return AgentOutcome(
+        query.job_id, trajectory.answer, trajectory, trajectory.error_code, trajectory.error
+    )

@@ -1,0 +1,142 @@
+"""Exports: one fixed schema, whatever a batch holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from cli.main import main
+from common.store.export import SCHEMA, parts_of, result_row, write_rows
+from common.store.tables import BatchItem, Job
+from tests.helpers.images import write_images
+
+# The export's columns and types as users' readers were written against them, spelled out
+# here rather than read from SCHEMA: a change to SCHEMA must show up as a change here
+# (and in docs/annotating.md), never pass silently.
+PUBLISHED = [
+    ("id", "string"),
+    ("position", "int64"),
+    ("job_id", "string"),
+    ("image", "string"),
+    ("question", "string"),
+    ("options", "list<item: string>"),
+    ("status", "string"),
+    ("answer", "string"),
+    ("answered_by", "string"),
+    ("confidence", "double"),
+    ("small_answer", "string"),
+    ("gate_confidence", "double"),
+    ("screen_needs_tools", "bool"),
+    ("defer_reason", "string"),
+    ("agent_steps", "int64"),
+    ("error_code", "string"),
+    ("error", "string"),
+    ("expected", "string"),
+    ("split", "string"),
+    ("category", "string"),
+    ("correct", "bool"),
+    ("audit_answer", "string"),
+    ("audit_agrees", "bool"),
+    ("reviewed_answer", "string"),
+    ("reviewer", "string"),
+    ("reviewed_at", "string"),
+    ("final_answer", "string"),
+]
+
+
+def test_the_schema_is_the_published_one():
+    assert [(field.name, str(field.type)) for field in SCHEMA] == PUBLISHED
+
+
+def test_an_exported_file_reads_with_the_published_types(tmp_path: Path):
+    item = BatchItem(item_id="a", position=0)
+    job = Job(
+        id="j", question="Q?", status="done", answered_by="small", confidence=0.123456789012345
+    )
+    write_rows([result_row(item, job)], tmp_path / "one.parquet")
+    table = pq.read_table(tmp_path / "one.parquet")
+    read = [(f.name, str(f.type).replace("<element:", "<item:")) for f in table.schema]
+    assert read == PUBLISHED  # (Parquet names a list's values "element")
+    assert table.column("confidence").to_pylist() == [0.123456789012345]  # (not float32's)
+
+
+def test_a_row_has_the_schemas_columns_in_order():
+    row = result_row(BatchItem(item_id="a", position=0), Job(id="j", question="Q?", status="done"))
+    assert list(row) == SCHEMA.names
+
+
+def test_batches_of_any_content_export_one_schema_that_reads_as_one_dataset(tmp_path: Path):
+    """A batch where nothing was accepted (every image broken: every column but a few is
+    empty) and one where all was: the two files have the same schema and read together."""
+    write_images(tmp_path / "good", 3)
+    (tmp_path / "bad").mkdir()
+    for name in ("a.png", "b.jpg"):
+        (tmp_path / "bad" / name).write_bytes(b"not an image")
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    for folder in ("good", "bad"):
+        out = tmp_path / f"{folder}.parquet"
+        flags = ["--backend", "scripted", "--db", db, "--no-progress", "--out", str(out)]
+        main(["annotate", str(tmp_path / folder), "-q", "Q?", *flags])
+        assert pq.read_schema(out) == SCHEMA, folder
+    both = ds.dataset([str(tmp_path / "good.parquet"), str(tmp_path / "bad.parquet")]).to_table()
+    assert both.num_rows == 5
+    assert sorted(both.column("status").to_pylist()) == ["done"] * 3 + ["failed"] * 2
+
+
+def test_an_empty_export_still_has_the_schema(tmp_path: Path):
+    assert write_rows([], tmp_path / "none.parquet") == 0
+    assert pq.read_schema(tmp_path / "none.parquet") == SCHEMA
+
+
+def test_confidence_is_the_accepted_answers_and_gate_confidence_the_small_models():
+    item = BatchItem(item_id="a", position=0)
+    deferred = Job(id="j", question="Q?", status="done", answered_by="large", confidence=0.41)
+    accepted = Job(id="k", question="Q?", status="done", answered_by="small", confidence=0.99)
+    assert (
+        result_row(item, deferred)["confidence"],
+        result_row(item, deferred)["gate_confidence"],
+    ) == (None, 0.41)
+    assert (
+        result_row(item, accepted)["confidence"],
+        result_row(item, accepted)["gate_confidence"],
+    ) == (0.99, 0.99)
+
+
+def test_a_folder_keeps_one_batchs_parts_and_refuses_another_batchs(tmp_path: Path, capsys):
+    """`export A --out exp/` then `export B --out exp/` would leave only B: refused, A's
+    parts kept; A again replaces its own; parts no export named are refused too."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    for name in ("first", "second"):
+        write_images(tmp_path / name, 2)
+        main(
+            [
+                "annotate",
+                str(tmp_path / name),
+                "-q",
+                "Q?",
+                "--backend",
+                "scripted",
+                "--db",
+                db,
+                "--no-progress",
+            ]
+        )
+    out = tmp_path / "exp"
+    assert main(["export", "first", "--out", f"{out}/", "--db", db]) == 0
+    before = pq.read_table(out / "part-00000.parquet").column("job_id").to_pylist()
+    capsys.readouterr()
+    assert main(["export", "second", "--out", f"{out}/", "--db", db]) == 2
+    assert "holds batch " in capsys.readouterr().err
+    assert pq.read_table(out / "part-00000.parquet").column("job_id").to_pylist() == before
+    assert main(["export", "first", "--out", f"{out}/", "--db", db]) == 0  # its own again
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "part-00000.parquet").write_bytes(b"someone else's")
+    assert main(["export", "first", "--out", f"{foreign}/", "--db", db]) == 2
+    assert "parts no export of ours named" in capsys.readouterr().err
+
+
+def test_the_parts_are_counted_in_words():
+    assert [parts_of(n) for n in (1, 2)] == ["1 Parquet file", "2 Parquet files"]
