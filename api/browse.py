@@ -29,7 +29,8 @@ from common.contracts import JobStatus
 from common.errors import ImageError, InvalidInput, NotFound
 from common.images import content_hash, render_image
 from common.limits import check_text
-from common.sources.locations import is_local_file, read_located
+from common.sources.locations import is_local_file
+from common.sources.reading import read_located
 from common.store import reads, reviews
 from common.store.browse import SORTS, WHO, ResultFilter
 from common.store.tables import Batch, Job

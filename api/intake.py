@@ -48,7 +48,7 @@ from common.images import (
 from common.limits import OverLimit, check_id, check_name, check_query
 from common.sources.locations import is_reference
 from common.store import reads
-from common.store.submission import NewItem, storable_item
+from common.store.new_jobs import NewItem, storable_item
 
 log = logging.getLogger(__name__)
 

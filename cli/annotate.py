@@ -17,10 +17,10 @@ from cli.compose import make_dispatcher
 from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
 from common.contracts import AnsweredBy, JobStatus, SourceRow
 from common.errors import ConfigurationError, InvalidInput
-from common.evaluation.audit import describe
 from common.evaluation.judge import Judge, judge_batch
 from common.limits import check_name, check_query
 from common.logs import JOBS
+from common.pipeline.audit import describe
 from common.pipeline.dispatch import Watch
 from common.pipeline.runner import EmbeddedRunner
 from common.pipeline.submit import submit_corpus

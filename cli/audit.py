@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from cli.options import add_store_flags, settings_from_args
 from cli.output import say
-from common.evaluation.audit import describe, figures
+from common.pipeline.audit import describe, figures
 from common.store import audits
 from common.store.db import open_store
 from common.store.reads import require_batch

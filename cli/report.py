@@ -7,7 +7,7 @@ from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
 from cli.output import say
-from common.evaluation.audit import describe
+from common.pipeline.audit import describe
 from common.store import reads
 from common.store.analytics import SplitRun, split_runs, stage_costs
 from common.store.db import open_store

@@ -46,7 +46,7 @@ class Queue(StrEnum):
 
     FAST = "fast"  # jobs queued for phases I-III
     SLOW = "slow"  # jobs deferred to the agent
-    AUDIT = "audit"  # accepted jobs drawn for an audit (common.evaluation.audit)
+    AUDIT = "audit"  # accepted jobs drawn for an audit (common.pipeline.audit)
 
 
 class AnsweredBy(StrEnum):
@@ -64,7 +64,7 @@ class DeferReason(StrEnum):
     BASELINE = "baseline"  # no speculation at all (speedup baselines)
     SPECREASON = "specreason"  # SpecReason's jobs skip phases I-III (common.agents.specreason)
     CALIBRATION = "calibration"  # a calibration run: speculated AND sent to the agent
-    AUDIT_PAUSED = "audit_paused"  # an audit alarm paused accepting (common.evaluation.audit)
+    AUDIT_PAUSED = "audit_paused"  # an audit alarm paused accepting (common.pipeline.audit)
 
 
 class FailureCode(StrEnum):

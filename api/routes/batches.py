@@ -24,8 +24,8 @@ from api.intake import (
 from api.metrics import SUBMITTED
 from api.schemas import BatchSubmitted, BatchView, ItemRefused, JobSpec, RowsPage, RowView
 from common.errors import InvalidInput
-from common.evaluation.audit import figures
 from common.logs import job_failed
+from common.pipeline.audit import figures
 from common.pipeline.dispatch import send_waiting
 from common.store import reads, reviews, submission
 from common.store.browse import PAGE_ROWS, BadCursor, results_page

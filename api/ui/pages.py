@@ -44,9 +44,10 @@ from api.ui.session import (
 )
 from common.config import ImageSettings, Settings
 from common.errors import ImageError, InvalidInput
-from common.evaluation.audit import figures_of
 from common.images import image_size
-from common.sources.locations import is_local_file, read_located
+from common.pipeline.audit import figures_of
+from common.sources.locations import is_local_file
+from common.sources.reading import read_located
 from common.store import reads, reviews
 from common.store.browse import BadCursor, kept_overview, overview, results_page
 from common.store.export import result_row

@@ -53,7 +53,7 @@ from common.protocols import Protocol
 from common.protocols import thyme as THYME
 from common.sandbox import QWEN25_GRID, Sandbox, SandboxSession, view_request
 from common.sandbox.channel import Grid
-from common.sources.locations import read_located
+from common.sources.reading import read_located
 
 _CODE = re.compile(THYME.CODE_BLOCK, re.IGNORECASE)
 _ANSWER = re.compile(THYME.ANSWER, re.DOTALL)

@@ -3,7 +3,7 @@
 The gate it chose becomes the gate wherever no gate setting is given
 (``common.config``); the agreement its accepted answers had with the truth, and its
 stricter taus, are what the online audit expects and may raise tau to
-(``common.evaluation.audit``). None of it is a setting: the settings name the file.
+(``common.pipeline.audit``). None of it is a setting: the settings name the file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Evaluation: what the answers are worth, read from the store.
+"""Evaluation: what the answers are worth, measured offline.
 
-``calibration`` chooses the gate's threshold with a guarantee and replays recorded
-logits; ``audit`` samples accepted answers against the agent; ``judge`` asks an LLM
-judge as the reference does. All of it reads results; none of it submits or dispatches
-work (the layer contract in pyproject.toml).
+``calibration`` chooses the gate's threshold with a guarantee, from recorded logits it
+replays; ``judge`` asks an LLM judge about benchmark answers, as the reference does. It
+reads the store and the gate; it never submits or dispatches work (a layer contract in
+pyproject.toml). The online audit, which runs beside the work, is the pipeline's.
 """

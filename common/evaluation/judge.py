@@ -24,7 +24,7 @@ from common.errors import BackendUnavailable, ConfigurationError
 from common.protocols.judge import SYSTEM, judge_prompt
 from common.protocols.scoring import reference_verdict, standard_answer
 from common.store import reads, verdicts
-from common.store.submission import idempotency_key
+from common.store.ids import idempotency_key
 from common.store.tables import JudgeVerdict, utcnow
 
 

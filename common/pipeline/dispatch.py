@@ -132,7 +132,7 @@ class Dispatcher(ABC):
         return follow_store(sessions, batch_id, watch)
 
     def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
-        """Deliver audits (``common.evaluation.audit``), to be taken only when no deferred
+        """Deliver audits (``common.pipeline.audit``), to be taken only when no deferred
         job waits. Dispatchers without an audit path deliver none: the audits wait in the store."""
         return 0
 

@@ -46,7 +46,8 @@ from common.errors import ImageError, ModelError, RetryableError
 from common.images import content_hash, decode_image
 from common.pipeline.gate import score_answers
 from common.scores import REPLAY_K, GateResult
-from common.sources.locations import describe, read_located
+from common.sources.locations import describe
+from common.sources.reading import read_located
 
 log = logging.getLogger(__name__)
 

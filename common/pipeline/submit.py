@@ -27,18 +27,15 @@ from common.images import content_hash, image_suffix, keep_bytes
 from common.limits import check_id, check_query
 from common.models.registry import protocol_name, weights_fingerprint
 from common.pipeline.dispatch import Dispatcher, StoreOnly, send_waiting
-from common.sources.locations import read_located
+from common.sources.reading import read_located
+from common.store.ids import idempotency_key, new_id
 from common.store.liveness import hold_lease, release_lease
+from common.store.new_jobs import NewItem, next_position, storable_item
 from common.store.submission import (
     Held,
-    NewItem,
     Statistics,
     get_or_create_batch,
-    idempotency_key,
-    new_id,
-    next_position,
     resolving_races,
-    storable_item,
     submit_items,
 )
 

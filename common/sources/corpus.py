@@ -39,7 +39,8 @@ from common.sources.hfdata import (
     table_files,
     table_rows,
 )
-from common.sources.locations import exists, is_url, join, name_of, open_binary, within
+from common.sources.locations import is_url, join, name_of, within
+from common.sources.reading import exists, open_binary
 from common.sources.webdataset import Columns, is_shards, shard_rows, shards_of
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")

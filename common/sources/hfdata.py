@@ -32,18 +32,8 @@ from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
 from common.images import content_hash, image_suffix, keep_bytes
 from common.sources.fields import given_text, is_options
-from common.sources.locations import (
-    arrow_row,
-    arrow_stream,
-    is_url,
-    join,
-    name_of,
-    open_binary,
-    parent,
-    parquet_row,
-    read_located,
-    within,
-)
+from common.sources.locations import arrow_row, is_url, join, name_of, parent, parquet_row, within
+from common.sources.reading import arrow_stream, open_binary, read_located
 from common.sources.webdataset import Columns, expand_braces
 
 TABLE_SUFFIXES = (".parquet", ".arrow")

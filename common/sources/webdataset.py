@@ -35,7 +35,8 @@ from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
 from common.images import content_hash, keep_bytes
 from common.sources.fields import given_text, is_options
-from common.sources.locations import is_url, name_of, open_binary, tar_member
+from common.sources.locations import is_url, name_of, tar_member
+from common.sources.reading import open_binary
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")

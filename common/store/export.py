@@ -74,7 +74,7 @@ SCHEMA = pa.schema(
         ("split", pa.string()),
         ("category", pa.string()),
         ("correct", pa.bool_()),
-        ("audit_answer", pa.string()),  # the online audit (common.evaluation.audit), if audited
+        ("audit_answer", pa.string()),  # the online audit (common.pipeline.audit), if audited
         ("audit_agrees", pa.bool_()),
         ("reviewed_answer", pa.string()),  # a person's review (common.store.reviews), if any
         ("reviewer", pa.string()),  # the reviewing API key's name

@@ -13,7 +13,7 @@ import secrets
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from common.store.submission import new_id
+from common.store.ids import new_id
 from common.store.tables import ApiKey, utcnow
 
 PREFIX = "sk-speceyes-"

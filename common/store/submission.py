@@ -10,48 +10,39 @@ and only then is the work sent on (``common.pipeline.dispatch``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import secrets
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, func, insert, select, text
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Table, insert, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from common.config import Method, RequestLimits
-from common.contracts import DeferReason, JobStatus, SourceRow, Stage
+from common.config import Method
+from common.contracts import JobStatus
 from common.errors import IdempotencyConflict, NotFound
-from common.limits import printable
 from common.store import arrays
+from common.store.ids import client_job_key, idempotency_key, new_id, scope
+from common.store.new_jobs import (
+    NewItem,
+    add_job,
+    insert_jobs,
+    item_key,
+    job_row,
+    jobs_by_key,
+    next_position,
+    waiting_status,
+)
 from common.store.tables import Batch, BatchItem, Job, utcnow
 
 Result = TypeVar("Result")
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class NewItem:
-    """One row of a batch to submit. ``error`` makes it a job that is failed at once."""
-
-    position: int
-    item_id: str
-    question: str
-    options: list[str] | None = None
-    image_path: str | None = None
-    image_hash: str | None = None
-    error: tuple[str, str] | None = None  # (code, message)
-    expected: str | None = None  # the known right answer, for accuracy
-    split: str | None = None  # a benchmark row's split ("vstar/direct_attributes", ...)
-    category: str | None = None
-    shown_path: str | None = None  # (``SourceRow.shown_path``)
+# A chunk's batch rows in one statement (``common.store.arrays``).
+_ITEM_COLUMNS = ("batch_id", "position", "item_id", "expected", "split", "category", "job_id")
+_ITEMS = cast(Table, BatchItem.__table__)
+_UNNESTED_ITEMS = text(arrays.insert_from(_ITEMS, _ITEM_COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -67,36 +58,6 @@ class SubmittedBatch:
     job_ids: list[str]  # in row order
     created: bool  # False: the key named an existing batch
     queued: list[str]  # jobs this submission created that wait for a stage
-
-
-def idempotency_key(*parts: Any) -> str:
-    """A stable key from JSON-able parts (content hash, question, options, settings)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-_last_micros = 0
-_id_lock = threading.Lock()
-
-
-def new_id() -> str:
-    """A new id: 32 hex digits, microseconds since the epoch then 72 random bits, so ids
-    made by one process sort in the order they were made (jobs written in one statement
-    share ``created_at``: claims take them in id order, which is the corpus's)."""
-    global _last_micros
-    with _id_lock:
-        _last_micros = max(time.time_ns() // 1000, _last_micros + 1)
-        micros = _last_micros
-    return f"{micros:014x}{secrets.token_hex(9)}"
-
-
-def client_job_key(client_key: str, tenant: str | None) -> str:
-    """The job key of a client's idempotency key: one namespace per tenant."""
-    return idempotency_key("client", client_key, *_scope(tenant))
-
-
-def _scope(tenant: str | None) -> tuple[str, ...]:
-    # no tenant (keys off, or rows from before tenants): the key as it always was
-    return () if tenant is None else (f"tenant:{tenant}",)
 
 
 def get_or_create_batch(
@@ -116,27 +77,6 @@ def get_or_create_batch(
     session.add(batch)
     session.flush()
     return batch, True
-
-
-def storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
-    """The row as a ``NewItem`` whose texts the store can keep (for a row that may be
-    refused: its failed job still shows what it held)."""
-
-    def keep(value: str | None, limit: int) -> str | None:
-        return None if value is None else printable(value, limit)
-
-    options = row.options[: limits.max_options] if row.options else None
-    return NewItem(
-        row.position,
-        printable(row.item_id, limits.max_id_chars),
-        printable(row.question, limits.max_question_chars),
-        [printable(option, limits.max_option_chars) for option in options] if options else None,
-        keep(row.image_path, limits.max_id_chars),
-        expected=keep(row.expected, limits.max_id_chars),
-        split=keep(row.split, 100),  # (the columns' width)
-        category=keep(row.category, 100),
-        shown_path=keep(row.shown_path, limits.max_id_chars),
-    )
 
 
 @dataclass
@@ -219,7 +159,7 @@ def submit_items(
     collects (id, status) of each job created. Returns (jobs created, items added).
     """
     held = held if held is not None else Held()
-    keys = [_item_key(batch, item, config_key) for item in items]
+    keys = [item_key(batch, item, config_key) for item in items]
     candidates: dict[str, list[tuple[BatchItem, str]]] = {}
     if held.before != 0:
         for row, key in sorted(
@@ -246,11 +186,11 @@ def submit_items(
     proposed: dict[str, dict[str, Any]] = {}
     for item, key in [*fresh, *((item, key) for item, key, _ in changed)]:
         if key not in proposed:
-            proposed[key] = _job_row(item, key, batch.tenant, method, now)
-    inserted = _insert_jobs(session, list(proposed.values()))
+            proposed[key] = job_row(item, key, batch.tenant, method, now)
+    inserted = insert_jobs(session, list(proposed.values()))
     new_jobs = [job for key, job in proposed.items() if key in inserted]
     existing = {key: job["id"] for key, job in proposed.items() if key in inserted}
-    existing.update(_jobs_by_key(session, set(proposed) - inserted))
+    existing.update(jobs_by_key(session, set(proposed) - inserted))
     if created_jobs is not None:
         created_jobs.extend((job["id"], job["status"]) for job in new_jobs)
     for item, key, row in changed:
@@ -275,63 +215,6 @@ def submit_items(
         session.execute(insert(BatchItem), new_rows)
     session.flush()
     return len(new_jobs), len(fresh)
-
-
-# A chunk of jobs in one statement (``common.store.arrays``): the columns of a new job.
-_JOB_COLUMNS = (
-    "created_at",
-    "tenant",
-    "id",
-    "idempotency_key",
-    "image_path",
-    "image_hash",
-    "question",
-    "options",
-    "shown_path",
-    "status",
-    "stage",
-    "defer_reason",
-    "attempts",
-    "error_code",
-    "error_message",
-    "finished_at",
-)
-_JOBS = cast(Table, Job.__table__)
-_UNNESTED_INSERT = text(
-    arrays.insert_from(_JOBS, _JOB_COLUMNS)
-    + " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
-)
-
-
-# A chunk's batch rows, likewise.
-_ITEM_COLUMNS = ("batch_id", "position", "item_id", "expected", "split", "category", "job_id")
-_ITEMS = cast(Table, BatchItem.__table__)
-_UNNESTED_ITEMS = text(arrays.insert_from(_ITEMS, _ITEM_COLUMNS))
-
-
-def _insert_jobs(session: Session, rows: list[dict[str, Any]]) -> set[str]:
-    """Insert the job ``rows`` whose idempotency keys are free; the keys inserted. The
-    unique index decides (ON CONFLICT DO NOTHING), in the statement that inserts: no
-    lookup first, which PostgreSQL may plan as a scan of a table that grew since it
-    was last analyzed (a first bulk load)."""
-    if not rows:
-        return set()
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        columns = arrays.as_arrays(_JOBS, rows, _JOB_COLUMNS)
-        return set(session.scalars(_UNNESTED_INSERT, columns))
-    if dialect == "sqlite":
-        statement = (
-            sqlite_insert(Job)
-            .on_conflict_do_nothing(index_elements=[Job.idempotency_key])
-            .returning(Job.idempotency_key)
-        )
-        return set(session.scalars(statement, rows))
-    taken = _jobs_by_key(session, {row["idempotency_key"] for row in rows})  # (another one)
-    free = [row for row in rows if row["idempotency_key"] not in taken]
-    if free:
-        session.execute(insert(Job), free)
-    return {row["idempotency_key"] for row in free}
 
 
 def _held_rows(
@@ -411,7 +294,7 @@ def submit_batch(
     """A client's batch of jobs (or the one its ``client_key`` already names in ``tenant``).
     Its jobs are the tenant's own: the same request from two tenants is two jobs."""
     if client_key:
-        batch_key = idempotency_key("client-batch", client_key, *_scope(tenant))
+        batch_key = idempotency_key("client-batch", client_key, *scope(tenant))
     else:
         batch_key = new_id()
     config = {"method": method} if method != "speceyes" else {}  # (the report reads it)
@@ -421,7 +304,7 @@ def submit_batch(
     if created:
         # (another method answers otherwise: another job; the funnel's keys as they were)
         method_part = [method] if method != "speceyes" else []
-        key = idempotency_key("api", *_scope(tenant), *method_part)
+        key = idempotency_key("api", *scope(tenant), *method_part)
         submit_items(session, batch, items, config_key=key, method=method)
     rows = session.execute(
         select(BatchItem.job_id, Job.status)
@@ -442,75 +325,3 @@ def resolving_races(work: Callable[[], Result]) -> Result:
         return work()
     except IntegrityError:
         return work()
-
-
-def next_position(session: Session, batch_id: str) -> int:
-    """The position a row appended to the batch gets."""
-    last = session.scalar(
-        select(func.max(BatchItem.position)).where(BatchItem.batch_id == batch_id)
-    )
-    return 0 if last is None else last + 1
-
-
-def _jobs_by_key(session: Session, keys: set[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    ordered = sorted(keys)
-    for start in range(0, len(ordered), 500):
-        query = select(Job.idempotency_key, Job.id).where(
-            Job.idempotency_key.in_(ordered[start : start + 500])
-        )
-        found.update(dict(session.execute(query).all()))
-    return found
-
-
-def _item_key(batch: Batch, item: NewItem, config_key: str) -> str:
-    if item.error is not None or item.image_hash is None:
-        return idempotency_key("broken", batch.key, item.item_id, item.error)
-    if item.shown_path is not None:  # (Thyme is shown it: another text, another job)
-        key = (item.image_hash, item.question, item.options, config_key, item.shown_path)
-        return idempotency_key(*key)
-    return idempotency_key(item.image_hash, item.question, item.options, config_key)
-
-
-def waiting_status(method: Method) -> JobStatus:
-    """What a new job waits as: ``queued`` for the funnel; ``deferred`` (to the agent
-    stage, reason ``specreason``) for SpecReason, which skips phases I-III."""
-    return JobStatus.DEFERRED if method == "specreason" else JobStatus.QUEUED
-
-
-def add_job(
-    session: Session,
-    item: NewItem,
-    key: str,
-    tenant: str | None = None,
-    method: Method = "speceyes",
-) -> str:
-    row = _job_row(item, key, tenant, method, utcnow())
-    session.add(Job(**row))
-    return str(row["id"])
-
-
-def _job_row(
-    item: NewItem, key: str, tenant: str | None, method: Method, now: datetime
-) -> dict[str, Any]:
-    """A new job's columns. A broken item's job is failed at once: it finishes as it is
-    created (one clock reading, ``now``)."""
-    failed = item.error is not None
-    return {
-        "created_at": now,
-        "tenant": tenant,
-        "id": new_id(),
-        "idempotency_key": key,
-        "image_path": item.image_path,
-        "image_hash": item.image_hash,
-        "question": item.question,
-        "options": item.options,
-        "shown_path": item.shown_path,
-        "status": JobStatus.FAILED if failed else waiting_status(method),
-        "stage": Stage.AGENT if method == "specreason" else Stage.FAST,
-        "defer_reason": DeferReason.SPECREASON if method == "specreason" else None,
-        "attempts": 0,
-        "error_code": item.error[0] if item.error else None,
-        "error_message": item.error[1] if item.error else None,
-        "finished_at": now if failed else None,
-    }

@@ -156,7 +156,7 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
     worker: Mapped[str | None] = mapped_column(String(100))  # the worker holding it (running)
-    # the online audit of an accepted answer (common.evaluation.audit): pending, running,
+    # the online audit of an accepted answer (common.pipeline.audit): pending, running,
     # done, failed
     audit_status: Mapped[str | None] = mapped_column(String(16), index=True)
     audit_answer: Mapped[str | None] = mapped_column(Text)

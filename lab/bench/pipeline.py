@@ -42,7 +42,7 @@ from common.config import Settings
 from common.errors import ConfigurationError
 from common.images import content_hash
 from common.pipeline.dispatch import Dispatcher, Watch, follow_store
-from common.store import analytics, reads, submission
+from common.store import analytics, new_jobs, reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
 from lab.bench.embedded import EmbeddedFigures
@@ -256,7 +256,7 @@ def submit_synthetic(
             time.sleep(max(0.0, began + span.start / rate - time.perf_counter()))  # the pace
         questions = {i: f"Question {i}: what colour is it?" for i in span}
         items = [
-            submission.NewItem(i, f"job-{i}", question, image_path=str(image), image_hash=digest)
+            new_jobs.NewItem(i, f"job-{i}", question, image_path=str(image), image_hash=digest)
             for i, question in questions.items()
         ]
         started = time.perf_counter()

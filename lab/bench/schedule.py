@@ -33,7 +33,7 @@ from sqlalchemy import select
 
 from common.backends.scripted import SimulatedCost
 from common.contracts import AnsweredBy, DeferReason
-from common.pipeline.work import halves
+from common.pipeline.work.unit import halves
 from common.store.tables import BatchItem, Job
 
 

@@ -175,10 +175,10 @@ def test_an_idempotency_key_names_one_batch_per_tenant(api):
 def test_work_from_before_tenants_is_read_by_an_admin_only(api):
     server = api()
     with server.sessions.begin() as session:
-        from common.store import submission
+        from common.store import new_jobs, submission
 
         made = submission.submit_job(
-            session, submission.NewItem(0, "x", "Q?"), client_key=None, batch_id=None
+            session, new_jobs.NewItem(0, "x", "Q?"), client_key=None, batch_id=None
         )
     refused(server.http.get(f"/v1/jobs/{made.id}"), 404, "job_not_found")
     admin = server.key_for("ops", admin=True)

@@ -14,7 +14,8 @@ from api.browse import image_response
 from common.config import Settings
 from common.errors import NotFound
 from common.images import content_hash
-from common.sources.locations import _GROUPS, _RECENT, parquet_row
+from common.sources.locations import parquet_row
+from common.sources.reading import _GROUPS, _RECENT
 from common.store.tables import Job
 from tests.helpers.corpora import image_bytes
 from tests.helpers.reviewing import ZOOM_BOX, decided_batch, picture, zoom_trajectory

@@ -9,7 +9,7 @@ from cli.main import build_parser, main
 from cli.options import settings_from_args
 from common.config import GateSettings
 from common.contracts import Accepted, DeferReason, Deferred, Stage
-from common.store import claims, submission
+from common.store import claims, new_jobs, submission
 from common.store.db import open_store
 from tests.helpers.images import write_images
 
@@ -18,7 +18,7 @@ def labelled_batch(db: str, rows: list[tuple[float, bool]]) -> str:
     """A batch whose small answers had these (confidence, right) pairs."""
     sessions = open_store(db)
     items = [
-        submission.NewItem(
+        new_jobs.NewItem(
             i, f"r{i}", "Q?", None, f"/img/{i}.png", image_hash=f"h{i}", expected="yes"
         )
         for i in range(len(rows))

@@ -122,7 +122,7 @@ def test_the_same_shards_again_resume_and_a_changed_member_is_caught(tmp_path: P
     replaced = image_bytes(50)[: place["size"]].ljust(place["size"], b"\0")
     data[place["offset"] : place["offset"] + place["size"]] = replaced
     shard.write_bytes(bytes(data))
-    from common.sources.locations import _GROUPS, _RECENT
+    from common.sources.reading import _GROUPS, _RECENT
 
     _GROUPS.clear(), _RECENT.clear()
     failed = prepare_query(

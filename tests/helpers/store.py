@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.store import submission
+from common.store import new_jobs, submission
 from common.store.tables import Batch
 
 
@@ -11,9 +11,9 @@ def new_batch(session, key: str = "k") -> Batch:
     return batch
 
 
-def items(*names: str, question: str = "Q?") -> list[submission.NewItem]:
+def items(*names: str, question: str = "Q?") -> list[new_jobs.NewItem]:
     return [
-        submission.NewItem(
+        new_jobs.NewItem(
             i, name, question, ["a", "b"], f"/img/{name}.png", image_hash=f"hash-{name}"
         )
         for i, name in enumerate(names)

@@ -51,7 +51,12 @@ MODULES = (
     ),
     Module(
         "work",
-        "common/pipeline/work.py",
+        "common/pipeline/work/fast.py",
+        ("tests/common/pipeline/test_work.py", "tests/common/pipeline/test_runner.py"),
+    ),
+    Module(
+        "work-unit",
+        "common/pipeline/work/unit.py",
         ("tests/common/pipeline/test_work.py", "tests/common/pipeline/test_runner.py"),
     ),
     Module(

@@ -109,7 +109,7 @@ PROMISES = (
         "Idempotency keys are scoped to the tenant",
         "SECURITY.md",
         "common/store/submission.py",
-        'batch_key = idempotency_key("client-batch", client_key, *_scope(tenant))',
+        'batch_key = idempotency_key("client-batch", client_key, *scope(tenant))',
         'batch_key = idempotency_key("client-batch", client_key)',
         ("tests/api/test_hardening.py::test_an_idempotency_key_names_one_batch_per_tenant",),
     ),
@@ -129,7 +129,7 @@ PROMISES = (
     Promise(
         "A bad job fails alone; its batch-mates are untouched",
         "README.md",
-        "common/pipeline/work.py",
+        "common/pipeline/work/fast.py",
         "            if len(group) > 1:\n",
         "            if False:\n",
         ("tests/common/pipeline/test_runner.py::test_a_poison_job_fails_alone_after_its_attempts",),
@@ -193,9 +193,9 @@ PROMISES = (
     Promise(
         "An exit code is never read as a signal",
         "docs/sandbox.md",
-        "common/sandbox/__init__.py",
-        "return _ExitCode(code, -code) if code < 0 else _ExitCode(code, 0)",
-        "return _ExitCode(code, -code) if code < 0 else _ExitCode(code, max(0, code - 128))",
+        "common/sandbox/execution.py",
+        "return ExitCode(code, -code) if code < 0 else ExitCode(code, 0)",
+        "return ExitCode(code, -code) if code < 0 else ExitCode(code, max(0, code - 128))",
         ("tests/common/sandbox/test_hostile.py::test_an_exit_code_is_never_read_as_a_signal",),
     ),
     Promise(

@@ -43,7 +43,7 @@ from sqlalchemy import func, select
 
 from common.contracts import JobStatus
 from common.images import content_hash
-from common.store import submission
+from common.store import new_jobs, submission
 from common.store.tables import Batch, BatchItem, Job
 from tests.helpers.faults import OwnPostgres, OwnRedis, Run
 from workers.queues import CeleryDispatcher
@@ -228,7 +228,7 @@ class Soak:
 
     def _submit(self, dispatcher: CeleryDispatcher, span: range) -> None:
         items = [
-            submission.NewItem(
+            new_jobs.NewItem(
                 i, f"soak-{i}", f"Question {i}?", image_path=self.image, image_hash=self.digest
             )
             for i in span

@@ -14,7 +14,7 @@ from common.config import GateSettings
 from common.contracts import Accepted, Stage
 from common.evaluation.judge import Judge, judge_batch, read_verdict
 from common.protocols.judge import judge_prompt
-from common.store import analytics, claims, submission
+from common.store import analytics, claims, new_jobs, submission
 
 QUESTION = "What is the colour of the cup?"
 
@@ -70,7 +70,7 @@ def stand_in() -> Iterator[StandIn]:
 def answered_batch(sessions, key: str, answers: list[str]) -> str:
     """A V* batch whose rows the small model answered with ``answers``."""
     items = [
-        submission.NewItem(
+        new_jobs.NewItem(
             i,
             f"row{i}",
             QUESTION,

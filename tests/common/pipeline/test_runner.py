@@ -60,8 +60,8 @@ def test_a_scripted_corpus_takes_exactly_its_routes(tmp_path: Path, sessions):
         }
     assert answers["img003.png"] == ("S3", "small") and answers["img007.png"] == ("U7", "large")
     assert answers["img000.png"] == ("T0", "large") and answers["img009.png"] == (None, None)
-    # micro-batches of at most 4 (the first one halved: common.pipeline.work.halves), more than one
-    # job at a time; the corrupt image never reached a model
+    # micro-batches of at most 4 (the first one halved: common.pipeline.work.unit.halves),
+    # more than one job at a time; the corrupt image never reached a model
     assert 1 < max(size for phase, size in model.batch_sizes if phase == "screen") <= 4
     assert sum(size for phase, size in model.batch_sizes if phase == "screen") == 10
 

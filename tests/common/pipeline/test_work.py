@@ -13,7 +13,7 @@ from common.config import Settings
 from common.contracts import JobStatus, Stage
 from common.pipeline.dispatch import StoreOnly
 from common.pipeline.work import AgentWork, FastWork
-from common.store import submission
+from common.store import new_jobs, submission
 from common.store.tables import BatchItem, Job, utcnow
 from tests.helpers.images import write_images
 
@@ -24,7 +24,7 @@ def submit(sessions, tmp_path, count: int, method: str = "speceyes") -> list[str
 
     hashes = [content_hash(path.read_bytes()) for path in paths]
     items = [
-        submission.NewItem(i, f"item{i}", "What is it?", image_path=str(path), image_hash=digest)
+        new_jobs.NewItem(i, f"item{i}", "What is it?", image_path=str(path), image_hash=digest)
         for i, (path, digest) in enumerate(zip(paths, hashes, strict=True))
     ]
     with sessions.begin() as session:
@@ -161,7 +161,7 @@ def test_a_model_server_outage_sends_the_batch_back_without_using_attempts(sessi
 
 def test_a_batch_of_large_images_runs_in_groups_within_the_pixel_budget(tmp_path):
     from common.contracts import Ticket
-    from common.pipeline.work import pixel_groups
+    from common.pipeline.work.unit import pixel_groups
 
     paths = write_images(tmp_path, 5, size=(100, 100))  # 10,000 pixels each
     tickets = [Ticket(f"j{i}", str(path), None, "Q?", None) for i, path in enumerate(paths)]

@@ -11,15 +11,8 @@ import pytest
 
 from common.config import ImageSettings
 from common.errors import ImageError, InvalidInput, RetryableError, SourceUnavailable
-from common.sources.locations import (
-    _GROUPS,
-    _RECENT,
-    describe,
-    is_local_file,
-    parquet_row,
-    read_located,
-    tar_member,
-)
+from common.sources.locations import describe, is_local_file, parquet_row, tar_member
+from common.sources.reading import _GROUPS, _RECENT, read_located
 from common.sources.webdataset import expand_braces, read_samples, split_name
 from tests.helpers.corpora import image_bytes, object_store, samples, write_shard
 

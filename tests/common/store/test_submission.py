@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import inspect, select
 
 from common.errors import IdempotencyConflict, NotFound
-from common.store import submission
+from common.store import new_jobs, submission
 from common.store.db import downgrade, make_engine, migrate
 from common.store.tables import Batch, BatchItem, Job
 from tests.helpers.store import items, new_batch
@@ -47,7 +47,7 @@ def test_the_same_request_in_two_batches_is_one_job(sessions):
 
 
 def test_a_broken_item_is_a_failed_job_with_its_reason(sessions):
-    broken = submission.NewItem(
+    broken = new_jobs.NewItem(
         0, "row-3", "", error=("invalid_input", "m.jsonl line 3: missing question")
     )
     with sessions.begin() as session:
@@ -65,7 +65,7 @@ def test_a_client_key_names_one_job_and_refuses_other_content(sessions):
     with sessions.begin() as session:
         again = submission.submit_job(session, item, client_key="k1", batch_id=None)
         assert (again.id, again.created, first.created) == (first.id, False, True)
-        other = submission.NewItem(0, "x", "Another question?", image_hash=item.image_hash)
+        other = new_jobs.NewItem(0, "x", "Another question?", image_hash=item.image_hash)
         with pytest.raises(IdempotencyConflict):
             submission.submit_job(session, other, client_key="k1", batch_id=None)
         with pytest.raises(NotFound):

@@ -15,7 +15,7 @@ from common.backends.base import Generation
 from common.backends.scripted import JobScript, ScriptedModel
 from common.chat import Conversation
 from common.config import Settings
-from common.evaluation.audit import sampled, wilson
+from common.pipeline.audit import sampled, wilson
 from common.pipeline.runner import EmbeddedRunner
 from common.pipeline.submit import submit_corpus
 from common.sources.corpus import read_source
