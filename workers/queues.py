@@ -28,8 +28,9 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from common.config import Settings
+from common.contracts import Queue
 from common.errors import BackendUnavailable, ConfigurationError
-from common.pipeline.dispatch import Dispatcher
+from common.pipeline.dispatch import Delivery, Dispatcher
 
 FAST_TASK = "speceyes.fast"
 SLOW_TASK = "speceyes.slow"
@@ -92,52 +93,25 @@ class CeleryDispatcher(Dispatcher):
         self.settings = settings
         self.app = app if app is not None else celery_app(settings)
 
-    def send_fast(
-        self,
-        job_ids: Iterable[str],
-        *,
-        delay_s: float | None = None,
-        takeover: bool = False,
-        retries: int = 0,
-    ) -> int:
-        """One message per micro-batch of up to ``fast_batch_size`` ids; returns the ids
-        sent. ``takeover`` is for a worker sending back jobs it holds (the next worker may
-        claim them although they look running)."""
-        options = _options(takeover, retries)
-        ids = list(job_ids)
-        batches = chunked(ids, self.settings.funnel.fast_batch_size)
-        self._send(FAST_TASK, self.settings.broker.fast_queue, batches, delay_s, options)
-        return len(ids)
-
-    def send_slow(
-        self,
-        job_ids: Iterable[str],
-        *,
-        delay_s: float | None = None,
-        takeover: bool = False,
-        retries: int = 0,
-        one_each: bool = False,
-    ) -> int:
-        """Messages of up to ``SLOW_PACK`` ids (one id each with ``one_each``: a worker
-        unpacking a message for idle workers); returns the ids sent."""
-        options = _options(takeover, retries)
-        ids = list(job_ids)
-        chunks = chunked(ids, 1 if one_each else SLOW_PACK)
+    def deliver(self, queue: Queue, job_ids: list[str], how: Delivery) -> int:
+        """Fast: one message per micro-batch of up to ``fast_batch_size`` ids. Slow:
+        messages of up to ``SLOW_PACK`` ids (one each with ``how.one_each``). Audits: on
+        their own queue at the lowest priority, so a slow worker takes one only when no
+        deferred job waits (kombu's Redis transport pops priority-major). Returns the ids
+        sent."""
+        broker = self.settings.broker
+        if queue == Queue.AUDIT:
+            self._send(AUDIT_TASK, broker.audit_queue, job_ids, how.delay_s, None, AUDIT_PRIORITY)
+            return len(job_ids)
+        options = _options(how.takeover, how.retries)
+        if queue == Queue.FAST:
+            batches = chunked(job_ids, self.settings.funnel.fast_batch_size)
+            self._send(FAST_TASK, broker.fast_queue, batches, how.delay_s, options)
+            return len(job_ids)
+        chunks = chunked(job_ids, 1 if how.one_each else SLOW_PACK)
         payloads = [chunk[0] if len(chunk) == 1 else chunk for chunk in chunks]
-        self._send(SLOW_TASK, self.settings.broker.slow_queue, payloads, delay_s, options)
-        return len(ids)
-
-    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
-        """Audits on their own queue at the lowest priority: a slow worker takes one only
-        when no deferred job waits (kombu's Redis transport pops priority-major)."""
-        return self._send(
-            AUDIT_TASK,
-            self.settings.broker.audit_queue,
-            job_ids,
-            delay_s,
-            None,
-            priority=AUDIT_PRIORITY,
-        )
+        self._send(SLOW_TASK, broker.slow_queue, payloads, how.delay_s, options)
+        return len(job_ids)
 
     def check(self) -> None:
         """Raise ``BackendUnavailable`` unless the broker answers."""

@@ -27,10 +27,8 @@ QWEN2_5_VL = (
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-QWEN3_VL = """{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages[0].role == 'system' %}
-        {%- if messages[0].content is string %}
+# (two blocks the template repeats, written once: its text is exactly the file's)
+_SYSTEM_TEXT = """        {%- if messages[0].content is string %}
             {{- messages[0].content }}
         {%- else %}
             {%- for content in messages[0].content %}
@@ -39,38 +37,8 @@ QWEN3_VL = """{%- if tools %}
                 {%- endif %}
             {%- endfor %}
         {%- endif %}
-        {{- '\\n\\n' }}
-    {%- endif %}
-    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
-{%- else %}
-    {%- if messages[0].role == 'system' %}
-        {{- '<|im_start|>system\\n' }}
-        {%- if messages[0].content is string %}
-            {{- messages[0].content }}
-        {%- else %}
-            {%- for content in messages[0].content %}
-                {%- if 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-{%- set image_count = namespace(value=0) %}
-{%- set video_count = namespace(value=0) %}
-{%- for message in messages %}
-    {%- if message.role == "user" %}
-        {{- '<|im_start|>' + message.role + '\\n' }}
-        {%- if message.content is string %}
-            {{- message.content }}
-        {%- else %}
-            {%- for content in message.content %}
+"""
+_VISION_CONTENT = """            {%- for content in message.content %}
                 {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
                     {%- set image_count.value = image_count.value + 1 %}
                     {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
@@ -83,7 +51,40 @@ QWEN3_VL = """{%- if tools %}
                     {{- content.text }}
                 {%- endif %}
             {%- endfor %}
-        {%- endif %}
+"""
+QWEN3_VL = (
+    """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}
+"""
+    + _SYSTEM_TEXT
+    + """        {{- '\\n\\n' }}
+    {%- endif %}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\\n' }}
+"""
+    + _SYSTEM_TEXT
+    + """        {{- '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set image_count = namespace(value=0) %}
+{%- set video_count = namespace(value=0) %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+"""
+    + _VISION_CONTENT
+    + """        {%- endif %}
         {{- '<|im_end|>\\n' }}
     {%- elif message.role == "assistant" %}
         {{- '<|im_start|>' + message.role + '\\n' }}
@@ -124,20 +125,9 @@ QWEN3_VL = """{%- if tools %}
         {%- if message.content is string %}
             {{- message.content }}
         {%- else %}
-            {%- for content in message.content %}
-                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
-                    {%- set image_count.value = image_count.value + 1 %}
-                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
-                    <|vision_start|><|image_pad|><|vision_end|>
-                {%- elif content.type == 'video' or 'video' in content %}
-                    {%- set video_count.value = video_count.value + 1 %}
-                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
-                    <|vision_start|><|video_pad|><|vision_end|>
-                {%- elif 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
+"""
+    + _VISION_CONTENT
+    + """        {%- endif %}
         {{- '\\n</tool_response>' }}
         {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
             {{- '<|im_end|>\\n' }}
@@ -148,3 +138,4 @@ QWEN3_VL = """{%- if tools %}
     {{- '<|im_start|>assistant\\n' }}
 {%- endif %}
 """
+)

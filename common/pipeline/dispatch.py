@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from common.contracts import JobStatus
+from common.contracts import JobStatus, Queue
 from common.errors import RetryableError
 from common.store import reads
 from common.store.reads import BatchCounts
@@ -92,12 +92,27 @@ class Outbox:
         self.audit.extend(job_ids)
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """How a send delivers its jobs: ``delay_s`` holds them back (a retry); ``takeover``
+    marks jobs the sender holds as running and hands back, so the next stage may claim
+    them at once; ``retries`` counts the sends after an outage so far (the next backs off
+    longer); ``one_each`` (slow) gives each job a message of its own (a worker unpacking
+    a message for idle workers)."""
+
+    delay_s: float | None = None
+    takeover: bool = False
+    retries: int = 0
+    one_each: bool = False
+
+
 class Dispatcher(ABC):
-    """Delivers committed jobs to the fast (phases I-III) and slow (agent) stages."""
+    """Delivers committed jobs to the fast (phases I-III) and slow (agent) stages, and
+    audits to the agent when it has nothing deferred. A dispatcher writes ``deliver``; the
+    three sends are the same for all."""
 
     component: str | None = None  # what ``check`` checks, named in readiness probes
 
-    @abstractmethod
     def send_fast(
         self,
         job_ids: Iterable[str],
@@ -106,14 +121,9 @@ class Dispatcher(ABC):
         takeover: bool = False,
         retries: int = 0,
     ) -> int:
-        """Deliver jobs waiting for the fast stage; returns how many were sent.
+        """Deliver jobs waiting for the fast stage; returns how many were sent."""
+        return self.deliver(Queue.FAST, list(job_ids), Delivery(delay_s, takeover, retries))
 
-        ``delay_s`` holds them back (a retry); ``takeover`` marks jobs the sender holds as
-        running and hands back, so the next stage may claim them at once; ``retries``
-        counts the sends after an outage so far (the next backs off longer).
-        """
-
-    @abstractmethod
     def send_slow(
         self,
         job_ids: Iterable[str],
@@ -121,8 +131,21 @@ class Dispatcher(ABC):
         delay_s: float | None = None,
         takeover: bool = False,
         retries: int = 0,
+        one_each: bool = False,
     ) -> int:
         """Deliver jobs waiting for the agent; as ``send_fast``."""
+        how = Delivery(delay_s, takeover, retries, one_each)
+        return self.deliver(Queue.SLOW, list(job_ids), how)
+
+    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
+        """Deliver audits (``common.pipeline.audit``), to be taken only when no deferred
+        job waits."""
+        return self.deliver(Queue.AUDIT, list(job_ids), Delivery(delay_s))
+
+    @abstractmethod
+    def deliver(self, queue: Queue, job_ids: list[str], how: Delivery) -> int:
+        """Deliver ``job_ids`` to ``queue``; how many were sent. A dispatcher without an
+        audit path delivers no audit (0): the audits wait in the store."""
 
     def wait(
         self, sessions: sessionmaker[Session], batch_id: str, watch: Watch = NO_WATCH
@@ -130,11 +153,6 @@ class Dispatcher(ABC):
         """Return once every job of the batch is finished, or on Ctrl-C. By default the
         work happens elsewhere, so this follows the store (``follow_store``)."""
         return follow_store(sessions, batch_id, watch)
-
-    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
-        """Deliver audits (``common.pipeline.audit``), to be taken only when no deferred
-        job waits. Dispatchers without an audit path deliver none: the audits wait in the store."""
-        return 0
 
     def message_ids(self, *, held: bool = True) -> set[str] | None:
         """The job ids of the messages the broker holds (waiting; with ``held``, also those
@@ -192,31 +210,12 @@ class StoreOnly(Dispatcher):
         self.sent_fast: list[str] = []
         self.sent_slow: list[str] = []
 
-    def send_fast(
-        self,
-        job_ids: Iterable[str],
-        *,
-        delay_s: float | None = None,
-        takeover: bool = False,
-        retries: int = 0,
-    ) -> int:
-        return _remember(self.sent_fast, job_ids)
-
-    def send_slow(
-        self,
-        job_ids: Iterable[str],
-        *,
-        delay_s: float | None = None,
-        takeover: bool = False,
-        retries: int = 0,
-    ) -> int:
-        return _remember(self.sent_slow, job_ids)
-
-
-def _remember(sent: list[str], job_ids: Iterable[str]) -> int:
-    ids = list(job_ids)
-    sent += ids
-    return len(ids)
+    def deliver(self, queue: Queue, job_ids: list[str], how: Delivery) -> int:
+        sent = {Queue.FAST: self.sent_fast, Queue.SLOW: self.sent_slow}.get(queue)
+        if sent is None:
+            return 0
+        sent += job_ids
+        return len(job_ids)
 
 
 def send_waiting(outbox: Outbox, batch_id: str) -> None:

@@ -19,16 +19,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import cached_property
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.backends import Models
 from common.config import Settings
-from common.contracts import JobStatus, Stage, Ticket
+from common.contracts import JobStatus, Queue, Stage, Ticket
 from common.errors import BackendUnavailable
-from common.pipeline.dispatch import NO_WATCH, Dispatcher, Progress, RunResult, Watch
+from common.pipeline.dispatch import (
+    NO_WATCH,
+    Delivery,
+    Dispatcher,
+    Progress,
+    RunResult,
+    Watch,
+)
 from common.pipeline.work import AgentWork, FastWork
 from common.store import audits, claims, reads
 from common.store.reads import BatchCounts
@@ -87,37 +94,18 @@ class EmbeddedRunner(Dispatcher):
         return AgentWork(self.sessions, self.models, self.settings, self)
 
     # -- the Dispatcher ---------------------------------------------------------------
-    def send_fast(
-        self,
-        job_ids: Iterable[str],
-        *,
-        delay_s: float | None = None,
-        takeover: bool = False,
-        retries: int = 0,
-    ) -> int:
-        """The jobs are in the store already: wake the fast stage (after ``delay_s``)."""
-        self._hold(Stage.FAST, delay_s)
-        self._wake.set()
-        return len(list(job_ids))
-
-    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
-        """Audits are in the store already: wake the agents (they take them last)."""
+    def deliver(self, queue: Queue, job_ids: list[str], how: Delivery) -> int:
+        """The jobs are in the store already: wake the stage that takes them (after
+        ``delay_s``); audits wake the agents, who take them last."""
+        if queue == Queue.FAST:
+            self._hold(Stage.FAST, how.delay_s)
+            self._wake.set()
+            return len(job_ids)
+        if queue == Queue.SLOW:
+            self._hold(Stage.AGENT, how.delay_s)
         with self._deferred_ready:
             self._deferred_ready.notify_all()
-        return len(list(job_ids))
-
-    def send_slow(
-        self,
-        job_ids: Iterable[str],
-        *,
-        delay_s: float | None = None,
-        takeover: bool = False,
-        retries: int = 0,
-    ) -> int:
-        self._hold(Stage.AGENT, delay_s)
-        with self._deferred_ready:
-            self._deferred_ready.notify_all()
-        return len(list(job_ids))
+        return len(job_ids)
 
     def wait(
         self, sessions: sessionmaker[Session], batch_id: str, watch: Watch = NO_WATCH
