@@ -9,7 +9,6 @@ queue, in Chromium (Debian's, through Playwright, as the browser tests drive it)
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import httpx
 from playwright.sync_api import Page, sync_playwright
+
+from lab.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "images"
@@ -36,9 +37,7 @@ def main() -> None:
     if made.returncode != 0:
         sys.exit(made.stderr.strip())
     key = made.stdout.split()[0]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [*SPECEYES, "serve", *DB, "--small", "synth", "--large", "synth", "--port", str(port)],

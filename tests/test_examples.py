@@ -18,9 +18,9 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
+from lab.ports import reserved_port
 from tests.helpers.corpora import object_store, write_parquet, write_saved_dataset, write_shards
 from tests.helpers.images import write_images
-from tests.helpers.ports import reserved_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

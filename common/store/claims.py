@@ -34,6 +34,7 @@ from common.contracts import (
 )
 from common.scores import encode
 from common.store import arrays
+from common.store.db import is_postgres
 from common.store.reads import batch_jobs
 from common.store.tables import Job, utcnow
 
@@ -236,7 +237,7 @@ def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSet
     for outcome in outcomes:
         values = _fast_values(outcome, gate_used, now)
         groups.setdefault(tuple(sorted(values)), []).append({"id": outcome.job_id, **values})
-    postgres = session.get_bind().dialect.name == "postgresql"
+    postgres = is_postgres(session)
     changed = 0
     for columns, rows in groups.items():
         if postgres:

@@ -42,6 +42,13 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+def is_postgres(where: Session | Engine | Any) -> bool:
+    """Whether ``where`` (a session, an engine or a connection) talks to PostgreSQL: the
+    one question the store's bulk and locking paths ask of the database."""
+    bind = where.get_bind() if isinstance(where, Session) else where
+    return bool(bind.dialect.name == "postgresql")
+
+
 def autocommit(sessions: sessionmaker[Session], *, durable: bool = True) -> sessionmaker[Session]:
     """Sessions on the same database whose every statement commits on its own.
 
@@ -57,7 +64,7 @@ def autocommit(sessions: sessionmaker[Session], *, durable: bool = True) -> sess
     trips) keeps ``sessions``.
     """
     engine = sessions.kw.get("bind")
-    if not isinstance(engine, Engine) or engine.dialect.name != "postgresql":
+    if not isinstance(engine, Engine) or not is_postgres(engine):
         return sessions
     if not durable and isinstance(sessions, Store):
         return sessionmaker(sessions.relaxed)

@@ -16,6 +16,7 @@ from common.config import Method, RequestLimits
 from common.contracts import DeferReason, JobStatus, SourceRow, Stage
 from common.limits import printable
 from common.store import arrays
+from common.store.db import is_postgres
 from common.store.ids import idempotency_key, new_id
 from common.store.tables import Batch, BatchItem, Job, utcnow
 
@@ -134,11 +135,10 @@ def insert_jobs(session: Session, rows: list[dict[str, Any]]) -> set[str]:
     was last analyzed (a first bulk load)."""
     if not rows:
         return set()
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
+    if is_postgres(session):
         columns = arrays.as_arrays(_JOBS, rows, _JOB_COLUMNS)
         return set(session.scalars(_UNNESTED_INSERT, columns))
-    if dialect == "sqlite":
+    if session.get_bind().dialect.name == "sqlite":
         statement = (
             sqlite_insert(Job)
             .on_conflict_do_nothing(index_elements=[Job.idempotency_key])

@@ -23,6 +23,7 @@ from common.config import Method
 from common.contracts import JobStatus
 from common.errors import IdempotencyConflict, NotFound
 from common.store import arrays
+from common.store.db import is_postgres
 from common.store.ids import client_job_key, idempotency_key, new_id, scope
 from common.store.new_jobs import (
     NewItem,
@@ -125,7 +126,7 @@ class Statistics:
         self.next_at = 2 * jobs_added
         try:
             with sessions.begin() as session:
-                if session.get_bind().dialect.name != "postgresql":
+                if not is_postgres(session):
                     return False
                 session.execute(text("SET LOCAL lock_timeout = '1s'"))
                 session.execute(text("ANALYZE jobs, batch_items"))
@@ -209,7 +210,7 @@ def submit_items(
         }
         for position, (item, key) in enumerate(fresh, first_position)
     ]
-    if new_rows and session.get_bind().dialect.name == "postgresql":
+    if new_rows and is_postgres(session):
         session.execute(_UNNESTED_ITEMS, arrays.as_arrays(_ITEMS, new_rows, _ITEM_COLUMNS))
     elif new_rows:
         session.execute(insert(BatchItem), new_rows)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from common.store.tables import BatchItem, Job
 from lab.bench.embedded import EmbeddedFigures
 from lab.bench.schedule import run_draws
 from lab.bench.scratch import scratch_database
+from lab.ports import free_port
 from workers.queues import CeleryDispatcher
 
 Log = Callable[[str], None]
@@ -327,7 +327,7 @@ def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> 
                 "--name",
                 f"{pool}{index}@%h",
                 "--metrics-port",
-                str(_free_port()),
+                str(free_port()),
             ]
             ports.append(int(command[-1]))
             with path.open("wb") as out:
@@ -351,9 +351,3 @@ def workers(plan: PipelinePlan, env: dict[str, str], folder: Path, log: Log) -> 
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.agents.trajectory import UNREADABLE, AgentStep
 from common.contracts import AnsweredBy, DeferReason, JobStatus, Stage
 from common.images import content_hash
+from common.store.db import is_postgres
 from common.store.tables import Batch, BatchItem, Job, utcnow
 
 CHUNK = 5_000  # rows per executemany
@@ -124,7 +125,7 @@ def _analyze(sessions: sessionmaker[Session]) -> None:
     would otherwise be planned as an empty table (PostgreSQL then joins 100,000 rows to
     find 50)."""
     with sessions.begin() as session:
-        if session.get_bind().dialect.name == "postgresql":
+        if is_postgres(session):
             session.execute(text("ANALYZE jobs"))
             session.execute(text("ANALYZE batch_items"))
         else:

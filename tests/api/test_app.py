@@ -28,6 +28,7 @@ from common.config import Settings
 from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
 from common.store.tables import Batch, Job
+from lab.ports import free_port
 from tests.helpers.api import upload
 from tests.helpers.images import png
 from tests.helpers.waiting import wait_until
@@ -297,7 +298,6 @@ def test_end_to_end_through_redis_and_the_workers(tmp_path, broker_env, monkeypa
 
 
 def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):
-    import socket
     import subprocess
     import sys
 
@@ -313,9 +313,7 @@ def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):
         check=True,
     )
     key = created.stdout.splitlines()[0]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [*command, "serve", "--db", db, "--port", str(port)],
         env=env,

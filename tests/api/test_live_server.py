@@ -23,6 +23,7 @@ from sqlalchemy import create_engine, func
 from sqlalchemy import select as sql_select
 
 from common.store.tables import Batch, Job
+from lab.ports import free_port
 from tests.helpers.images import png
 from tests.helpers.waiting import wait_until
 
@@ -74,9 +75,7 @@ def live(tmp_path: Path, postgres_url: str):
     created = subprocess.run(
         [*command, "keys", "create", "load"], env=env, capture_output=True, text=True, check=True
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     server = subprocess.Popen(
         [*command, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT

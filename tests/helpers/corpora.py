@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from tests.helpers.ports import reserved_port
+from lab.ports import reserved_port
 
 
 def image_bytes(index: int, size: tuple[int, int] = (40, 30)) -> bytes:

@@ -27,16 +27,11 @@ from common.pipeline.dispatch import follow_store, send_waiting
 from common.pipeline.submit import submit_corpus
 from common.store.db import open_store
 from common.store.tables import Job
+from lab.ports import free_port
 from tests.helpers.images import write_images
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import WorkerProcess
 from workers.queues import CeleryDispatcher
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _answers(port: int) -> bool:

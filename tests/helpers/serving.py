@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers.ports import reserved_port
+from lab.ports import reserved_port
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
 import threading
 from typing import Any
 
@@ -23,6 +22,7 @@ from PIL import Image
 
 from common.backends.transformers_backend import TransformersModel, template_messages
 from common.chat import Message
+from lab.ports import free_port
 from tests.helpers.waiting import wait_until
 
 
@@ -43,7 +43,7 @@ class StandIn:
         self.lock = threading.Lock()
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self.complete)
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}/v1"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning")
         self.server = uvicorn.Server(config)
@@ -150,9 +150,3 @@ def _message(raw: dict[str, Any]) -> Message:
             data = part["image_url"]["url"].split(",", 1)[1]
             parts.append(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
     return Message(raw["role"], parts)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

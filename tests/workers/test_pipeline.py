@@ -21,6 +21,7 @@ from common.pipeline.submit import submit_corpus
 from common.sources.corpus import open_source, read_source
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job
+from lab.ports import free_port
 from tests.helpers.corpora import object_store, write_parquet, write_shards
 from tests.helpers.images import write_images
 from tests.helpers.routes import ROUTES
@@ -353,14 +354,6 @@ def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny
             assert len(job.trajectory["steps"]) <= 2
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_path, deployment):
     import subprocess
     import sys
@@ -369,7 +362,7 @@ def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_pa
     setup = deployment(fast_batch_size="4", fast_max_wait_s="0.2")
     folder = tmp_path / "corpus"
     write_images(folder, 10)
-    port = _free_port()
+    port = free_port()
     setup.start("fast", "--metrics-port", str(port))
     setup.start("slow")
 

@@ -1,4 +1,5 @@
-"""Ports for the servers a test starts in a subprocess."""
+"""Ports for the servers a test or a bench starts in a subprocess: the one helper the
+lab, the tests and the docs' screenshots share."""
 
 from __future__ import annotations
 
@@ -18,3 +19,11 @@ def reserved_port() -> Iterator[int]:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", 0))
         yield int(holder.getsockname()[1])
+
+
+def free_port() -> int:
+    """A port free now, for a server started at once by a process that is the only one
+    asking (a bench, a script): ``reserved_port`` where others may ask too."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
