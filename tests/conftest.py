@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -109,21 +109,33 @@ def tiny_small(tiny_paths: dict[str, Path]):
 # PostgreSQL database of its own on the server the machine runs (created, then dropped).
 
 
+def _reachable_or_exit(answers: Callable[[], object], what: str, start: str, name: str) -> None:
+    """Stop the whole run with one clear line when a server the tests use does not
+    answer (every test of it would fail the same way)."""
+    try:
+        answers()
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0]
+        pytest.exit(
+            f"{what} is not reachable ({reason}). Start it (e.g. `{start}`) or set "
+            f"SPECEYES_TEST_{name}_URL.",
+            returncode=3,
+        )
+
+
 @pytest.fixture(scope="session")
 def postgres_admin():
     from sqlalchemy import create_engine, text
 
     engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
+
+    def answers() -> None:
         with engine.connect() as connection:
             connection.execute(text("select 1"))
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0]
-        pytest.exit(
-            f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL} ({reason}). Start it "
-            "(e.g. `pg_ctlcluster 15 main start`) or set SPECEYES_TEST_POSTGRES_URL.",
-            returncode=3,
-        )
+
+    _reachable_or_exit(
+        answers, f"PostgreSQL at {POSTGRES_ADMIN_URL}", "pg_ctlcluster 15 main start", "POSTGRES"
+    )
     yield engine
     engine.dispose()
 
@@ -167,15 +179,9 @@ def redis_client():
     import redis
 
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0]
-        pytest.exit(
-            f"Redis is not reachable at {REDIS_URL} ({reason}). Start it "
-            "(e.g. `redis-server --daemonize yes`) or set SPECEYES_TEST_REDIS_URL.",
-            returncode=3,
-        )
+    _reachable_or_exit(
+        client.ping, f"Redis at {REDIS_URL}", "redis-server --daemonize yes", "REDIS"
+    )
     yield client
     client.close()
 

@@ -38,6 +38,15 @@ def jobs(sessions, *names: str) -> list[str]:
         return sorted(session.scalars(Job.__table__.select().with_only_columns(Job.id)))
 
 
+def _silent_for_a_minute(session, worker: str) -> None:
+    """``worker`` last beat a minute ago: dead, at the settings here."""
+    session.execute(
+        update(Worker)
+        .where(Worker.id == worker)
+        .values(beat_at=Worker.beat_at - timedelta(seconds=60))
+    )
+
+
 def test_a_dead_workers_running_jobs_go_back_and_are_sent_a_live_ones_stay(sessions):
     a, b = jobs(sessions, "a", "b")
     with sessions.begin() as session:
@@ -45,11 +54,7 @@ def test_a_dead_workers_running_jobs_go_back_and_are_sent_a_live_ones_stay(sessi
         liveness.beat(session, "dead", "slow")
         claims.claim_ids(session, [a], Stage.FAST, stale_after_s=None, worker="dead")
         claims.claim_ids(session, [b], Stage.FAST, stale_after_s=None, worker="alive")
-        session.execute(
-            update(Worker)
-            .where(Worker.id == "dead")
-            .values(beat_at=Worker.beat_at - timedelta(seconds=60))
-        )
+        _silent_for_a_minute(session, "dead")
     broker = Broker()
     sweep = Reconciler(sessions, broker, SETTINGS, "alive").sweep()
     assert sweep.leader and sweep.released == 1
@@ -71,11 +76,7 @@ def test_a_dead_slow_workers_trajectory_goes_back_to_the_slow_queue_at_once(sess
             claims.claim_ids(session, [job_id], Stage.FAST, stale_after_s=None, worker="fast")
             claims.record_fast(session, [Deferred(job_id, "tools_needed")], GateSettings())
         claims.claim_ids(session, [a], Stage.AGENT, stale_after_s=None, worker="dead")
-        session.execute(
-            update(Worker)
-            .where(Worker.id == "dead")
-            .values(beat_at=Worker.beat_at - timedelta(seconds=60))
-        )
+        _silent_for_a_minute(session, "dead")
     broker = Broker()
     broker.present = {b}  # (b's message is on the broker: only a is the dead one's)
     sweep = Reconciler(sessions, broker, SETTINGS, "me").sweep()
