@@ -225,4 +225,40 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "1.005 s: how long a throttled read waits, timing only (-0.995 is killed: a sleep "
         "below 0 raises)",
     ),
+    Equivalent(
+        "ui-session",
+        "@dataclass(frozen=True)",
+        r"core/ReplaceTrueWithFalse",
+        "frozen or not: nothing assigns to a session once made",
+    ),
+    Equivalent(
+        "ui-session",
+        "time.time() - issued > self.max_age_s",
+        r"core/ReplaceComparisonOperator_Gt_GtE",
+        "a cookie exactly max_age_s old, to the float: never met, and either answer is right",
+    ),
+    Equivalent(
+        "ui-session",
+        "SIGNIN_MAX_AGE_S = 3600",
+        r"core/NumberReplacer",
+        "the sign-in form's cookie living a second more or less",
+    ),
+    Equivalent(
+        "ui-session",
+        "session_hours * 3600",
+        r"core/NumberReplacer",
+        "a session living an hour's worth of seconds, plus or minus one per hour",
+    ),
+    Equivalent(
+        "ui-session",
+        "secrets.token_bytes(32)",
+        r"core/NumberReplacer",
+        "a random secret of 31 or 33 bytes: as unguessable",
+    ),
+    Equivalent(
+        "ui-session",
+        "secrets.token_hex(16)",
+        r"core/NumberReplacer",
+        "a nonce of 15 or 17 random bytes: as unguessable, and never parsed",
+    ),
 )

@@ -69,7 +69,11 @@ MODULES = (
             "tests/cli/test_sources.py::test_labelled_shards_never_overwrite_each_other_or_their_source",
         ),
     ),
-    Module("ui-session", "api/ui/session.py", ("tests/api/ui/test_pages.py",)),
+    Module(
+        "ui-session",
+        "api/ui/session.py",
+        ("tests/api/ui/test_session.py", "tests/api/ui/test_pages.py"),
+    ),
     Module(
         "tenancy",
         "api/browse.py",
