@@ -11,7 +11,7 @@ app's ``error_page`` renders it, with the same status.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from api.metrics import REFUSED
-from common.errors import IdempotencyConflict, ImageError, InvalidInput, NotFound
+from common.errors import IdempotencyConflict, ImageError, InvalidInput, NotFound, SpecEyesError
 from common.limits import OverLimit
 from common.store.reviews import NotReviewable
 
@@ -38,6 +38,23 @@ class ApiError(Exception):
         self.headers = headers
 
 
+# the domain's errors a route lets through, and the status each is answered with
+DOMAIN_STATUS: dict[type[SpecEyesError], int] = {
+    NotFound: 404,
+    IdempotencyConflict: 409,
+    NotReviewable: 409,
+    InvalidInput: 422,
+}
+
+
+def _domain_error(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def handle(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SpecEyesError)
+        return answer(request, exc.code, exc.message, status)
+
+    return handle
+
+
 def install_handlers(app: FastAPI) -> None:
     """Answer every error in the one shape."""
 
@@ -45,25 +62,12 @@ def install_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: ApiError) -> Response:
         return answer(request, exc.error, exc.detail, exc.status, exc.headers)
 
-    @app.exception_handler(NotFound)
-    async def not_found(request: Request, exc: NotFound) -> Response:
-        return answer(request, exc.code, exc.message, 404)
-
-    @app.exception_handler(IdempotencyConflict)
-    async def conflict(request: Request, exc: IdempotencyConflict) -> Response:
-        return answer(request, exc.code, exc.message, 409)
-
-    @app.exception_handler(NotReviewable)
-    async def not_reviewable(request: Request, exc: NotReviewable) -> Response:
-        return answer(request, exc.code, exc.message, 409)
+    for kind, status in DOMAIN_STATUS.items():  # (the most specific class answers)
+        app.add_exception_handler(kind, _domain_error(status))
 
     @app.exception_handler(OverLimit)
     async def over_limit(request: Request, exc: OverLimit) -> Response:
         return answer(request, exc.setting, exc.message, 413)
-
-    @app.exception_handler(InvalidInput)
-    async def invalid_input(request: Request, exc: InvalidInput) -> Response:
-        return answer(request, exc.code, exc.message, 422)
 
     @app.exception_handler(ImageError)
     async def image_error(request: Request, exc: ImageError) -> Response:
