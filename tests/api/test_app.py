@@ -28,7 +28,7 @@ from common.config import Settings
 from common.store.db import open_store
 from common.store.keys import create_key, revoke_key
 from common.store.tables import Batch, Job
-from lab.ports import free_port
+from lab.ports import reserved_port
 from tests.helpers.api import upload
 from tests.helpers.images import png
 from tests.helpers.waiting import wait_until
@@ -313,29 +313,29 @@ def test_speceyes_serve_answers_with_a_key_from_speceyes_keys(tmp_path):
         check=True,
     )
     key = created.stdout.splitlines()[0]
-    port = free_port()
-    server = subprocess.Popen(
-        [*command, "serve", "--db", db, "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        with SpecEyesClient(f"http://127.0.0.1:{port}", api_key=key) as client:
+    with reserved_port() as port:  # (held until the server is gone: no other test's)
+        server = subprocess.Popen(
+            [*command, "serve", "--db", db, "--port", str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            with SpecEyesClient(f"http://127.0.0.1:{port}", api_key=key) as client:
 
-            def up() -> bool:
-                try:
-                    return client.http.get("/healthz").status_code == 200
-                except Exception:
-                    return False
+                def up() -> bool:
+                    try:
+                        return client.http.get("/healthz").status_code == 200
+                    except Exception:
+                        return False
 
-            wait_until(up, deadline_s=60, what="speceyes serve to answer")
-            job = client.submit(png(), "What colour?")
-            done = client.wait(job.id, timeout=30, every=0.1)
-            assert (done["status"], done["answered_by"]) == ("done", "small")
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
+                wait_until(up, deadline_s=60, what="speceyes serve to answer")
+                job = client.submit(png(), "What colour?")
+                done = client.wait(job.id, timeout=30, every=0.1)
+                assert (done["status"], done["answered_by"]) == ("done", "small")
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
 
 
 def test_the_api_imports_neither_torch_nor_the_workers():

@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, func
 from sqlalchemy import select as sql_select
 
 from common.store.tables import Batch, Job
-from lab.ports import free_port
+from lab.ports import reserved_port
 from tests.helpers.images import png
 from tests.helpers.waiting import wait_until
 
@@ -75,29 +75,30 @@ def live(tmp_path: Path, postgres_url: str):
     created = subprocess.run(
         [*command, "keys", "create", "load"], env=env, capture_output=True, text=True, check=True
     )
-    port = free_port()
     log = (tmp_path / "serve.log").open("wb")
-    server = subprocess.Popen(
-        [*command, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    live = Live(
-        f"http://127.0.0.1:{port}", port, created.stdout.splitlines()[0], server.pid, postgres_url
-    )
+    # (held from other processes until the server is gone: a port merely found free may
+    # be another parallel test's server by the time this one binds, and its answers ours)
+    with reserved_port() as port:
+        server = subprocess.Popen(
+            [*command, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        key = created.stdout.splitlines()[0]
+        live = Live(f"http://127.0.0.1:{port}", port, key, server.pid, postgres_url)
 
-    def up() -> bool:
+        def up() -> bool:
+            try:
+                return httpx.get(f"{live.url}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
         try:
-            return httpx.get(f"{live.url}/healthz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(up, deadline_s=60, what="speceyes serve to answer")
-        yield live
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-        print((tmp_path / "serve.log").read_text()[-3000:])
+            wait_until(up, deadline_s=60, what="speceyes serve to answer")
+            yield live
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            log.close()
+            print((tmp_path / "serve.log").read_text()[-3000:])
 
 
 def test_a_streamed_body_is_cut_off_at_the_limit_not_read_to_its_end(live: Live):
