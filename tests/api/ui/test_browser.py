@@ -30,6 +30,11 @@ from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
+# what a check waits for at most: a page on a busy machine (two lanes of tests on two
+# cores) may take seconds to answer; a check passes as soon as it holds, so a quick page
+# costs nothing more
+expect.set_options(timeout=20_000)
+
 ZOOM = (
     '<think>{think}</think><tool_call>{{"name": "image_zoom_in_tool", "arguments": '
     '{{"bbox_2d": [4, 4, 40, 30], "label": "thing"}}}}</tool_call>'
