@@ -14,10 +14,11 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Response
+from fastapi import Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
@@ -33,7 +34,8 @@ from common.sources.locations import is_local_file
 from common.sources.reading import read_located
 from common.store import reads, reviews
 from common.store.browse import SORTS, WHO, ResultFilter
-from common.store.tables import Batch, Job
+from common.store.listing import MOST_PER_PAGE, Window
+from common.store.tables import Batch, Job, as_utc
 
 log = logging.getLogger(__name__)
 
@@ -253,3 +255,29 @@ def review_fields(job: Job) -> dict[str, Any]:
         "reviewed_at": job.reviewed_at,
         "final_answer": job.given_answer,
     }
+
+
+# a listing's query parameters, shared by GET /v1/batches and GET /v1/jobs
+After = Annotated[str | None, Query(description="the next_cursor of the previous page")]
+Limit = Annotated[int, Query(ge=1, le=MOST_PER_PAGE, description="rows a page at most")]
+CreatedFrom = Annotated[datetime | None, Query(description="made at or after (ISO 8601)")]
+CreatedTo = Annotated[datetime | None, Query(description="made before (ISO 8601)")]
+
+
+def window(
+    caller: Caller,
+    after: str | None,
+    limit: int,
+    created_from: datetime | None,
+    created_to: datetime | None,
+) -> Window:
+    """The rows a listing may show ``caller``: its tenant's (every tenant's for an admin,
+    or where keys are off), made in the range given, a page after ``after``."""
+    return Window(
+        caller.tenant,
+        everyone=caller.admin,
+        after=after,
+        limit=limit,
+        created_from=None if created_from is None else as_utc(created_from),
+        created_to=None if created_to is None else as_utc(created_to),
+    )

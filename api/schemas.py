@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from common.contracts import AnsweredBy, JobStatus
+from common.store.listing import BatchLine
 from common.store.reads import BatchCounts
 from common.store.tables import Batch, BatchItem, Job
 
@@ -236,4 +237,36 @@ class RowView(BaseModel):
 
 class RowsPage(BaseModel):
     data: list[RowView]
+    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
+
+
+class BatchLineView(BaseModel):
+    id: str
+    name: str
+    created_at: datetime
+    jobs: int
+    unfinished: int = Field(description="jobs not yet done or failed")
+    by_status: dict[str, int]
+
+    @classmethod
+    def of(cls, line: BatchLine) -> BatchLineView:
+        batch = line.batch
+        by_status = dict(line.by_status)
+        return cls(
+            id=batch.id,
+            name=batch.name,
+            created_at=batch.created_at,
+            jobs=line.jobs,
+            unfinished=line.unfinished,
+            by_status=by_status,
+        )
+
+
+class BatchesPage(BaseModel):
+    data: list[BatchLineView]
+    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
+
+
+class JobsPage(BaseModel):
+    data: list[JobView]
     next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")

@@ -9,7 +9,7 @@ from cli.options import add_store_flags, settings_from_args
 from cli.output import say
 from common.contracts import JobStatus
 from common.store.db import open_store
-from common.store.reads import list_batches
+from common.store.listing import Window, batches_page
 from common.store.tables import as_utc, iso_utc
 
 
@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     sessions = open_store(settings_from_args(args).database_url, create=False)
     with sessions() as session:
-        lines = list_batches(session, limit=args.limit)
+        lines, _ = batches_page(session, Window(None, everyone=True, limit=args.limit))
     if args.json:
         for line in lines:
             record = {

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from api.browse import owned_batch, result_filter
+from api.browse import After, CreatedFrom, CreatedTo, Limit, owned_batch, result_filter, window
 from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import (
     JSONL_TYPES,
@@ -22,7 +22,16 @@ from api.intake import (
     unsent,
 )
 from api.metrics import SUBMITTED
-from api.schemas import BatchSubmitted, BatchView, ItemRefused, JobSpec, RowsPage, RowView
+from api.schemas import (
+    BatchesPage,
+    BatchLineView,
+    BatchSubmitted,
+    BatchView,
+    ItemRefused,
+    JobSpec,
+    RowsPage,
+    RowView,
+)
 from common.errors import InvalidInput
 from common.logs import job_failed
 from common.pipeline.audit import figures
@@ -30,6 +39,7 @@ from common.pipeline.dispatch import send_waiting
 from common.store import reads, reviews, submission
 from common.store.browse import PAGE_ROWS, BadCursor, results_page
 from common.store.export import result_row
+from common.store.listing import batches_page
 
 router = APIRouter(prefix="/batches", tags=["batches"])
 
@@ -110,6 +120,26 @@ async def submit_batch(
     return BatchSubmitted(
         id=submitted.id, job_ids=submitted.job_ids, created=submitted.created, refused=refused
     )
+
+
+@router.get(
+    "",
+    response_model=BatchesPage,
+    summary="Your batches, newest first, a page at a time (filters: name, created range)",
+)
+def list_batches(
+    caller: CallerDep,
+    sessions: SessionsDep,
+    after: After = None,
+    limit: Limit = 50,
+    name: str | None = Query(None, max_length=200, description="only batches of this name"),
+    created_from: CreatedFrom = None,
+    created_to: CreatedTo = None,
+) -> BatchesPage:
+    cut = window(caller, after, limit, created_from, created_to)
+    with sessions() as session:
+        lines, cursor = batches_page(session, cut, name=name)
+    return BatchesPage(data=[BatchLineView.of(line) for line in lines], next_cursor=cursor)
 
 
 @router.get("/{batch_id}", response_model=BatchView, summary="Counts, beta, alpha")

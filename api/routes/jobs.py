@@ -4,18 +4,30 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.browse import ReviewSpec, image_response, owned_job, review
+from api.browse import (
+    After,
+    CreatedFrom,
+    CreatedTo,
+    Limit,
+    ReviewSpec,
+    image_response,
+    owned_batch,
+    owned_job,
+    review,
+    window,
+)
 from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import check_in_flight, new_item, parse_id, read_job, unsent
 from api.metrics import SUBMITTED
-from api.schemas import JobSpec, JobSubmitted, JobView
+from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
 from common.contracts import JobStatus
 from common.store import submission
+from common.store.listing import jobs_page
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -80,6 +92,28 @@ async def submit_job(
     if job.created:
         SUBMITTED.labels("jobs").inc()
     return JobSubmitted(id=job.id, status=job.status, created=job.created)
+
+
+@router.get(
+    "",
+    response_model=JobsPage,
+    summary="Your jobs, newest first, a page at a time (filters: status, batch, created range)",
+)
+def list_jobs(
+    caller: CallerDep,
+    sessions: SessionsDep,
+    after: After = None,
+    limit: Limit = 50,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
+    batch_id: Annotated[uuid.UUID | None, Query(description="only this batch's jobs")] = None,
+    created_from: CreatedFrom = None,
+    created_to: CreatedTo = None,
+) -> JobsPage:
+    cut = window(caller, after, limit, created_from, created_to)
+    with sessions() as session:
+        batch = None if batch_id is None else owned_batch(session, batch_id.hex, caller).id
+        jobs, cursor = jobs_page(session, cut, status=status, batch_id=batch)
+        return JobsPage(data=[JobView.of(job) for job in jobs], next_cursor=cursor)
 
 
 @router.get("/{job_id}", response_model=JobView, summary="A job: status, answer, timings")

@@ -52,6 +52,7 @@ from common.store import reads, reviews
 from common.store.browse import BadCursor, kept_overview, overview, results_page
 from common.store.export import result_row
 from common.store.keys import check_key
+from common.store.listing import Window, batches_page
 from common.store.tables import Batch, BatchItem, Job
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -149,10 +150,10 @@ def signout(ui: UiDep, csrf: Annotated[str, Form()] = "") -> Response:
 
 @router.get("/batches")
 def batches(request: Request, ui: UiDep, sessions: SessionsDep) -> Response:
-    tenant = None if ui.caller.admin else ui.caller.tenant
+    window = Window(ui.caller.tenant, everyone=ui.caller.admin, limit=100)
     with sessions() as session:
         lines = []
-        for line in reads.list_batches(session, tenant=tenant, limit=100):
+        for line in batches_page(session, window)[0]:
             counts = reads.batch_counts(session, line.batch.id)
             # scoring a large batch is its own page's work: here only if it is kept
             large = counts.jobs > LISTED_SCORING_JOBS

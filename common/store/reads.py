@@ -218,44 +218,6 @@ def require_batch(session: Session, id_or_name: str) -> Batch:
     )
 
 
-@dataclass(frozen=True)
-class BatchLine:
-    """One batch in a listing."""
-
-    batch: Batch
-    jobs: int
-    by_status: Counter[str]
-
-    @property
-    def unfinished(self) -> int:
-        return self.jobs - self.by_status[JobStatus.DONE] - self.by_status[JobStatus.FAILED]
-
-
-def list_batches(
-    session: Session, *, tenant: str | None = None, limit: int = 50
-) -> list[BatchLine]:
-    """The newest batches (of ``tenant``, if given) with their jobs counted by status."""
-    query = select(Batch).order_by(Batch.created_at.desc()).limit(limit)
-    if tenant is not None:
-        query = query.where(Batch.tenant == tenant)
-    batches = list(session.scalars(query))
-    jobs = (
-        select(BatchItem.batch_id, BatchItem.job_id)
-        .where(BatchItem.batch_id.in_([batch.id for batch in batches]))
-        .distinct()
-        .subquery()
-    )
-    counts: dict[str, Counter[str]] = {batch.id: Counter() for batch in batches}
-    rows = session.execute(
-        select(jobs.c.batch_id, Job.status, func.count())
-        .join(Job, Job.id == jobs.c.job_id)
-        .group_by(jobs.c.batch_id, Job.status)
-    )
-    for batch_id, status, n in rows:
-        counts[batch_id][status] += n
-    return [BatchLine(batch, sum(counts[batch.id].values()), counts[batch.id]) for batch in batches]
-
-
 def batch_results(
     session: Session,
     batch_id: str,

@@ -9,17 +9,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from common.store.tables import Job
-from tests.helpers.api import upload
+from tests.helpers.api import refused, upload
 from tests.helpers.images import png
 
 B64 = base64.b64encode(png()).decode()
-
-
-def refused(response, status: int, error: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"error", "detail"} and body["error"] == error, body
 
 
 def test_text_postgresql_cannot_store_is_refused_with_422_and_creates_nothing(api):

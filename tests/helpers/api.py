@@ -62,3 +62,11 @@ def upload(api: Api, data: bytes, question: str = "What colour?", **form) -> obj
     return api.http.post(
         "/v1/jobs", data={"question": question, **form}, files={"image": ("a.png", data)}
     )
+
+
+def refused(response, status: int, error: str) -> None:
+    """``response`` is an error answer of ``status`` with ``error``, in the one shape."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error", "detail"} and body["error"] == error, body

@@ -77,7 +77,11 @@ MODULES = (
     Module(
         "tenancy",
         "api/browse.py",
-        ("tests/api/test_hardening.py", "tests/api/ui/test_pages.py"),
+        (
+            "tests/api/test_hardening.py",
+            "tests/api/test_review_api.py",
+            "tests/api/ui/test_pages.py",
+        ),
     ),
     Module("channel", "common/sandbox/channel.py", ("tests/common/sandbox/test_channel.py",)),
     Module(
