@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from tests.helpers.api import refused
 from tests.helpers.images import png
 
-
 _COLOURS = itertools.count()  # (a job is its content: each test image its own colour)
 
 
@@ -83,9 +82,7 @@ def test_a_tenant_lists_only_its_own_and_an_admin_every_tenants(api):
     theirs = _batch(server, "theirs", jobs=1, headers=other)
     seen = _all_pages(server, "/v1/jobs", headers=other)
     assert [row["id"] for row in seen] == theirs["job_ids"]
-    assert [b["id"] for b in _all_pages(server, "/v1/batches", headers=other)] == [
-        theirs["id"]
-    ]
+    assert [b["id"] for b in _all_pages(server, "/v1/batches", headers=other)] == [theirs["id"]]
     # another tenant's batch is as absent as a missing one, as a filter too
     refused(
         server.http.get("/v1/jobs", params={"batch_id": mine["id"]}, headers=other),
