@@ -11,7 +11,9 @@ from cli.output import say
 from common.contracts import JobStatus
 from common.errors import InvalidInput
 from common.store.db import open_store
+from common.store.listing import Window, jobs_page
 from common.store.reads import batch_results, get_job, require_batch
+from common.store.tables import iso_utc
 
 FIELDS = (
     "id",
@@ -57,12 +59,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show.set_defaults(run=run_show)
     listing = actions.add_parser(
         "list",
-        help="a batch's jobs: row id (the file), job id, status, and why it failed",
+        help="a batch's jobs (row id, job id, status, why it failed), or the newest jobs",
         description="List a batch's jobs in row order: the row's id (a folder's file path, "
         "or the manifest's id), the job id (for `jobs show`), its status, who answered and "
-        "the answer, or the error code and reason. `--status failed` lists what failed.",
+        "the answer, or the error code and reason. `--status failed` lists what failed. "
+        "Without BATCH: the store's newest jobs, sent one by one or in batches (as GET "
+        "/v1/jobs lists them), 50 unless --limit says otherwise.",
     )
-    listing.add_argument("batch", metavar="BATCH", help="batch id, or name (the newest of it)")
+    listing.add_argument(
+        "batch", metavar="BATCH", nargs="?", help="batch id, or name (the newest of it)"
+    )
     listing.add_argument(
         "--status", choices=[status.value for status in JobStatus], help="only jobs in this status"
     )
@@ -74,6 +80,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     sessions = open_store(settings_from_args(args).database_url, create=False)
+    if args.batch is None:
+        return _newest(sessions, args)
     shown = 0
     with sessions() as session:
         batch = require_batch(session, args.batch)
@@ -100,6 +108,36 @@ def run_list(args: argparse.Namespace) -> int:
     if not shown and not args.json:
         which = f" {args.status}" if args.status else ""
         say(f"no{which} jobs in batch {batch.id} ({batch.name})")
+    return 0
+
+
+def _newest(sessions: Any, args: argparse.Namespace) -> int:
+    """The store's newest jobs, whatever their batch (the store function GET /v1/jobs
+    reads): job id, when it was made, status, and the answer or the error."""
+    window = Window(None, everyone=True, limit=args.limit or 50)
+    with sessions() as session:
+        jobs, _ = jobs_page(session, window, status=args.status)
+    for job in jobs:
+        if args.json:
+            record = {
+                "job_id": job.id,
+                "created_at": iso_utc(job.created_at),
+                "status": job.status,
+                "answered_by": job.answered_by,
+                "answer": job.final_answer,
+                "error_code": job.error_code,
+                "error": job.error_message,
+            }
+            print(json.dumps(record, ensure_ascii=False))
+        elif job.status == JobStatus.FAILED:
+            say(
+                f"{job.id}  {iso_utc(job.created_at)}  failed  {job.error_code}: {job.error_message}"
+            )
+        else:
+            answer = f"  {job.answered_by}: {job.final_answer}" if job.final_answer else ""
+            say(f"{job.id}  {iso_utc(job.created_at)}  {job.status}{answer}")
+    if not jobs and not args.json:
+        say(f"no{f' {args.status}' if args.status else ''} jobs in this job store")
     return 0
 
 

@@ -61,6 +61,21 @@ def test_jobs_list_names_the_failed_files_and_why(tmp_path: Path, capsys):
     assert capsys.readouterr().out.startswith("no deferred jobs in batch")
 
 
+def test_jobs_list_without_a_batch_lists_the_newest_jobs_as_the_api_does(tmp_path, capsys):
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    manifest = _manifest(tmp_path)
+    main(["annotate", str(manifest), "--backend", "scripted", "--no-progress", *db])
+    capsys.readouterr()
+    assert main(["jobs", "list", "--json", *db]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 3 and rows == sorted(rows, key=lambda row: row["job_id"], reverse=True)
+    assert main(["jobs", "list", "--status", "failed", "--limit", "5", *db]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "failed  image_error:" in line
+    assert main(["jobs", "list", "--limit", "1", "--json", *db]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
 def test_a_batch_is_found_with_or_without_its_suffix_and_a_typo_gets_suggestions(
     tmp_path: Path, capsys
 ):
