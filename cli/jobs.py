@@ -130,9 +130,8 @@ def _newest(sessions: Any, args: argparse.Namespace) -> int:
             }
             print(json.dumps(record, ensure_ascii=False))
         elif job.status == JobStatus.FAILED:
-            say(
-                f"{job.id}  {iso_utc(job.created_at)}  failed  {job.error_code}: {job.error_message}"
-            )
+            made = iso_utc(job.created_at)
+            say(f"{job.id}  {made}  failed  {job.error_code}: {job.error_message}")
         else:
             answer = f"  {job.answered_by}: {job.final_answer}" if job.final_answer else ""
             say(f"{job.id}  {iso_utc(job.created_at)}  {job.status}{answer}")
