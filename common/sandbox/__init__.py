@@ -24,6 +24,9 @@ Each session (one trajectory) keeps a spare guest process started ahead, so that
 start-up overlaps the model's generation; each execution still gets a process of its
 own. ``isolation="gvisor"`` runs the guest under gVisor instead of bubblewrap;
 ``isolation="none"`` (``SPECEYES_ALLOW_UNSANDBOXED_CODE``) drops layer 1.
+
+Here: ``Sandbox`` (the isolation and limits chosen, checked at start-up); a session and
+each execution in it: ``session``; how an execution ended: ``execution``.
 """
 
 from __future__ import annotations
