@@ -128,6 +128,11 @@ def open_source(
         listed = _read_folder(path, question, options)
         return Corpus(_where(text), "folder", iter(listed), len(listed))
     suffix = path.suffix.lower()
+    if suffix in IMAGE_EXTENSIONS:
+        raise InvalidInput(
+            f"SOURCE is one image ({path.name}): `speceyes ask {path} -q QUESTION` answers "
+            "one; annotate takes a folder of them, a manifest, shards or a table"
+        )
     if suffix in MANIFEST_EXTENSIONS:
         listed = list(_manifest_rows(str(path.resolve()), question, options))
         return Corpus(_where(text), "manifest", iter(listed), len(listed))

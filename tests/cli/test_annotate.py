@@ -134,6 +134,16 @@ def test_unusable_sources_are_one_clear_line(tmp_path: Path, capsys, make, args,
     assert message in err and "\n" not in err
 
 
+def test_one_image_as_the_source_points_to_ask(tmp_path: Path, capsys):
+    write_images(tmp_path, 1)
+    (image,) = tmp_path.glob("*.png")
+    assert (
+        annotate(str(image), "-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{tmp_path / 's.db'}") == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert f"speceyes ask {image} -q QUESTION" in err and "\n" not in err
+
+
 def test_running_the_same_command_again_resumes_without_redoing(tmp_path: Path, capsys):
     write_images(tmp_path / "c", 4)
     db = tmp_path / "s.db"
