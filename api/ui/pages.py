@@ -43,6 +43,7 @@ from api.ui.session import (
     start_session,
 )
 from common.config import ImageSettings, Settings
+from common.contracts import JobStatus
 from common.errors import ImageError, InvalidInput
 from common.images import image_size
 from common.pipeline.audit import figures_of
@@ -52,7 +53,7 @@ from common.store import reads, reviews
 from common.store.browse import BadCursor, kept_overview, overview, results_page
 from common.store.export import result_row
 from common.store.keys import check_key
-from common.store.listing import Window, batches_page
+from common.store.listing import Window, batches_page, jobs_page
 from common.store.tables import Batch, BatchItem, Job
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -246,6 +247,38 @@ def review_queue(
         batch = owned_batch(session, batch_id, ui.caller)
         entries = reviews.review_queue(session, batch.id, limit=max(1, min(limit, 100)))
         return page(render("review.html", request, ui, batch=batch, entries=entries))
+
+
+@router.get("/jobs")
+def jobs(
+    request: Request,
+    ui: UiDep,
+    sessions: SessionsDep,
+    status: str | None = None,
+    after: str | None = None,
+) -> Response:
+    """The caller's newest jobs, those sent one by one among them (the store function GET
+    /v1/jobs reads), a page at a time."""
+    statuses = [value.value for value in JobStatus]
+    wanted = status or None
+    if wanted is not None and wanted not in statuses:
+        raise InvalidInput(f"status={wanted[:40]!r}: choose one of {', '.join(statuses)}")
+    window = Window(ui.caller.tenant, everyone=ui.caller.admin, after=after or None, limit=50)
+    with sessions() as session:
+        found, cursor = jobs_page(session, window, status=wanted)
+        query = urlencode({"after": cursor, **({"status": wanted} if wanted else {})})
+        html = render(
+            "jobs.html",
+            request,
+            ui,
+            jobs=found,
+            statuses=statuses,
+            status=wanted,
+            after=after,
+            next_cursor=cursor,
+            next_query=query,
+        )
+        return page(html)
 
 
 @router.get("/jobs/{job_id}")

@@ -234,6 +234,29 @@ def test_correct_an_answer_with_the_keyboard_and_find_it_in_the_export(
     assert page_errors == []
 
 
+def test_find_a_job_sent_alone_and_correct_it(page: Page, page_errors, live: Live) -> None:
+    """A calling service's job (POST /v1/jobs, no batch) is found on the jobs page,
+    opened and corrected there, and /v1 then reads the person's answer."""
+    job = {"image_path": str(live.images[0]), "question": "[small] sent alone?"}
+    job_id = live.http.post("/v1/jobs", json=job | {"options": ["cat", "dog"]}).json()["id"]
+    wait_until(
+        lambda: live.http.get(f"/v1/jobs/{job_id}").json()["status"] == "done",
+        deadline_s=120,
+        what="the single job to finish",
+    )
+    sign_in(page, live, then="/ui/jobs")
+    row = page.locator(f"tr[data-job='{job_id}']")
+    expect(row).to_contain_text("sent alone?")
+    row.locator("a").click()
+    page.wait_for_url(f"{live.base}/ui/jobs/{job_id}*")
+    page.check("input[name=pick][value=B]")
+    page.click("form.review button.confirm")
+    expect(page.locator("form.review .reviewed")).to_contain_text("dog")
+    read = live.http.get(f"/v1/jobs/{job_id}").json()
+    assert (read["reviewed_answer"], read["final_answer"]) == ("dog", "dog")
+    assert page_errors == []
+
+
 def test_hostile_text_shows_as_text_and_no_script_runs(page: Page, page_errors, live: Live) -> None:
     batch_id = live.submit(
         [f"[hostile] {PAYLOAD}?", "[small] reviewed by a hostile name"],

@@ -11,6 +11,8 @@ from markupsafe import escape
 from PIL import Image
 
 from common.store.keys import create_key, revoke_key
+from tests.helpers.api import upload
+from tests.helpers.images import png
 from tests.helpers.reviewing import decided_batch, picture, zoom_trajectory
 from tests.helpers.ui import form_token, sign_in
 
@@ -287,3 +289,27 @@ def test_a_job_page_survives_an_image_with_broken_exif(api) -> None:
     browser = TestClient(app.http.app)
     sign_in(browser, app.key)
     assert browser.get(f"/ui/jobs/{job_id}").status_code == 200
+
+
+def test_jobs_sent_one_by_one_are_found_on_the_jobs_page_their_tenants_only(api) -> None:
+    app = api()
+    mine = upload(app, png(colour=(1, 2, 3)), question="one of mine?").json()["id"]
+    other = app.key_for("other")
+    theirs = app.http.post(
+        "/v1/jobs",
+        data={"question": "theirs?"},
+        files={"image": ("b.png", png(colour=(4, 5, 6)))},
+        headers=other,
+    ).json()["id"]
+    browser = TestClient(app.http.app)
+    assert sign_in(browser, app.key, next="/ui/jobs").status_code == 303
+    listed = browser.get("/ui/jobs")
+    assert listed.status_code == 200
+    assert f'href="/ui/jobs/{mine}"' in listed.text and theirs not in listed.text
+    assert "one of mine?" in listed.text
+    assert mine not in browser.get("/ui/jobs", params={"status": "failed"}).text
+    assert browser.get("/ui/jobs", params={"status": "sleeping"}).status_code == 422
+    assert browser.get("/ui/jobs", params={"after": "not-a-cursor"}).status_code == 422
+    job_page = browser.get(f"/ui/jobs/{mine}")  # where its answer is reviewed
+    assert job_page.status_code == 200 and f'action="/ui/jobs/{mine}/review"' in job_page.text
+    assert browser.get(f"/ui/jobs/{theirs}").status_code == 404
