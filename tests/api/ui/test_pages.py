@@ -313,3 +313,23 @@ def test_jobs_sent_one_by_one_are_found_on_the_jobs_page_their_tenants_only(api)
     job_page = browser.get(f"/ui/jobs/{mine}")  # where its answer is reviewed
     assert job_page.status_code == 200 and f'action="/ui/jobs/{mine}/review"' in job_page.text
     assert browser.get(f"/ui/jobs/{theirs}").status_code == 404
+
+
+def test_a_row_that_failed_for_its_text_is_not_labelled_as_missing_its_image(api, tmp_path) -> None:
+    app = api()
+    rows = [
+        {
+            "status": "failed",
+            "image_path": None,
+            "error_code": "question_empty",
+            "error_message": "the question is empty",
+            "question": "",
+        },
+        {"status": "failed", "error_code": "image_missing", "error_message": "gone"},
+    ]
+    batch_id, _ = decided_batch(app.sessions, rows, picture(tmp_path), tenant="tests")
+    browser = TestClient(app.http.app)
+    assert sign_in(browser, app.key).status_code == 303
+    grid = browser.get(f"/ui/batches/{batch_id}").text
+    assert "not run: question_empty" in grid and "no image: question_empty" not in grid
+    assert "no image: image_missing" in grid
