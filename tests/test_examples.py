@@ -58,6 +58,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
         **without_a_hub(),  # the README's advice, as it is written
         "SPECEYES_DATABASE_URL": f"sqlite:///{tmp_path / 'speceyes.db'}",
         "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads"),
+        # the agent's trajectories kept short: the synth models, on photos of nothing
+        # they know, run every step to its token limit (56 s for 2 photos on a quiet
+        # machine, over 280 s at three times its load); what is tested is the commands
+        "SPECEYES_AGENT_MAX_STEPS": "2",
+        "SPECEYES_AGENT_MAX_NEW_TOKENS": "48",
     }
 
 
