@@ -179,7 +179,10 @@ def recheck(module: Module) -> int:
             continue
         mutation = item["mutations"][0]
         row = mutation["start_pos"][0]
-        text = source[row - 1].strip() if row <= len(source) else ""
+        # the line as the mutant changed it (its diff's), not whatever is at that row now
+        text = _changed_line(result["diff"]) or (
+            source[row - 1].strip() if row <= len(source) else ""
+        )
         if _equivalent(module.name, mutation["operator_name"], text):
             continue
         applied = subprocess.run(
@@ -201,6 +204,14 @@ def recheck(module: Module) -> int:
         print(f"  {verdict:8s} line {row} {mutation['operator_name']}: {text}", flush=True)
     print(f"{module.name}: {alive} survivor(s) still alive")
     return 1 if alive else 0
+
+
+def _changed_line(diff: str) -> str:
+    """The first line a mutant's diff takes out, stripped ("" if none)."""
+    for line in diff.splitlines():
+        if line.startswith("-") and not line.startswith("---"):
+            return line[1:].strip()
+    return ""
 
 
 def _as_git_diff(diff: str, path: str) -> str:
@@ -240,7 +251,10 @@ def _outcomes(module: Module, session: Path) -> tuple[Counter[str], list[str]]:
             continue
         mutation = item["mutations"][0]
         row = mutation["start_pos"][0]
-        text = source[row - 1].strip() if row <= len(source) else ""
+        # the line as the mutant changed it (its diff's), not whatever is at that row now
+        text = _changed_line(result["diff"]) or (
+            source[row - 1].strip() if row <= len(source) else ""
+        )
         if _equivalent(module.name, mutation["operator_name"], text):
             counts["equivalent"] += 1
             continue
