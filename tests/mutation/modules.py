@@ -78,6 +78,7 @@ MODULES = (
         "tenancy",
         "api/browse.py",
         (
+            "tests/api/test_result_filter.py",
             "tests/api/test_hardening.py",
             "tests/api/test_review_api.py",
             "tests/api/ui/test_pages.py",
