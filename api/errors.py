@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from api.metrics import REFUSED
 from common.errors import IdempotencyConflict, ImageError, InvalidInput, NotFound, SpecEyesError
 from common.limits import OverLimit
+from common.pipeline.cancel import AlreadyFinished, NothingToRetry
 from common.store.reviews import NotReviewable
 
 
@@ -43,6 +44,8 @@ DOMAIN_STATUS: dict[type[SpecEyesError], int] = {
     NotFound: 404,
     IdempotencyConflict: 409,
     NotReviewable: 409,
+    AlreadyFinished: 409,
+    NothingToRetry: 409,
     InvalidInput: 422,
 }
 

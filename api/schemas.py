@@ -58,6 +58,24 @@ class BatchSubmitted(BaseModel):
     )
 
 
+class CancelView(BaseModel):
+    """What a cancel did: nothing finished is lost, and a second cancel changes nothing."""
+
+    id: str = Field(description="the batch's (or the job's) id")
+    cancelled: int = Field(description="jobs that waited and are cancelled now")
+    stopping: int = Field(
+        description="jobs that were running: each stops at the end of its current step (a "
+        "fast micro-batch's answer, if accepted, is kept)"
+    )
+    kept: int = Field(description="jobs that had finished (or were cancelled) already")
+
+
+class RequeuedView(BaseModel):
+    id: str = Field(description="the batch's id")
+    requeued: int = Field(description="jobs that wait for their stage again, and were sent")
+    job_ids: list[str]
+
+
 class JobError(BaseModel):
     code: str | None
     message: str | None
@@ -82,7 +100,9 @@ class GateView(BaseModel):
 
 class JobView(BaseModel):
     id: str
-    status: str = Field(description="queued, deferred, running, done or failed")
+    status: str = Field(
+        description="queued, deferred, running, done, failed or cancelled (the reason in error)"
+    )
     stage: str = Field(description="fast (phases I-III) or agent (phase IV)")
     question: str
     options: list[str] | None
@@ -97,6 +117,9 @@ class JobView(BaseModel):
     screen_needs_tools: bool | None
     defer_reason: str | None
     attempts: int
+    cancelling: bool = Field(
+        False, description="asked to stop while running: it stops at the end of its step"
+    )
     timings: Timings
     error: JobError | None
     reviewed_answer: str | None = Field(None, description="a person's answer, if reviewed")
@@ -108,7 +131,7 @@ class JobView(BaseModel):
 
     @classmethod
     def of(cls, job: Job) -> JobView:
-        failed = job.status == JobStatus.FAILED
+        failed = job.status in (JobStatus.FAILED, JobStatus.CANCELLED)
         return cls(
             id=job.id,
             status=job.status,
@@ -129,6 +152,7 @@ class JobView(BaseModel):
             screen_needs_tools=job.screen_needs_tools,
             defer_reason=job.defer_reason,
             attempts=job.attempts,
+            cancelling=job.cancel_requested is not None,
             timings=Timings(
                 created_at=job.created_at,
                 fast_started_at=job.fast_started_at,
@@ -155,6 +179,9 @@ class BatchView(BaseModel):
     by_status: dict[str, int]
     by_answerer: dict[str, int]
     failures: dict[str, int]
+    cancelled: dict[str, int] = Field(
+        description="cancelled jobs by reason: cancelled (asked), failure_budget"
+    )
     beta: float | None = Field(description="share of screened jobs called tool-free")
     alpha: float | None = Field(description="share of speculated answers accepted")
     audit: dict[str, Any] | None = Field(
@@ -178,6 +205,7 @@ class BatchView(BaseModel):
             by_status=dict(counts.by_status),
             by_answerer=dict(counts.by_answerer),
             failures=dict(counts.failures),
+            cancelled=dict(counts.cancellations),
             beta=counts.beta,
             alpha=counts.alpha,
             audit=audit,

@@ -5,23 +5,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import sys
-import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-from tqdm import tqdm
+from typing import TYPE_CHECKING
 
 from cli.compose import make_dispatcher
+from cli.follow import follow, print_summary, progress_bar, say_line
 from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
-from common.contracts import AnsweredBy, JobStatus, SourceRow
+from common.contracts import SourceRow
 from common.errors import ConfigurationError, InvalidInput
 from common.evaluation.judge import Judge, judge_batch
 from common.limits import check_name, check_query
 from common.logs import JOBS
 from common.pipeline.audit import describe
-from common.pipeline.dispatch import Watch
 from common.pipeline.runner import EmbeddedRunner
 from common.pipeline.submit import submit_corpus
 from common.sources.corpus import Corpus, open_source
@@ -39,14 +35,13 @@ from common.store.export import (
     parts_of,
     write_labelled,
 )
-from common.store.reads import batch_counts
 from common.store.tables import Batch
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
     from common.config import Settings
-    from common.pipeline.dispatch import Dispatcher, RunResult
+    from common.pipeline.dispatch import Dispatcher
     from common.store.reads import BatchCounts
 
 DESCRIPTION = """\
@@ -150,9 +145,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-STALL_S = 30.0  # nothing finished this long: the bar says what the jobs are doing
-
-
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     # Each failed job is counted in the summary and named by `speceyes jobs list BATCH
@@ -192,12 +184,12 @@ def run(args: argparse.Namespace) -> int:
     # A model that cannot be had or a broker that does not answer fails now, before any
     # job is created (and leaves no empty store behind).
     try:
-        dispatcher = make_dispatcher(settings, sessions, say=_say)
+        dispatcher = make_dispatcher(settings, sessions, say=say_line)
         dispatcher.check()
     except BaseException:
         sessions.discard_if_unused()
         raise
-    with _bar(corpus.total, "submitting", args.no_progress, unit="row") as bar:
+    with progress_bar(corpus.total, "submitting", args.no_progress, unit="row") as bar:
         read = 0
 
         def counted() -> Iterator[SourceRow]:
@@ -229,10 +221,10 @@ def run(args: argparse.Namespace) -> int:
             "the slow queue"
         )
     try:
-        result = _wait(dispatcher, sessions, submitted.batch_id, args.no_progress)
+        result = follow(dispatcher, sessions, submitted.batch_id, args.no_progress)
     finally:
         dispatcher.close()
-    _print_summary(result, name)
+    print_summary(result, name)
     _print_audit(sessions, submitted.batch_id, settings)
     if settings.judge.url and not result.interrupted:
         _judge(sessions, submitted.batch_id, settings)
@@ -246,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
             print("interrupted: unfinished jobs stay queued; run the same command to resume")
             _leave_after_interrupt(dispatcher, sessions)
         return 130
-    return 1 if result.counts.failures else 0
+    return 1 if result.counts.failures or result.counts.cancellations else 0
 
 
 def _leave_after_interrupt(dispatcher: Dispatcher, sessions: Store) -> None:
@@ -265,113 +257,6 @@ def _leave_after_interrupt(dispatcher: Dispatcher, sessions: Store) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
-
-
-def _wait(
-    dispatcher: Dispatcher, sessions: sessionmaker[Session], batch_id: str, no_progress: bool
-) -> RunResult:
-    """Until the batch is finished: worked here (embedded) or followed (workers)."""
-
-    with sessions() as session:
-        counts = batch_counts(session, batch_id)
-    here = isinstance(dispatcher, EmbeddedRunner)
-    with _bar(counts.jobs, "annotating", no_progress, initial=counts.finished) as bar:
-        last: dict[str, Any] = {
-            "finished": counts.finished,
-            "at": time.monotonic(),
-            "said": False,
-            "counts": counts,
-        }
-
-        def progress(now: BatchCounts) -> None:
-            last["counts"] = now
-            bar.set_postfix_str(_postfix(now), refresh=False)  # (shown by the update)
-            bar.update(now.finished - bar.n)
-            bar.refresh()
-            if now.finished != last["finished"]:
-                last.update(finished=now.finished, at=time.monotonic(), said=False)
-            elif here and not last["said"] and time.monotonic() - last["at"] > STALL_S:
-                _say(
-                    f"nothing finished for {STALL_S:g} s: {_waiting(now)}; the models "
-                    "are working here (a loaded machine, or long trajectories, take longer)"
-                )
-                last["said"] = True
-
-        def stalled(seconds: float) -> None:
-            bar.write(
-                f"nothing finished for {seconds:.0f} s ({_waiting(last['counts'])}): are workers "
-                "running? (speceyes worker fast / speceyes worker slow, same --db and --broker)"
-            )
-
-        def outage(seconds: float, reason: str | None) -> None:
-            if reason is None:
-                bar.write(f"the job store answers again after {seconds:.0f} s; following on")
-            else:
-                bar.write(
-                    f"the job store does not answer ({reason}) for {seconds:.0f} s; waiting "
-                    "for it (the workers keep their results until it is back)"
-                )
-
-        watch = Watch(on_progress=progress, on_stall=stalled, on_outage=outage)
-        return dispatcher.wait(sessions, batch_id, watch)
-
-
-def _waiting(now: BatchCounts) -> str:
-    """What the unfinished jobs are doing, for a line about a stall."""
-    return (
-        f"{now.by_status[JobStatus.RUNNING]} running, {now.by_status[JobStatus.QUEUED]} waiting "
-        f"for the fast stage, {now.by_status[JobStatus.DEFERRED]} for the agent"
-    )
-
-
-def _say(line: str) -> None:
-    """A line on stderr that does not break a progress bar."""
-    tqdm.write(line, file=sys.stderr)
-
-
-def _postfix(now: BatchCounts) -> str:
-    """The bar's words, from the same counts as its number (and as the summary)."""
-    return (
-        f"small {now.by_answerer[AnsweredBy.SMALL]} | agent {now.by_answerer[AnsweredBy.LARGE]} "
-        f"| failed {now.by_status[JobStatus.FAILED]} | running {now.by_status[JobStatus.RUNNING]} "
-        f"| waiting {now.by_status[JobStatus.QUEUED] + now.by_status[JobStatus.DEFERRED]}"
-    )
-
-
-def _bar(total: int | None, label: str, disabled: bool, initial: int = 0, unit: str = "job") -> Any:
-    return tqdm(
-        total=total,
-        initial=initial,
-        desc=label,
-        unit=unit,
-        disable=disabled,
-        file=sys.stderr,
-        dynamic_ncols=True,
-        mininterval=0.5,
-    )
-
-
-def _print_summary(result: RunResult, name: str) -> None:
-    counts = result.counts
-    done, failed = counts.by_status[JobStatus.DONE], counts.by_status[JobStatus.FAILED]
-    small, large = counts.by_answerer[AnsweredBy.SMALL], counts.by_answerer[AnsweredBy.LARGE]
-    share = f"{small / counts.jobs:.1%}" if counts.jobs else "-"
-    print(f"jobs         {counts.jobs} ({counts.items} rows)")
-    print(f"done         {done}: small model {small} ({share} of jobs), agent {large}")
-    unfinished = counts.jobs - counts.finished
-    if unfinished:
-        print(f"unfinished   {unfinished}")
-    failures = ", ".join(f"{code} {n}" for code, n in counts.failures.most_common())
-    print(f"failed       {failed}" + (f": {failures}" if failures else ""))
-    if failed:
-        listing = f"speceyes jobs list {shlex.quote(name)} --status failed"
-        print(f"             ({listing}: each one's file and reason)")
-    beta = f"{counts.beta:.2f}" if counts.beta is not None else "-"
-    alpha = f"{counts.alpha:.2f}" if counts.alpha is not None else "-"
-    print(f"beta         {beta} (share screened tool-free)")
-    print(f"alpha        {alpha} (share of speculated answers accepted)")
-    rate = f"{result.finished_now / result.seconds:.2f} jobs/s" if result.seconds else "-"
-    print(f"this run     {result.finished_now} jobs in {result.seconds:.1f} s, {rate}")
 
 
 def _print_audit(sessions: sessionmaker[Session], batch_id: str, settings: Settings) -> None:

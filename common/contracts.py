@@ -7,6 +7,10 @@ A job's life, as the ``status`` and ``stage`` columns of its row record it::
                                            └─▶ FAILED    bad image, attempts used up, ...
     DEFERRED ──claim──▶ RUNNING (stage AGENT) ──▶ DONE / FAILED
 
+    QUEUED / DEFERRED ──cancel──▶ CANCELLED (a reason: ``CancelReason``)
+    RUNNING ──cancel──▶ (marked) ──▶ the stage ends its step ──▶ DONE / FAILED / CANCELLED
+    CANCELLED ──resume──▶ QUEUED / DEFERRED (the stage it was cancelled in)
+
 The enums are ``StrEnum``s: a member equals the string stored in the database and sent in
 JSON (``JobStatus.DONE == "done"``), so rows read back as plain strings compare with them.
 
@@ -34,6 +38,7 @@ class JobStatus(StrEnum):
     RUNNING = "running"  # claimed by a stage (``Stage`` says which)
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # stopped by its caller or its batch's failure budget (reason)
 
 
 class Stage(StrEnum):
@@ -76,6 +81,17 @@ class FailureCode(StrEnum):
     INTERNAL_ERROR = "internal_error"  # failed on every attempt with an unexpected error
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"  # its worker died on every attempt
 
+
+class CancelReason(StrEnum):
+    """Why a job was cancelled (its ``error_code``)."""
+
+    CANCELLED = "cancelled"  # its caller asked (a job's or its batch's cancel)
+    FAILURE_BUDGET = "failure_budget"  # its batch failed past its ``max_failure_rate``
+
+
+FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+"""The statuses a job ends in: nothing changes it after, but a review, a resume or a
+retry."""
 
 WAITING_FOR = {Stage.FAST: JobStatus.QUEUED, Stage.AGENT: JobStatus.DEFERRED}
 """The status a job has while it waits for a stage."""

@@ -88,6 +88,13 @@ class Interrupted(RetryableError):
     code = "interrupted"
 
 
+class StopRequested(SpecEyesError):
+    """A trajectory stopped between two steps: its job was cancelled while it ran
+    (``common.store.cancels``). Not a failure: the job is recorded as cancelled."""
+
+    code = "cancelled"
+
+
 class ModelError(SpecEyesError):
     """A model call failed for one job (kept on that job; the batch goes on)."""
 

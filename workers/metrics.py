@@ -59,6 +59,8 @@ def record_agent(report: StageReport) -> None:
         JOBS.labels(Stage.AGENT, JobStatus.FAILED if report.failed else JobStatus.DONE).inc()
     elif report.failed:
         JOBS.labels(Stage.AGENT, JobStatus.FAILED).inc()
+    elif report.cancelled:  # stopped between two steps
+        JOBS.labels(Stage.AGENT, JobStatus.CANCELLED).inc()
     _record_common(Stage.AGENT, report, count_failed=False)
 
 

@@ -1,5 +1,5 @@
 """``/v1/batches``: submit many jobs at once, follow the batch, stream its results, list
-them filtered a page at a time, and read its review queue."""
+them filtered a page at a time, read its review queue, and cancel, resume or retry it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.browse import After, CreatedFrom, CreatedTo, Limit, owned_batch, result_filter, window
-from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
+from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import (
     JSONL_TYPES,
     check_in_flight,
@@ -27,13 +28,16 @@ from api.schemas import (
     BatchLineView,
     BatchSubmitted,
     BatchView,
+    CancelView,
     ItemRefused,
     JobSpec,
+    RequeuedView,
     RowsPage,
     RowView,
 )
 from common.errors import InvalidInput
 from common.logs import job_failed
+from common.pipeline import cancel
 from common.pipeline.audit import figures
 from common.pipeline.dispatch import send_waiting
 from common.store import reads, reviews, submission
@@ -214,3 +218,55 @@ def get_review_queue(
         entries = reviews.review_queue(session, batch.id, limit=limit)
         rows = [RowView.of(e.item, e.job, e.correct, e.why) for e in entries]
         return RowsPage(data=rows, next_cursor=None)
+
+
+@router.post(
+    "/{batch_id}/cancel",
+    response_model=CancelView,
+    summary="Cancel what of the batch has not finished (what has is kept, counted and "
+    "exported); running jobs stop at the end of their step. Again: nothing changes",
+)
+def cancel_batch(batch_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> CancelView:
+    with sessions.begin() as session:
+        batch = owned_batch(session, batch_id.hex, caller)
+        done = cancel.cancel_batch(session, batch.id)
+    return CancelView(
+        id=batch.id, cancelled=done.cancelled, stopping=done.stopping, kept=done.finished
+    )
+
+
+@router.post(
+    "/{batch_id}/resume",
+    response_model=RequeuedView,
+    summary="Take a cancelled batch up again: its cancelled jobs wait for their stage "
+    "again; done work is not redone",
+)
+def resume_batch(
+    batch_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep, dispatcher: DispatcherDep
+) -> RequeuedView:
+    found = _owned_id(batch_id, caller, sessions)
+    requeued = cancel.resume_batch(sessions, dispatcher, found)
+    return RequeuedView(id=found, requeued=len(requeued.job_ids), job_ids=requeued.job_ids)
+
+
+@router.post(
+    "/{batch_id}/retry",
+    response_model=RequeuedView,
+    summary="Run the batch's failed and cancelled jobs again, under the same batch "
+    "(?error=CODE: only those that failed with that code)",
+)
+def retry_batch(
+    batch_id: uuid.UUID,
+    caller: CallerDep,
+    sessions: SessionsDep,
+    dispatcher: DispatcherDep,
+    error: str | None = Query(None, max_length=64),
+) -> RequeuedView:
+    found = _owned_id(batch_id, caller, sessions)
+    requeued = cancel.retry_batch(sessions, dispatcher, found, error)
+    return RequeuedView(id=found, requeued=len(requeued.job_ids), job_ids=requeued.job_ids)
+
+
+def _owned_id(batch_id: uuid.UUID, caller: Caller, sessions: sessionmaker[Session]) -> str:
+    with sessions() as session:
+        return owned_batch(session, batch_id.hex, caller).id

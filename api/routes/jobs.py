@@ -1,5 +1,5 @@
 """``/v1/jobs``: submit one job, read it back, read its agent trajectory, see its image
-(and an agent's zooms), review its answer."""
+(and an agent's zooms), review its answer, cancel it."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from api.intake import check_in_flight, new_item, parse_id, read_job, unsent
 from api.metrics import SUBMITTED
 from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
 from common.contracts import JobStatus
+from common.pipeline import cancel
 from common.store import submission
 from common.store.listing import jobs_page
 
@@ -181,4 +182,18 @@ def review_job(
     with sessions.begin() as session:
         job = review(session, owned_job(session, job_id.hex, caller), spec, caller)
         session.flush()
+        return JobView.of(job)
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobView,
+    summary="Cancel a job: one that waits is cancelled at once, one that runs stops at the "
+    "end of its step (cancelling shows it). Again: nothing changes. A finished job: 409",
+)
+def cancel_job(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> JobView:
+    with sessions.begin() as session:
+        job = owned_job(session, job_id.hex, caller)
+        cancel.cancel_job(session, job)
+        session.refresh(job)
         return JobView.of(job)

@@ -26,7 +26,7 @@ from api.browse import (
     result_filter,
     review,
 )
-from api.deps import Limiters, SessionsDep, SettingsDep, too_many
+from api.deps import DispatcherDep, Limiters, SessionsDep, SettingsDep, too_many
 from api.errors import ApiError
 from api.intake import public_path
 from api.ui import views
@@ -46,6 +46,7 @@ from common.config import ImageSettings, Settings
 from common.contracts import JobStatus
 from common.errors import ImageError, InvalidInput
 from common.images import image_size
+from common.pipeline import cancel
 from common.pipeline.audit import figures_of
 from common.sources.locations import is_local_file
 from common.sources.reading import read_located
@@ -361,6 +362,34 @@ def job_review(
             media_type="application/json",
         )
     return RedirectResponse(_local(next or f"/ui/jobs/{job_id}"), status_code=303)
+
+
+@router.post("/batches/{batch_id}/cancel")
+def batch_cancel(
+    batch_id: str, ui: UiDep, sessions: SessionsDep, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    """Cancel what of the batch has not finished (``common.pipeline.cancel``)."""
+    check_csrf(ui, csrf)
+    with sessions.begin() as session:
+        found = owned_batch(session, batch_id, ui.caller).id
+        cancel.cancel_batch(session, found)
+    return RedirectResponse(f"/ui/batches/{found}", status_code=303)
+
+
+@router.post("/batches/{batch_id}/resume")
+def batch_resume(
+    batch_id: str,
+    ui: UiDep,
+    sessions: SessionsDep,
+    dispatcher: DispatcherDep,
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    """Take a cancelled batch up again."""
+    check_csrf(ui, csrf)
+    with sessions() as session:
+        found = owned_batch(session, batch_id, ui.caller).id
+    cancel.resume_batch(sessions, dispatcher, found)
+    return RedirectResponse(f"/ui/batches/{found}", status_code=303)
 
 
 def _progress(session: Session, batch: Batch, settings: Settings) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from common.contracts import (
     Query,
     ScreenResult,
 )
-from common.errors import ImageError, ModelError, RetryableError
+from common.errors import ImageError, ModelError, RetryableError, StopRequested
 from common.images import content_hash, decode_image
 from common.pipeline.gate import score_answers
 from common.scores import REPLAY_K, GateResult
@@ -285,7 +285,7 @@ def run_agent_stage(
             else:
                 small, threshold = specreason
                 trajectory = run_specreason(query, large, small, limits, threshold=threshold)
-    except RetryableError:
+    except (RetryableError, StopRequested):
         raise
     except Exception as exc:
         log.warning("agent failed on job %s: %s", query.job_id, exc)

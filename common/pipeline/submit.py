@@ -28,9 +28,11 @@ from common.limits import check_id, check_query
 from common.models.registry import protocol_name, weights_fingerprint
 from common.pipeline.dispatch import Dispatcher, StoreOnly, send_waiting
 from common.sources.reading import read_located
+from common.store.cancels import requeue
 from common.store.ids import idempotency_key, new_id
 from common.store.liveness import hold_lease, release_lease
 from common.store.new_jobs import NewItem, next_position, storable_item
+from common.store.reads import batch_jobs
 from common.store.submission import (
     Held,
     Statistics,
@@ -137,7 +139,8 @@ def submit_corpus(
     chunk of ``sources.submit_rows`` at a time: each chunk is read and hashed (by a
     thread that stays a chunk ahead, ``ReadAhead``) and written in one transaction, and
     once it has committed its new jobs are sent to the ``dispatcher`` (with the first
-    chunk, every job of a resumed batch that still waits for a stage). Without one, jobs
+    chunk, every job of a resumed batch that still waits for a stage, its cancelled ones
+    included: running the command again resumes a cancelled batch). Without one, jobs
     wait in the store. Memory holds a few chunks, whatever the corpus's size; a run
     stopped halfway keeps the chunks it committed, and the same command resumes.
 
@@ -190,6 +193,8 @@ def submit_corpus(
                             held=held,
                             created_jobs=created_jobs,
                         )
+                        if first and not created:  # a cancelled batch resumes
+                            requeue(outbox.session, batch_jobs(batch.id), [JobStatus.CANCELLED])
                         if first:  # (a resumed batch: what it left waiting, with this chunk's)
                             send_waiting(outbox, batch.id)
                         else:

@@ -33,7 +33,7 @@ from common.contracts import (
     Ticket,
 )
 from common.scores import encode
-from common.store import arrays
+from common.store import arrays, cancels
 from common.store.db import is_postgres
 from common.store.reads import batch_jobs
 from common.store.tables import Job, utcnow
@@ -64,6 +64,7 @@ def release_running(
         if not count_attempt:
             values["attempts"] = Job.attempts - 1
         released += session.execute(statement.values(**values)).rowcount  # type: ignore[attr-defined]
+    cancels.settle(session)  # (a job asked to stop while it ran stops here)
     return released
 
 
@@ -208,6 +209,7 @@ def release_ids(
         values["attempts"] = Job.attempts - 1
     statement = _update().where(Job.id.in_(list(job_ids)), Job.status == JobStatus.RUNNING)
     result = session.execute(statement.where(Job.stage == stage).values(**values))
+    cancels.settle(session, job_ids)
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -221,6 +223,7 @@ def fail_running(session: Session, job_id: str, stage: Stage, code: str, message
     }
     statement = _running_update(stage, tuple(sorted(values)))
     result = session.execute(statement, {"job_id": job_id, **values})
+    cancels.settle(session, [job_id])
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -229,12 +232,15 @@ def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSet
 
     Outcomes that write the same columns (accepted, deferred, failed) go in one statement
     each: on PostgreSQL one UPDATE from their columns as arrays (``common.store.arrays``),
-    elsewhere an executemany.
+    elsewhere an executemany. A job cancelled while its micro-batch ran keeps an accepted
+    answer, and is cancelled rather than deferred (``cancels.settle``).
     """
     now = utcnow()
     gate_used = {"mode": gate.mode, "top_k": gate.top_k, "threshold": gate.threshold}
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    ids = []
     for outcome in outcomes:
+        ids.append(outcome.job_id)
         values = _fast_values(outcome, gate_used, now)
         groups.setdefault(tuple(sorted(values)), []).append({"id": outcome.job_id, **values})
     postgres = is_postgres(session)
@@ -248,6 +254,7 @@ def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSet
             renamed = [{"job_id": row.pop("id"), **row} for row in rows]
             result = session.execute(_running_update(Stage.FAST, columns), renamed)
         changed += max(0, result.rowcount)  # type: ignore[attr-defined]
+    cancels.settle(session, ids)
     return changed
 
 
@@ -345,6 +352,7 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
     values["finished_at"] = now
     statement = _running_update(Stage.AGENT, tuple(sorted(values)))
     result = session.execute(statement, {"job_id": outcome.job_id, **values})
+    cancels.settle(session, [outcome.job_id])
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -364,7 +372,8 @@ def release_orphans(session: Session, live: set[str]) -> dict[Stage, list[str]]:
             .returning(Job.id)
         )
         released[stage] = list(session.scalars(statement))
-    return released
+    stopped = set(cancels.settle(session, [i for ids in released.values() for i in ids]))
+    return {stage: [i for i in ids if i not in stopped] for stage, ids in released.items()}
 
 
 def waiting_jobs(session: Session) -> dict[Stage, list[str]]:

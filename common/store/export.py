@@ -46,6 +46,8 @@ from common.sources.webdataset import IMAGE_EXTENSIONS, Sample, write_labelled_s
 from common.store.reads import batch_results
 from common.store.tables import BatchItem, Job, iso_utc
 
+_STOPPED = (JobStatus.FAILED, JobStatus.CANCELLED)  # (their error is the row's)
+
 FORMATS = (".jsonl", ".parquet")
 LAYOUTS = ("auto", "jsonl", "parquet", "webdataset")
 LABEL_MEMBER = "speceyes.json"  # the member a labelled shard adds to each sample
@@ -106,7 +108,7 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "defer_reason": job.defer_reason,
         "agent_steps": len(steps) if (steps := job.trace_steps) is not None else None,
         "error_code": job.error_code,
-        "error": job.error_message if job.status == JobStatus.FAILED else None,
+        "error": job.error_message if job.status in _STOPPED else None,
         "expected": item.expected,
         "split": item.split,
         "category": item.category,

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from common.contracts import JobStatus
+from common.contracts import FINISHED
 from common.errors import InvalidInput
 from common.store.tables import Batch, BatchItem, Job
 
@@ -38,7 +38,7 @@ class BatchLine:
 
     @property
     def unfinished(self) -> int:
-        return self.jobs - self.by_status[JobStatus.DONE] - self.by_status[JobStatus.FAILED]
+        return self.jobs - sum(self.by_status[status] for status in FINISHED)
 
 
 @dataclass(frozen=True)

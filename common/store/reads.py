@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from common.contracts import AnsweredBy, JobStatus
+from common.contracts import FINISHED, AnsweredBy, JobStatus
 from common.errors import NotFound
 from common.store.tables import Batch, BatchItem, Job
 
@@ -28,6 +28,7 @@ class BatchCounts:
     by_answerer: Counter[str] = field(default_factory=Counter)
     by_defer_reason: Counter[str] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)  # error code -> jobs
+    cancellations: Counter[str] = field(default_factory=Counter)  # reason -> jobs
     screened: int = 0
     screened_tool_free: int = 0
     speculated: int = 0
@@ -42,7 +43,7 @@ class BatchCounts:
 
     @property
     def finished(self) -> int:
-        return self.by_status[JobStatus.DONE] + self.by_status[JobStatus.FAILED]
+        return sum(self.by_status[status] for status in FINISHED)
 
     @property
     def beta(self) -> float | None:
@@ -130,6 +131,8 @@ def counts_of(session: Session, job_ids: Any) -> BatchCounts:
             counts.by_defer_reason[reason] += n
         if status == JobStatus.FAILED:
             counts.failures[code or "unknown"] += n
+        elif status == JobStatus.CANCELLED:
+            counts.cancellations[code or "cancelled"] += n
         counts.screened += screened
         counts.screened_tool_free += tool_free or 0
         counts.speculated += speculated

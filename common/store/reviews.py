@@ -22,14 +22,14 @@ from datetime import datetime
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from common.contracts import AnsweredBy, JobStatus
+from common.contracts import FINISHED, AnsweredBy, JobStatus
 from common.errors import InvalidInput
 from common.limits import check_text
 from common.store.browse import ResultRow
 from common.store.tables import BatchItem, Job, utcnow
 
 MAX_ANSWER_CHARS = 2000  # a reviewed answer is an answer, not an essay
-REVIEWABLE = (JobStatus.DONE, JobStatus.FAILED)
+REVIEWABLE = FINISHED  # (a cancelled job too: a person may answer it)
 
 
 class NotReviewable(InvalidInput):

@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -120,6 +121,13 @@ class Job(Base):
             "finished_at",
             "reviewed_at",
         ),
+        # the running jobs asked to stop (few at any time): what ``cancels.settle`` reads
+        Index(
+            "ix_jobs_cancel_requested",
+            "id",
+            postgresql_where=text("cancel_requested IS NOT NULL"),
+            sqlite_where=text("cancel_requested IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -156,8 +164,11 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
     worker: Mapped[str | None] = mapped_column(String(100))  # the worker holding it (running)
+    # a running job asked to stop: the reason it is cancelled with once its step ends
+    # (common.store.cancels)
+    cancel_requested: Mapped[str | None] = mapped_column(String(32))
     # the online audit of an accepted answer (common.pipeline.audit): pending, running,
-    # done, failed
+    # done, failed, cancelled (withdrawn by a cancel)
     audit_status: Mapped[str | None] = mapped_column(String(16), index=True)
     audit_answer: Mapped[str | None] = mapped_column(Text)
     audit_agrees: Mapped[bool | None]

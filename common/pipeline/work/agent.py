@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from common.contracts import (
     AgentOutcome,
@@ -13,7 +15,7 @@ from common.contracts import (
     Stage,
     Ticket,
 )
-from common.errors import RetryableError
+from common.errors import RetryableError, StopRequested
 from common.logs import job_failed
 from common.pipeline.audit import agrees as audit_agrees
 from common.pipeline.audit import check_drift
@@ -24,10 +26,27 @@ from common.pipeline.work.unit import (
     load_query,
     log_retry,
 )
-from common.store import audits, claims
+from common.store import audits, cancels, claims
 from common.store.tables import Job
 
 log = logging.getLogger(__name__)
+
+
+class StopBetweenSteps:
+    """The large model, with one question before each of its generations: was the job
+    cancelled meanwhile? Then the trajectory stops there (``StopRequested``), its step
+    before finished and nothing half done. Everything else is the model's own."""
+
+    def __init__(self, model: Any, asked: Callable[[], bool]) -> None:
+        self._model, self._asked = model, asked
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        if self._asked():
+            raise StopRequested("the job was cancelled")
+        return self._model.generate(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
 
 
 class AgentWork(WorkUnit):
@@ -53,6 +72,12 @@ class AgentWork(WorkUnit):
             log_retry(exc, "trajectory of job %s will be retried: %s", ticket.job_id, exc)
             self._release([ticket], report, count_attempt=False)
             return report
+        except StopRequested:
+            with self.statements.begin() as session:
+                cancels.stop_running(session, ticket.job_id, Stage.AGENT)
+            log.info("job %s was cancelled: its trajectory stopped between steps", ticket.job_id)
+            report.cancelled = 1
+            return report
         except Exception as exc:
             self._lone_failure(ticket, exc, report)
             return report
@@ -72,7 +97,12 @@ class AgentWork(WorkUnit):
         specreason = None
         if ticket.defer_reason == DeferReason.SPECREASON:  # submitted with --method specreason
             specreason = (self.models.small, self.settings.funnel.specreason_threshold)
-        return run_agent_stage(query, self.models.large, self.settings.agent, specreason=specreason)
+        large = StopBetweenSteps(self.models.large, lambda: self._stop_asked(ticket.job_id))
+        return run_agent_stage(query, large, self.settings.agent, specreason=specreason)
+
+    def _stop_asked(self, job_id: str) -> bool:
+        with self.sessions() as session:
+            return cancels.requested(session, job_id)
 
     def run_id(self, job_id: str, *, takeover: bool = False) -> StageReport:
         """Claim the job a message named (waiting, stale or handed back) and run it."""

@@ -42,6 +42,7 @@ class StageReport:
     outcomes: list[FastOutcome] = field(default_factory=list)
     failed: int = 0  # failed by the work itself (limit reached, own error)
     skipped: int = 0  # nothing to do: finished, elsewhere, or a duplicate message
+    cancelled: int = 0  # stopped between two steps: cancelled while it ran
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
     alarms: list[dict[str, Any]] = field(default_factory=list)  # audit drift raised now
 
@@ -51,6 +52,7 @@ class StageReport:
         self.outcomes += other.outcomes
         self.failed += other.failed
         self.skipped += other.skipped
+        self.cancelled += other.cancelled
         self.alarms += other.alarms
         for phase, spent in other.seconds.items():
             self.seconds[phase] = self.seconds.get(phase, 0.0) + spent

@@ -101,6 +101,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 needs_tools=True,
                 agent_steps=(ZOOM.format(think=PAYLOAD), f"<answer>{PAYLOAD}</answer>"),
             )
+        if "[long]" in question:  # looks and looks, never answers: a step_limit failure
+            return JobScript(needs_tools=True, agent_steps=("<think>still looking</think>",))
         return JobScript(answer="A", confidence=0.95)
 
     costs = {"screen": SimulatedCost(0.05, 0.05), "generate": SimulatedCost(0.2)}
@@ -254,6 +256,30 @@ def test_find_a_job_sent_alone_and_correct_it(page: Page, page_errors, live: Liv
     expect(page.locator("form.review .reviewed")).to_contain_text("dog")
     read = live.http.get(f"/v1/jobs/{job_id}").json()
     assert (read["reviewed_answer"], read["final_answer"]) == ("dog", "dog")
+    assert page_errors == []
+
+
+def test_cancel_a_running_batch_from_its_page_then_resume_it(
+    page: Page, page_errors, live: Live
+) -> None:
+    """The batch page's Cancel button (a form with the session's CSRF token) stops what
+    has not finished; Resume takes the cancelled jobs up again."""
+    batch_id = live.submit([f"[long] look {i}" for i in range(6)], name="to cancel")
+    sign_in(page, live, then=f"/ui/batches/{batch_id}")
+    page.click("form.control button:has-text('Cancel batch')")
+    page.wait_for_url(f"{live.base}/ui/batches/{batch_id}")
+    batch = live.http.get(f"/v1/batches/{batch_id}").json()
+    assert batch["cancelled"].get("cancelled", 0) >= 1, batch
+    assert not {"queued", "deferred"} & set(batch["by_status"]), batch  # none waits now
+    live.finished(batch_id)  # the trajectories that ran stop at their next step
+    page.reload()
+    expect(page.locator("#progress .cancelled")).to_contain_text("cancelled")
+    page.click("form.control button:has-text('Resume batch')")
+    page.wait_for_url(f"{live.base}/ui/batches/{batch_id}")
+    resumed = live.http.get(f"/v1/batches/{batch_id}").json()
+    assert "cancelled" not in resumed["by_status"], resumed  # each waits or runs again
+    assert live.http.post(f"/v1/batches/{batch_id}/cancel").status_code == 200  # (no waste)
+    live.finished(batch_id)
     assert page_errors == []
 
 

@@ -3,6 +3,7 @@ headers, tenancy, escaping, and that a page changes what /v1 reads."""
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 
 import pytest
@@ -145,6 +146,24 @@ def test_a_form_without_the_sessions_token_changes_nothing(site, token) -> None:
     signout = {} if token is None else {"csrf": token}
     assert browser.post("/ui/signout", data=signout).status_code == 403
     assert browser.get("/ui/batches", follow_redirects=False).status_code == 200  # still in
+
+
+@pytest.mark.parametrize("token", ["forged", "", None], ids=["forged", "empty", "absent"])
+def test_the_cancel_button_needs_the_sessions_token(site, token) -> None:
+    app, browser, _, _ = site
+    image = base64.b64encode(png(colour=(3, 141, 59))).decode()
+    batch = app.http.post("/v1/batches", json={"jobs": [{"question": "Q?", "image_base64": image}]})
+    batch_id = batch.json()["id"]
+    form = {} if token is None else {"csrf": token}
+    assert browser.post(f"/ui/batches/{batch_id}/cancel", data=form).status_code == 403
+    assert app.http.get(f"/v1/batches/{batch_id}").json()["by_status"] == {"queued": 1}
+    page = browser.get(f"/ui/batches/{batch_id}").text
+    sent = browser.post(
+        f"/ui/batches/{batch_id}/cancel", data={"csrf": form_token(page)}, follow_redirects=False
+    )
+    assert sent.status_code == 303
+    assert app.http.get(f"/v1/batches/{batch_id}").json()["by_status"] == {"cancelled": 1}
+    assert "Resume batch" in browser.get(f"/ui/batches/{batch_id}").text
 
 
 def test_a_review_on_the_page_is_what_v1_and_the_export_read(site) -> None:

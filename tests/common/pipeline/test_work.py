@@ -10,10 +10,10 @@ from sqlalchemy import select, update
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel
 from common.config import Settings
-from common.contracts import JobStatus, Stage
+from common.contracts import CancelReason, JobStatus, Stage
 from common.pipeline.dispatch import StoreOnly
 from common.pipeline.work import AgentWork, FastWork
-from common.store import new_jobs, submission
+from common.store import cancels, new_jobs, submission
 from common.store.tables import BatchItem, Job, utcnow
 from tests.helpers.images import write_images
 
@@ -200,3 +200,27 @@ def test_jobs_handed_back_after_a_try_are_claimed_and_run_one_at_a_time(
     assert [after[i].status for i in ids[:2]] == [JobStatus.DONE] * 2  # the untried batch
     assert (after[ids[2]].status, after[ids[2]].attempts) == (JobStatus.RUNNING, 2)  # its own
     assert (after[ids[3]].status, after[ids[3]].attempts) == (JobStatus.QUEUED, 1)  # untouched
+
+
+def test_a_trajectory_cancelled_while_it_runs_stops_before_its_next_step(sessions, tmp_path):
+    """A cancel that arrives during a step: that step finishes, the next generation never
+    starts, and the job ends cancelled (not failed, not retried)."""
+    ids = submit(sessions, tmp_path, 1)
+    steps = ("<think>let me look closer</think>", "<answer>B</answer>")
+
+    class CancelledDuringStep(ScriptedModel):
+        def generate(self, conversation, **options):
+            if self.calls["generate"] == 0:  # the caller cancels while the first step runs
+                with sessions.begin() as session:
+                    cancels.cancel(session, [ids[0]], CancelReason.CANCELLED)
+            return super().generate(conversation, **options)
+
+    model = CancelledDuringStep({ids[0]: JobScript(needs_tools=True, agent_steps=steps)})
+    config = Settings(backend="scripted", visibility_timeout_s=60)
+    FastWork(sessions, Models(model, model), config, StoreOnly()).run_ids(ids)
+    report = AgentWork(sessions, Models(model, model), config, StoreOnly()).run_id(ids[0])
+    assert report.cancelled == 1 and report.failed == 0
+    assert model.calls["generate"] == 1
+    job = jobs(sessions)[ids[0]]
+    assert (job.status, job.error_code, job.final_answer) == ("cancelled", "cancelled", None)
+    assert job.cancel_requested is None and job.worker is None

@@ -1,0 +1,81 @@
+"""Cancel, resume and retry: what the API, the command line and the review pages do to a
+job or a batch that is (or was) under way. The rows change in ``common.store.cancels``;
+here the work that waits again is sent to its stage, after the commit, as every send
+is (``Dispatcher.transaction``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.contracts import CancelReason, JobStatus
+from common.errors import InvalidInput
+from common.pipeline.dispatch import Dispatcher, send_waiting
+from common.store import cancels
+from common.store.cancels import CancelResult
+from common.store.reads import batch_jobs
+from common.store.tables import Job
+
+
+class AlreadyFinished(InvalidInput):
+    """The job finished before the cancel: its result is kept, nothing is cancelled."""
+
+    code = "already_finished"
+
+
+class NothingToRetry(InvalidInput):
+    """A retry found no failed or cancelled job to run again."""
+
+    code = "nothing_to_retry"
+
+
+@dataclass(frozen=True)
+class Requeued:
+    batch_id: str
+    job_ids: list[str]  # the jobs that wait for a stage again, and were sent
+
+
+def cancel_job(session: Session, job: Job) -> CancelResult:
+    """Cancel one job. Again on a cancelled job: nothing changes. A job that finished
+    otherwise (done, failed) is ``AlreadyFinished``."""
+    if job.status in (JobStatus.DONE, JobStatus.FAILED):
+        raise AlreadyFinished(f"job {job.id} is {job.status} already: there is nothing to cancel")
+    return cancels.cancel(session, [job.id], CancelReason.CANCELLED)
+
+
+def cancel_batch(
+    session: Session, batch_id: str, reason: CancelReason = CancelReason.CANCELLED
+) -> CancelResult:
+    """Cancel what of the batch has not finished; what has is kept."""
+    return cancels.cancel(session, batch_jobs(batch_id), reason)
+
+
+def resume_batch(
+    sessions: sessionmaker[Session], dispatcher: Dispatcher, batch_id: str
+) -> Requeued:
+    """The batch's cancelled jobs wait for their stage again and are sent (with anything
+    else of the batch that waits); done work is not redone. Nothing cancelled: nothing
+    changes."""
+    with dispatcher.transaction(sessions) as outbox:
+        ids = cancels.requeue(outbox.session, batch_jobs(batch_id), [JobStatus.CANCELLED])
+        send_waiting(outbox, batch_id)
+    return Requeued(batch_id, ids)
+
+
+def retry_batch(
+    sessions: sessionmaker[Session],
+    dispatcher: Dispatcher,
+    batch_id: str,
+    code: str | None = None,
+) -> Requeued:
+    """The batch's failed and cancelled jobs (of error ``code`` only, if given) run again,
+    under the same batch. None of them: ``NothingToRetry``."""
+    statuses = [JobStatus.FAILED, JobStatus.CANCELLED]
+    with dispatcher.transaction(sessions) as outbox:
+        ids = cancels.requeue(outbox.session, batch_jobs(batch_id), statuses, code)
+        if not ids:
+            which = f"with error {code!r} " if code else ""
+            raise NothingToRetry(f"batch {batch_id} has no failed or cancelled job {which}to retry")
+        send_waiting(outbox, batch_id)
+    return Requeued(batch_id, ids)

@@ -1,0 +1,188 @@
+"""Cancelling and taking work up again, row by row (``common.store.cancels``), on SQLite
+and PostgreSQL: nothing finished is lost, a running job stops at the end of its step,
+and nothing cancelled is ever handed out again."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from common.agents.trajectory import Trajectory
+from common.config import GateSettings
+from common.contracts import (
+    Accepted,
+    AgentOutcome,
+    CancelReason,
+    Deferred,
+    ScreenResult,
+    Stage,
+)
+from common.store import audits, cancels, claims, reads, submission
+from common.store.reads import batch_jobs
+from common.store.tables import Job
+from tests.helpers.store import items, new_batch
+
+GATE = GateSettings()
+SCREEN = ScreenResult(False, "no")
+
+
+def _batch(sessions, *names: str) -> str:
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        submission.submit_items(session, batch, items(*names), "cfg")
+        return batch.id
+
+
+def _claim(sessions, stage: Stage, limit: int = 100):
+    with sessions.begin() as session:
+        return claims.claim(session, stage, limit)
+
+
+def _statuses(sessions) -> dict[str, tuple[str, str | None]]:
+    with sessions() as session:
+        return {job.id: (job.status, job.error_code) for job in session.scalars(select(Job))}
+
+
+def test_a_cancel_ends_what_waits_marks_what_runs_and_keeps_what_finished(sessions):
+    batch_id = _batch(sessions, "done", "running", "queued", "deferred")
+    done, running, deferred = _claim(sessions, Stage.FAST, 3)
+    with sessions.begin() as session:
+        claims.record_fast(session, [Accepted(done.job_id, "A", 0.99, [9.0], SCREEN)], GATE)
+        claims.record_fast(session, [Deferred(deferred.job_id, "tools_needed")], GATE)
+        queued = reads.job_ids(session, batch_id, "queued")[0]
+        first = cancels.cancel(session, batch_jobs(batch_id), CancelReason.CANCELLED)
+    assert (first.cancelled, first.stopping, first.finished) == (2, 1, 1)
+    assert _statuses(sessions) == {
+        done.job_id: ("done", None),
+        running.job_id: ("running", None),
+        queued: ("cancelled", "cancelled"),
+        deferred.job_id: ("cancelled", "cancelled"),
+    }
+    with sessions.begin() as session:
+        again = cancels.cancel(session, batch_jobs(batch_id), CancelReason.CANCELLED)
+        assert session.get(Job, running.job_id).cancel_requested == "cancelled"
+    assert (again.cancelled, again.stopping, again.finished) == (0, 1, 3)
+    assert _claim(sessions, Stage.FAST) == [] and _claim(sessions, Stage.AGENT) == []
+    with sessions() as session:
+        assert claims.waiting_jobs(session) == {Stage.FAST: [], Stage.AGENT: []}
+        counts = reads.batch_counts(session, batch_id)
+    assert (counts.finished, counts.cancellations) == (3, {"cancelled": 2})
+
+
+def test_a_marked_micro_batch_keeps_its_accepted_answer_and_goes_no_further(sessions):
+    _batch(sessions, "accepted", "deferred")
+    accepted, deferred = _claim(sessions, Stage.FAST)
+    with sessions.begin() as session:
+        cancels.cancel(session, [accepted.job_id, deferred.job_id], CancelReason.CANCELLED)
+    outcomes = [
+        Accepted(accepted.job_id, "A", 0.99, [9.0], SCREEN),
+        Deferred(deferred.job_id, "low_confidence", SCREEN, "B", 0.5),
+    ]
+    with sessions.begin() as session:
+        claims.record_fast(session, outcomes, GATE)
+    assert _statuses(sessions) == {
+        accepted.job_id: ("done", None),
+        deferred.job_id: ("cancelled", "cancelled"),
+    }
+    with sessions() as session:
+        kept = session.get(Job, deferred.job_id)
+        assert (kept.small_answer, kept.cancel_requested) == ("B", None)  # what it did is kept
+        assert session.get(Job, accepted.job_id).cancel_requested is None  # the mark is gone
+    assert _claim(sessions, Stage.AGENT) == []
+
+
+def test_a_marked_job_put_back_to_wait_is_cancelled_instead(sessions):
+    """A release (a retry, an interrupt) or a dead worker's job taken back: none of them
+    hands a cancelled job out again, and the reconciler is told of none to re-send."""
+    _batch(sessions, "released", "orphan", "interrupted")
+    released, orphan, interrupted = _claim(sessions, Stage.FAST)
+    with sessions.begin() as session:
+        session.get(Job, orphan.job_id).worker = "fast@gone:1"
+        cancels.cancel(
+            session, [released.job_id, orphan.job_id, interrupted.job_id], CancelReason.CANCELLED
+        )
+    with sessions.begin() as session:
+        claims.release_ids(session, [released.job_id], Stage.FAST, count_attempt=False)
+        assert claims.release_orphans(session, {"fast@alive:2"}) == {
+            Stage.FAST: [],
+            Stage.AGENT: [],
+        }
+        claims.release_running(session)
+    assert {status for status, _ in _statuses(sessions).values()} == {"cancelled"}
+
+
+def test_a_trajectory_stopped_between_steps_is_cancelled_and_a_late_record_changes_nothing(
+    sessions,
+):
+    _batch(sessions, "x")
+    (ticket,) = _claim(sessions, Stage.FAST)
+    with sessions.begin() as session:
+        claims.record_fast(session, [Deferred(ticket.job_id, "tools_needed")], GATE)
+    _claim(sessions, Stage.AGENT)
+    with sessions.begin() as session:
+        assert not cancels.requested(session, ticket.job_id)
+        cancels.cancel(session, [ticket.job_id], CancelReason.CANCELLED)
+        assert cancels.requested(session, ticket.job_id)
+        assert cancels.stop_running(session, ticket.job_id, Stage.AGENT)
+    with sessions.begin() as session:
+        late = AgentOutcome(ticket.job_id, "C", Trajectory(answer="C"))
+        assert not claims.record_agent(session, late)
+    assert _statuses(sessions) == {ticket.job_id: ("cancelled", "cancelled")}
+
+
+def test_a_cancel_withdraws_pending_audits_and_only_those(sessions):
+    batch_id = _batch(sessions, "pending", "running")
+    tickets = _claim(sessions, Stage.FAST)
+    with sessions.begin() as session:
+        accepted = [Accepted(t.job_id, "A", 0.99, [9.0], SCREEN) for t in tickets]
+        claims.record_fast(session, accepted, GATE)
+        audits.request(session, [t.job_id for t in tickets])
+        (auditing,) = audits.claim(session, [tickets[1].job_id])
+        cancels.cancel(session, batch_jobs(batch_id), CancelReason.CANCELLED)
+    with sessions() as session:
+        states = {job.id: job.audit_status for job in session.scalars(select(Job))}
+    assert states == {tickets[0].job_id: "cancelled", auditing.job_id: "running"}
+
+
+def test_requeue_takes_cancelled_or_failed_jobs_back_to_the_stage_they_stopped_in(sessions):
+    batch_id = _batch(sessions, "fast", "agent", "done")
+    fast, agent, done = _claim(sessions, Stage.FAST)
+    with sessions.begin() as session:
+        claims.record_fast(
+            session,
+            [
+                Deferred(agent.job_id, "tools_needed"),
+                Accepted(done.job_id, "A", 1.0, [9.0], SCREEN),
+            ],
+            GATE,
+        )
+        claims.release_ids(session, [fast.job_id], Stage.FAST, count_attempt=True)
+        cancels.cancel(session, batch_jobs(batch_id), CancelReason.FAILURE_BUDGET)
+    assert _statuses(sessions)[fast.job_id] == ("cancelled", "failure_budget")
+    with sessions.begin() as session:
+        failed_only = cancels.requeue(session, batch_jobs(batch_id), ["failed"])
+        both = cancels.requeue(session, batch_jobs(batch_id), ["cancelled"])
+    assert failed_only == [] and sorted(both) == sorted([fast.job_id, agent.job_id])
+    with sessions() as session:
+        jobs = {job.id: job for job in session.scalars(select(Job))}
+    assert (jobs[fast.job_id].status, jobs[fast.job_id].attempts) == ("queued", 0)
+    assert (jobs[agent.job_id].status, jobs[agent.job_id].defer_reason) == (
+        "deferred",
+        "tools_needed",
+    )
+    assert jobs[agent.job_id].error_code is None and jobs[agent.job_id].finished_at is None
+    assert (jobs[done.job_id].status, jobs[done.job_id].final_answer) == ("done", "A")
+
+
+def test_requeue_of_one_code_leaves_the_others(sessions):
+    batch_id = _batch(sessions, "a", "b")
+    a, b = _claim(sessions, Stage.FAST)
+    with sessions.begin() as session:
+        claims.fail_running(session, a.job_id, Stage.FAST, "image_missing", "gone")
+        claims.fail_running(session, b.job_id, Stage.FAST, "model_error", "boom")
+        assert cancels.requeue(session, batch_jobs(batch_id), ["failed"], "model_error") == [
+            b.job_id
+        ]
+    assert _statuses(sessions) == {
+        a.job_id: ("failed", "image_missing"),
+        b.job_id: ("queued", None),
+    }
