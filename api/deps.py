@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.errors import ApiError
 from api.limiter import RateLimiter
 from common.config import Settings
+from common.contracts import Priority
 from common.pipeline.dispatch import Dispatcher
 from common.store.keys import check_key
 
@@ -46,9 +47,24 @@ class Caller:
     tenant: str | None  # None: keys are off (api_require_keys false): one open tenant
     admin: bool
     name: str = "anonymous"  # the key's name: who a review was given by
+    max_priority: int = Priority.HIGH.rank  # the most urgent its jobs may ask for (a rank)
 
     def may_read(self, owner: str | None) -> bool:
         return self.admin or owner == self.tenant
+
+    def priority(self, asked: Priority | None, default: Priority) -> int:
+        """The rank new jobs wait at: ``asked``, if the key allows it (else a 403), or
+        ``default``, lowered to what the key allows."""
+        if asked is None:
+            return max(default.rank, self.max_priority)
+        if asked.rank < self.max_priority:
+            allowed = Priority.of_rank(self.max_priority)
+            raise ApiError(
+                403,
+                "priority_not_allowed",
+                f"this key's jobs may ask for {allowed} priority at most, not {asked}",
+            )
+        return asked.rank
 
 
 @dataclass
@@ -98,7 +114,7 @@ def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Ca
             f"over {config.api.rate_per_s:g} requests/s for this key (api_rate_per_s)",
             wait,
         )
-    return Caller(tenant=row.tenant, admin=row.admin, name=row.name)
+    return Caller(row.tenant, row.admin, row.name, row.max_priority)
 
 
 CallerDep = Annotated[Caller, Depends(require_key)]

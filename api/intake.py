@@ -35,7 +35,7 @@ from api.errors import ApiError, summary
 from api.metrics import UNSENT
 from api.schemas import JobSpec
 from common.config import Settings
-from common.contracts import SourceRow
+from common.contracts import Priority, SourceRow
 from common.errors import ImageError, InvalidInput, RetryableError
 from common.images import (
     PixelBudget,
@@ -178,7 +178,7 @@ async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, Store
             option_list = json.loads(str(options)) if options else None
         except (json.JSONDecodeError, RecursionError):
             raise ApiError(422, "invalid_request", "options must be a JSON list") from None
-        fields = ("question", "idempotency_key", "batch_id", "id")
+        fields = ("question", "idempotency_key", "batch_id", "id", "priority")
         given = {field: form.get(field) for field in fields if field in form}
         spec = validated(JobSpec, {"options": option_list, **given})
         check_spec(spec, settings)
@@ -193,6 +193,7 @@ class _BatchEnvelope(BaseModel):
 
     name: str | None = None
     jobs: list[Any]
+    priority: Priority | None = None  # (JSONL: ?priority=)
 
 
 async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
@@ -209,7 +210,9 @@ async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
                 except (json.JSONDecodeError, RecursionError) as exc:
                     # that row fails alone, as a bad job of a JSON batch does
                     jobs.append(UnreadableLine(number, getattr(exc, "msg", "nested too deep")))
-        batch = validated(_BatchEnvelope, {"name": request.query_params.get("name"), "jobs": jobs})
+        query = request.query_params
+        fields = {"name": query.get("name"), "priority": query.get("priority"), "jobs": jobs}
+        batch = validated(_BatchEnvelope, fields)
     else:
         batch = validated(_BatchEnvelope, await _json(request))
     if batch.name is not None:

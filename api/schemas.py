@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from common.contracts import AnsweredBy, JobStatus
+from common.contracts import AnsweredBy, JobStatus, Priority
 from common.store.listing import BatchLine
 from common.store.reads import BatchCounts
 from common.store.tables import Batch, BatchItem, Job
@@ -27,6 +27,12 @@ class JobSpec(BaseModel):
     batch_id: str | None = Field(None, description="add the job to this batch")
     id: str | None = Field(None, description="your id for the row (in batch results)")
     answer: str | None = Field(None, description="the known right answer, for accuracy")
+    priority: Priority | None = Field(
+        None,
+        description="high (a single job's default), normal or low: which waiting work runs "
+        "first; a key may be limited (keys create --max-priority). In a batch, the batch's "
+        "priority counts",
+    )
 
 
 class JobSubmitted(BaseModel):
@@ -117,6 +123,7 @@ class JobView(BaseModel):
     screen_needs_tools: bool | None
     defer_reason: str | None
     attempts: int
+    priority: Priority
     cancelling: bool = Field(
         False, description="asked to stop while running: it stops at the end of its step"
     )
@@ -152,6 +159,7 @@ class JobView(BaseModel):
             screen_needs_tools=job.screen_needs_tools,
             defer_reason=job.defer_reason,
             attempts=job.attempts,
+            priority=Priority.of_rank(job.priority),
             cancelling=job.cancel_requested is not None,
             timings=Timings(
                 created_at=job.created_at,

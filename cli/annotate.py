@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from cli.compose import make_dispatcher
 from cli.follow import follow, print_summary, progress_bar, say_line
 from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
-from common.contracts import SourceRow
+from common.contracts import Priority, SourceRow
 from common.errors import ConfigurationError, InvalidInput
 from common.evaluation.judge import Judge, judge_batch
 from common.limits import check_name, check_query
@@ -108,6 +108,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--options", nargs="+", metavar="OPTION", help="options for rows that bring none"
     )
     parser.add_argument("--name", help="batch name (default: the SOURCE's name)")
+    parser.add_argument(
+        "--priority",
+        choices=[priority.value for priority in Priority],
+        default=Priority.NORMAL.value,
+        help="which waiting work the stages take first (default normal; a single API job "
+        "is high): low lets a large corpus give way to everything else",
+    )
     columns = parser.add_argument_group(
         "columns", "which column of a table (or field of a sample's .json) holds what"
     )
@@ -208,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
             settings=settings,
             dispatcher=dispatcher,
             on_item=lambda: bar.update(1),
+            priority=Priority(args.priority),
         )
         rate = bar.format_dict["rate"]
     verb = "created" if submitted.batch_created else "resumed"

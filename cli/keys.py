@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
+from common.contracts import Priority
 from common.errors import InvalidInput
 from common.store.db import open_store
 from common.store.keys import create_key, list_keys, revoke_key
@@ -29,6 +30,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "keys of one tenant share its jobs and idempotency keys",
     )
     create.add_argument("--admin", action="store_true", help="may read every tenant's jobs")
+    create.add_argument(
+        "--max-priority",
+        choices=[priority.value for priority in Priority],
+        default=Priority.HIGH.value,
+        help="the most urgent priority the key's jobs may ask for (default high); a key "
+        "limited to normal sends its single jobs at normal, and is refused (403) high",
+    )
     create.add_argument(
         "--replace",
         action="store_true",
@@ -57,7 +65,13 @@ def run_create(args: argparse.Namespace) -> int:
     with _sessions(args, create=True).begin() as session:
         replaced = revoke_key(session, args.name) if args.replace else 0
         namesakes = [row for row in list_keys(session) if row.name == args.name]
-        row, secret = create_key(session, args.name, tenant=args.tenant, admin=args.admin)
+        row, secret = create_key(
+            session,
+            args.name,
+            tenant=args.tenant,
+            admin=args.admin,
+            max_priority=Priority(args.max_priority),
+        )
         role = "admin, reads every tenant" if row.admin else f"tenant {row.tenant!r}"
         described = f"key {row.id} for {row.name!r} ({role}): shown once, keep it safe"
     print(secret, flush=True)  # alone on stdout: KEY=$(speceyes keys create NAME)

@@ -89,6 +89,30 @@ class CancelReason(StrEnum):
     FAILURE_BUDGET = "failure_budget"  # its batch failed past its ``max_failure_rate``
 
 
+class Priority(StrEnum):
+    """Which waiting job a stage takes first: high before normal before low, then the
+    oldest. A single API job is high by default, a corpus or an API batch normal; an
+    audit comes after all of them (its own queue, the broker's lowest step)."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """The stored order: 0 is taken first (``jobs.priority``)."""
+        return _RANKS[self]
+
+    @classmethod
+    def of_rank(cls, rank: int | None) -> Priority:
+        """The class of a stored rank (none yet, on a row not written: normal)."""
+        found = [priority for priority, held in _RANKS.items() if held == rank]
+        return found[0] if found else cls.NORMAL
+
+
+_RANKS = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+
+
 FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 """The statuses a job ends in: nothing changes it after, but a review, a resume or a
 retry."""
@@ -121,6 +145,7 @@ class Ticket:
     attempts: int = 1  # claims in this stage, this one included
     defer_reason: str | None = None  # why it waits for the agent (``specreason``: runs that)
     shown_path: str | None = None  # Thyme's first turn names the image so (``Query``)
+    priority: int = 1  # ``Priority.rank``: a deferral is sent on at the job's own
 
 
 @dataclass(frozen=True)

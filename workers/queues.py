@@ -35,7 +35,10 @@ from common.pipeline.dispatch import Delivery, Dispatcher
 FAST_TASK = "speceyes.fast"
 SLOW_TASK = "speceyes.slow"
 AUDIT_TASK = "speceyes.audit"
-AUDIT_PRIORITY = 9  # Redis: priority 0 is taken first, so audits only when nothing else waits
+# The broker's priority step of each job priority (``Priority.rank``): kombu's Redis
+# transport keeps a list per step (0, 3, 6, 9) and pops the lowest step first.
+BROKER_PRIORITY = {0: 0, 1: 3, 2: 6}
+AUDIT_PRIORITY = 9  # audits only when nothing else waits
 # Deferred jobs a slow message carries: the broker's cost per message shared by this many
 # (unpacked again when a slow worker may be idle: ``workers.app``).
 SLOW_PACK = 16
@@ -88,6 +91,7 @@ class CeleryDispatcher(Dispatcher):
     the following only: the jobs go on in the workers)."""
 
     component = "broker"
+    orders_messages = True
 
     def __init__(self, settings: Settings, app: Any | None = None) -> None:
         self.settings = settings
@@ -104,13 +108,14 @@ class CeleryDispatcher(Dispatcher):
             self._send(AUDIT_TASK, broker.audit_queue, job_ids, how.delay_s, None, AUDIT_PRIORITY)
             return len(job_ids)
         options = _options(how.takeover, how.retries)
+        step = BROKER_PRIORITY[how.priority]
         if queue == Queue.FAST:
             batches = chunked(job_ids, self.settings.funnel.fast_batch_size)
-            self._send(FAST_TASK, broker.fast_queue, batches, how.delay_s, options)
+            self._send(FAST_TASK, broker.fast_queue, batches, how.delay_s, options, step)
             return len(job_ids)
         chunks = chunked(job_ids, 1 if how.one_each else SLOW_PACK)
         payloads = [chunk[0] if len(chunk) == 1 else chunk for chunk in chunks]
-        self._send(SLOW_TASK, broker.slow_queue, payloads, how.delay_s, options)
+        self._send(SLOW_TASK, broker.slow_queue, payloads, how.delay_s, options, step)
         return len(job_ids)
 
     def check(self) -> None:
@@ -176,7 +181,7 @@ class CeleryDispatcher(Dispatcher):
             settings = self.settings
             broker = settings.broker
             for queue in (broker.fast_queue, broker.slow_queue, broker.audit_queue):
-                for key in _priority_keys(prefix + queue):
+                for key in priority_keys(prefix + queue):
                     raw += client.lrange(key, 0, -1)  # type: ignore[arg-type]
             if held:
                 held_messages: list[bytes] = client.hvals(prefix + "unacked")  # type: ignore[assignment]
@@ -188,11 +193,12 @@ class CeleryDispatcher(Dispatcher):
         return {job_id for message in raw for job_id in _job_ids(message)}
 
     def queue_depth(self, queue: str) -> int:
-        """Messages waiting on ``queue`` (its first priority step: the one jobs use; not
-        counting those a worker holds)."""
+        """Messages waiting on ``queue`` (on every priority step; not counting those a
+        worker holds)."""
         try:
             with self.app.producer_or_acquire() as producer:
-                return int(producer.channel.client.llen(queue))  # (the prefix is added)
+                client = producer.channel.client  # (the prefix is added)
+                return sum(int(client.llen(key)) for key in priority_keys(queue))
         except (OperationalError, redis.RedisError) as exc:
             raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
 
@@ -236,7 +242,7 @@ def _options(takeover: bool, retries: int) -> dict[str, Any] | None:
     return options or None
 
 
-def _priority_keys(queue: str) -> list[str]:
+def priority_keys(queue: str) -> list[str]:
     """The Redis lists of a queue: kombu keeps one per priority step, the first unsuffixed."""
     return [queue] + [f"{queue}\x06\x16{step}" for step in (3, 6, 9)]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -35,6 +36,7 @@ from api.schemas import (
     RowsPage,
     RowView,
 )
+from common.contracts import Priority
 from common.errors import InvalidInput
 from common.logs import job_failed
 from common.pipeline import cancel
@@ -52,6 +54,7 @@ _BATCH_BODY = {
     "type": "object",
     "properties": {
         "name": {"type": "string"},
+        "priority": {"enum": ["high", "normal", "low"], "description": "default normal"},
         "jobs": {"type": "array", "items": JobSpec.model_json_schema()},
     },
     "required": ["jobs"],
@@ -81,8 +84,12 @@ async def submit_batch(
     dispatcher: DispatcherDep,
 ) -> BatchSubmitted:
     batch = await read_batch(request, settings)
+    rank = caller.priority(batch.priority, Priority.NORMAL)
     items = await run_in_threadpool(
-        lambda: [item_of_batch(job, position, settings) for position, job in enumerate(batch.jobs)]
+        lambda: [
+            replace(item_of_batch(job, position, settings), priority=rank)
+            for position, job in enumerate(batch.jobs)
+        ]
     )
     client_key = request.headers.get("idempotency-key")
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -25,7 +26,7 @@ from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import check_in_flight, new_item, parse_id, read_job, unsent
 from api.metrics import SUBMITTED
 from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
-from common.contracts import JobStatus
+from common.contracts import JobStatus, Priority
 from common.pipeline import cancel
 from common.store import submission
 from common.store.listing import jobs_page
@@ -39,7 +40,7 @@ UPLOAD_FORM = {  # the multipart body, for the OpenAPI docs (FastAPI reads the f
         "image": {"type": "string", "format": "binary"},
         "question": {"type": "string"},
         "options": {"type": "string", "description": "JSON list of options"},
-        **{name: {"type": "string"} for name in ("idempotency_key", "batch_id", "id")},
+        **{name: {"type": "string"} for name in ("idempotency_key", "batch_id", "id", "priority")},
     },
 }
 
@@ -67,7 +68,10 @@ async def submit_job(
 ) -> JobSubmitted:
     spec, stored = await read_job(request, settings)
     batch_id = parse_id(spec.batch_id, "batch_id") if spec.batch_id else None
-    item = new_item(spec, stored, 0, spec.id or "")
+    item = replace(
+        new_item(spec, stored, 0, spec.id or ""),
+        priority=caller.priority(spec.priority, Priority.HIGH),
+    )
 
     def create() -> submission.SubmittedJob:
         with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:

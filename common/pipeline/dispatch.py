@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from common.contracts import JobStatus, Queue
+from common.contracts import JobStatus, Priority, Queue
 from common.errors import RetryableError
-from common.store import reads
+from common.store import claims, reads
 from common.store.reads import BatchCounts
 
 Progress = Callable[[BatchCounts], None]
@@ -98,12 +98,14 @@ class Delivery:
     marks jobs the sender holds as running and hands back, so the next stage may claim
     them at once; ``retries`` counts the sends after an outage so far (the next backs off
     longer); ``one_each`` (slow) gives each job a message of its own (a worker unpacking
-    a message for idle workers)."""
+    a message for idle workers); ``priority`` is the jobs' (``Priority.rank``), so a
+    broker hands a high one out before the normal ones that wait."""
 
     delay_s: float | None = None
     takeover: bool = False
     retries: int = 0
     one_each: bool = False
+    priority: int = Priority.NORMAL.rank
 
 
 class Dispatcher(ABC):
@@ -112,6 +114,9 @@ class Dispatcher(ABC):
     three sends are the same for all."""
 
     component: str | None = None  # what ``check`` checks, named in readiness probes
+    # whether deliveries carry the jobs' priorities (a broker's queue orders by them; the
+    # in-process runner claims in priority order from the store and needs none)
+    orders_messages = False
 
     def send_fast(
         self,
@@ -120,9 +125,11 @@ class Dispatcher(ABC):
         delay_s: float | None = None,
         takeover: bool = False,
         retries: int = 0,
+        priority: int = Priority.NORMAL.rank,
     ) -> int:
         """Deliver jobs waiting for the fast stage; returns how many were sent."""
-        return self.deliver(Queue.FAST, list(job_ids), Delivery(delay_s, takeover, retries))
+        how = Delivery(delay_s, takeover, retries, priority=priority)
+        return self.deliver(Queue.FAST, list(job_ids), how)
 
     def send_slow(
         self,
@@ -132,9 +139,10 @@ class Dispatcher(ABC):
         takeover: bool = False,
         retries: int = 0,
         one_each: bool = False,
+        priority: int = Priority.NORMAL.rank,
     ) -> int:
         """Deliver jobs waiting for the agent; as ``send_fast``."""
-        how = Delivery(delay_s, takeover, retries, one_each)
+        how = Delivery(delay_s, takeover, retries, one_each, priority)
         return self.deliver(Queue.SLOW, list(job_ids), how)
 
     def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
@@ -186,12 +194,15 @@ class Dispatcher(ABC):
         with sessions.begin() as session:
             outbox = Outbox(session)
             yield outbox
+            urgency: dict[str, int] = {}  # (the ranks that are not normal)
+            if self.orders_messages:
+                urgency = claims.priorities(session, [*outbox.fast, *outbox.slow])
         started = time.perf_counter()
         try:
-            if outbox.fast:
-                self.send_fast(outbox.fast, delay_s=delay_s)
-            if outbox.slow:
-                self.send_slow(outbox.slow, delay_s=delay_s)
+            for priority, ids in _by_priority(outbox.fast, urgency):
+                self.send_fast(ids, delay_s=delay_s, priority=priority)
+            for priority, ids in _by_priority(outbox.slow, urgency):
+                self.send_slow(ids, delay_s=delay_s, priority=priority)
             if outbox.audit:
                 self.send_audit(outbox.audit, delay_s=delay_s)
         except RetryableError as exc:
@@ -200,6 +211,15 @@ class Dispatcher(ABC):
             on_send_error(exc)
         finally:
             outbox.sent_s = time.perf_counter() - started
+
+
+def _by_priority(job_ids: list[str], urgency: dict[str, int]) -> list[tuple[int, list[str]]]:
+    """``job_ids`` grouped by priority (``urgency``: the ranks that are not normal), the
+    most urgent group first, each in the order given."""
+    groups: dict[int, list[str]] = {}
+    for job_id in job_ids:
+        groups.setdefault(urgency.get(job_id, Priority.NORMAL.rank), []).append(job_id)
+    return sorted(groups.items())
 
 
 class StoreOnly(Dispatcher):

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.config import Settings
-from common.contracts import JobStatus, SourceRow
+from common.contracts import JobStatus, Priority, SourceRow
 from common.errors import ImageError, InvalidInput, RetryableError
 from common.images import content_hash, image_suffix, keep_bytes
 from common.limits import check_id, check_query
@@ -134,6 +134,7 @@ def submit_corpus(
     settings: Settings,
     dispatcher: Dispatcher | None = None,
     on_item: Callable[[], None] | None = None,
+    priority: Priority = Priority.NORMAL,
 ) -> Submitted:
     """Create (or find) the batch for this source and configuration and add its rows, a
     chunk of ``sources.submit_rows`` at a time: each chunk is read and hashed (by a
@@ -147,6 +148,7 @@ def submit_corpus(
     One run at a time adds a batch's rows: a second run of the same corpus and settings
     (a retry, a second terminal) waits for the first to end (a lease in the store,
     ``SUBMIT_LEASE_S``, renewed with each chunk), then finds every row it made.
+    New jobs wait at ``priority``; a job found again keeps the one it has.
     """
     config = run_config(settings)
     config_key = idempotency_key(config)
@@ -154,7 +156,12 @@ def submit_corpus(
     held: Held | None = None  # what the batch held before this run (the first chunk says)
     batch_key = lease = ""
     holder = new_id()
-    read = ReadAhead(rows, lambda row: to_item(row, settings), settings.sources.submit_rows)
+    rank = priority.rank
+
+    def item(row: SourceRow) -> NewItem:
+        return replace(to_item(row, settings), priority=rank)
+
+    read = ReadAhead(rows, item, settings.sources.submit_rows)
     statistics = Statistics()  # (a bulk load outruns autovacuum's analyze)
     try:
         with read as chunks:

@@ -28,6 +28,7 @@ from common.contracts import (
     Failed,
     FastOutcome,
     JobStatus,
+    Priority,
     ScreenResult,
     Stage,
     Ticket,
@@ -69,11 +70,11 @@ def release_running(
 
 
 def claim(session: Session, stage: Stage, limit: int, batch_id: str | None = None) -> list[Ticket]:
-    """Move up to ``limit`` jobs waiting for ``stage`` to running, oldest first."""
+    """Move up to ``limit`` jobs waiting for ``stage`` to running: the most urgent first
+    (``Priority``), then the oldest (``ix_jobs_claim_order`` serves the order)."""
     waiting = WAITING_FOR[stage]
-    query = (
-        select(Job.id).where(Job.status == waiting).order_by(Job.created_at, Job.id).limit(limit)
-    )
+    order = (Job.priority, Job.created_at, Job.id)
+    query = select(Job.id).where(Job.status == waiting).order_by(*order).limit(limit)
     if batch_id is not None:
         query = query.where(Job.id.in_(batch_jobs(batch_id)))
     ids = list(session.scalars(query.with_for_update(skip_locked=True)))
@@ -176,12 +177,13 @@ _TICKET_COLUMNS = (
     Job.attempts,
     Job.defer_reason,
     Job.shown_path,
+    Job.priority,
 )
 
 
 def _tickets(rows: Sequence[Any]) -> list[Ticket]:
     """Claimed rows (``_TICKET_COLUMNS`` + created_at) as tickets, oldest first."""
-    ordered = sorted(rows, key=lambda row: (row.created_at, row.id))
+    ordered = sorted(rows, key=lambda row: (row.priority, row.created_at, row.id))
     return [Ticket(*row[: len(_TICKET_COLUMNS)]) for row in ordered]
 
 
@@ -385,4 +387,20 @@ def waiting_jobs(session: Session) -> dict[Stage, list[str]]:
     found: dict[Stage, list[str]] = {stage: [] for stage in WAITING_FOR}
     for job_id, status in rows:
         found[by_status[status]].append(job_id)
+    return found
+
+
+def priorities(session: Session, job_ids: Sequence[str]) -> dict[str, int]:
+    """The priority rank of each of ``job_ids`` that is not normal (most jobs are: what
+    the broker sends at its normal step needs no entry)."""
+    if not job_ids:
+        return {}
+    normal = Priority.NORMAL.rank
+    found: dict[str, int] = {}
+    ids = list(dict.fromkeys(job_ids))
+    for start in range(0, len(ids), 1000):
+        query = select(Job.id, Job.priority).where(
+            Job.id.in_(ids[start : start + 1000]), Job.priority != normal
+        )
+        found.update(dict(session.execute(query).all()))
     return found

@@ -13,6 +13,7 @@ import secrets
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.contracts import Priority
 from common.store.ids import new_id
 from common.store.tables import ApiKey, utcnow
 
@@ -24,10 +25,15 @@ def hash_key(key: str) -> str:
 
 
 def create_key(
-    session: Session, name: str, *, tenant: str | None = None, admin: bool = False
+    session: Session,
+    name: str,
+    *,
+    tenant: str | None = None,
+    admin: bool = False,
+    max_priority: Priority = Priority.HIGH,
 ) -> tuple[ApiKey, str]:
-    """A new key named ``name`` of ``tenant`` (default: ``name``); returns the row and the
-    secret (shown once)."""
+    """A new key named ``name`` of ``tenant`` (default: ``name``), whose jobs may ask for
+    ``max_priority`` at most; returns the row and the secret (shown once)."""
     secret = PREFIX + secrets.token_urlsafe(32)
     row = ApiKey(
         id=new_id(),
@@ -36,6 +42,7 @@ def create_key(
         created_at=utcnow(),
         tenant=tenant or name,
         admin=admin,
+        max_priority=max_priority.rank,
     )
     session.add(row)
     session.flush()

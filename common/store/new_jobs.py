@@ -13,7 +13,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from common.config import Method, RequestLimits
-from common.contracts import DeferReason, JobStatus, SourceRow, Stage
+from common.contracts import DeferReason, JobStatus, Priority, SourceRow, Stage
 from common.limits import printable
 from common.store import arrays
 from common.store.db import is_postgres
@@ -36,6 +36,7 @@ class NewItem:
     split: str | None = None  # a benchmark row's split ("vstar/direct_attributes", ...)
     category: str | None = None
     shown_path: str | None = None  # (``SourceRow.shown_path``)
+    priority: int = Priority.NORMAL.rank  # (``Priority.rank``) a new job's; a found job keeps its
 
 
 def storable_item(row: SourceRow, limits: RequestLimits) -> NewItem:
@@ -96,6 +97,7 @@ def job_row(
         "status": JobStatus.FAILED if failed else waiting_status(method),
         "stage": Stage.AGENT if method == "specreason" else Stage.FAST,
         "defer_reason": DeferReason.SPECREASON if method == "specreason" else None,
+        "priority": item.priority,
         "attempts": 0,
         "error_code": item.error[0] if item.error else None,
         "error_message": item.error[1] if item.error else None,
@@ -116,6 +118,7 @@ _JOB_COLUMNS = (
     "status",
     "stage",
     "defer_reason",
+    "priority",
     "attempts",
     "error_code",
     "error_message",

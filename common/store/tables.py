@@ -30,6 +30,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     TypeDecorator,
@@ -121,6 +122,8 @@ class Job(Base):
             "finished_at",
             "reviewed_at",
         ),
+        # what a claim in order reads: the waiting jobs by priority, then age
+        Index("ix_jobs_claim_order", "status", "priority", "created_at", "id"),
         # the running jobs asked to stop (few at any time): what ``cancels.settle`` reads
         Index(
             "ix_jobs_cancel_requested",
@@ -140,6 +143,8 @@ class Job(Base):
     shown_path: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), index=True)
     stage: Mapped[str] = mapped_column(String(8), default=Stage.FAST)
+    # which waiting job a stage takes first (``Priority.rank``: 0 high, 1 normal, 2 low)
+    priority: Mapped[int] = mapped_column(SmallInteger, default=1, server_default="1")
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims in the current stage
 
     # phase I
@@ -253,6 +258,8 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     tenant: Mapped[str] = mapped_column(String(200))  # whose jobs this key submits and reads
     admin: Mapped[bool] = mapped_column(Boolean, default=False)  # reads every tenant's
+    # the most urgent priority its jobs may ask for (``Priority.rank``; 0: high)
+    max_priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
 
 
 class Worker(Base):

@@ -32,7 +32,7 @@ from sqlalchemy import Table, insert, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.agents.trajectory import UNREADABLE, AgentStep
-from common.contracts import AnsweredBy, DeferReason, JobStatus, Stage
+from common.contracts import AnsweredBy, CancelReason, DeferReason, JobStatus, Priority, Stage
 from common.images import content_hash
 from common.store.db import is_postgres
 from common.store.tables import Batch, BatchItem, Job, utcnow
@@ -142,6 +142,7 @@ class _Draws:
             column.key: None for column in cast(Table, Job.__table__).columns
         }
         self.blank |= {"image_path": str(image), "image_hash": image_hash, "tenant": tenant}
+        self.blank["priority"] = Priority.NORMAL.rank
 
     def job(self, batch_id: str, position: int) -> tuple[dict[str, Any], dict[str, Any]]:
         question = self.question(position)
@@ -160,8 +161,15 @@ class _Draws:
             self.done(row, question)
         elif share < 0.95:
             self.failed(row, question)
-        elif share < 0.97:
+        elif share < 0.965:
             row["status"] = JobStatus.QUEUED
+        elif share < 0.97:  # cancelled while it waited
+            row |= {
+                "status": JobStatus.CANCELLED,
+                "error_code": CancelReason.CANCELLED,
+                "error_message": "cancelled by its caller",
+                "finished_at": row["created_at"] + timedelta(minutes=30),
+            }
         elif share < 0.985:
             self.fast_stage(row, question, defer=True)  # (and waits for the agent)
         else:

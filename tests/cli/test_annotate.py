@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tqdm import tqdm
 
-import cli.annotate
+import cli.follow
 from cli.main import main
 from tests.helpers.images import png, write_images
 from tests.helpers.sandbox import bubblewrap_or_skip
@@ -599,8 +599,8 @@ def test_the_bar_counts_as_the_summary_does_and_says_what_a_stall_waits_for(
                 shown.append((self.n, self.postfix or ""))
             return super().refresh(*args, **kwargs)
 
-    monkeypatch.setattr(cli.annotate, "tqdm", Recorded)
-    monkeypatch.setattr(cli.annotate, "STALL_S", 0.5)
+    monkeypatch.setattr(cli.follow, "tqdm", Recorded)
+    monkeypatch.setattr(cli.follow, "STALL_S", 0.5)
     monkeypatch.setenv("SPECEYES_SCRIPTED__TOOL_FREE", "0.0")
     monkeypatch.setenv("SPECEYES_SCRIPTED__AGENT_STEP_S", "1.5")
     write_images(tmp_path / "c", 3)

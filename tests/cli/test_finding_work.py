@@ -110,7 +110,7 @@ def test_jobs_list_names_its_statuses_plainly(tmp_path: Path, capsys):
     with pytest.raises(SystemExit):
         main(["jobs", "list", "b", "--status", "bogus"])
     error = capsys.readouterr().err
-    assert "(choose from 'queued', 'deferred', 'running', 'done', 'failed')" in error
+    assert "(choose from 'queued', 'deferred', 'running', 'done', 'failed', 'cancelled')" in error
 
 
 def test_keys_need_a_name_and_a_second_key_of_a_name_is_pointed_out(tmp_path: Path, capsys):

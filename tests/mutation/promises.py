@@ -117,11 +117,12 @@ PROMISES = (
         "Jobs are committed, then enqueued",
         "docs/api.md",
         "common/pipeline/dispatch.py",
-        "            yield outbox\n        started = time.perf_counter()\n        try:\n"
-        "            if outbox.fast:\n                self.send_fast(outbox.fast, delay_s=delay_s)",
-        "            yield outbox\n            self.send_fast(outbox.fast, delay_s=delay_s)\n"
         "        started = time.perf_counter()\n        try:\n"
-        "            if False:\n                pass",
+        "            for priority, ids in _by_priority(outbox.fast, urgency):\n"
+        "                self.send_fast(ids, delay_s=delay_s, priority=priority)",
+        "            self.send_fast(outbox.fast, delay_s=delay_s)\n"
+        "        started = time.perf_counter()\n        try:\n"
+        "            for priority, ids in []:\n                pass",
         (
             "tests/common/pipeline/test_dispatch.py::test_jobs_are_sent_only_once_their_transaction_has_committed",
         ),

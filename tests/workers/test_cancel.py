@@ -1,14 +1,19 @@
-"""Cancel and resume with real Celery workers on Redis and PostgreSQL (issue 46, point 2):
-jobs whose messages wait in the fast queue are never run, a running trajectory stops at
-its next step, what finished is kept and exported, and a resumed batch runs only what
-was cancelled."""
+"""Cancel, resume and priorities with real Celery workers on Redis and PostgreSQL (issue
+46, points 2 and 3): jobs whose messages wait in the fast queue are never run, a running
+trajectory stops at its next step, what finished is kept and exported, a resumed batch
+runs only what was cancelled, and a single high job overtakes a queued corpus."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from common.backends.scripted import JobScript
 from common.contracts import JobStatus, Stage
+from common.images import content_hash
 from common.pipeline.cancel import cancel_batch, resume_batch
 from common.store.export import batch_rows
+from common.store.new_jobs import NewItem
+from common.store.submission import submit_job
 from tests.helpers.images import write_images
 from tests.helpers.waiting import wait_until
 
@@ -78,3 +83,24 @@ def test_a_running_trajectory_stops_at_its_next_step_and_the_finished_part_is_ke
     again = made.follow(batch_id, deadline_s=60)
     assert again.counts.by_status[JobStatus.DONE] == 3, made.logs()
     assert made.jobs()[jobs["img000.png"]].finished_at == states[jobs["img000.png"]].finished_at
+
+
+def test_a_single_high_job_overtakes_a_corpus_waiting_in_the_fast_queue(tmp_path, deployment):
+    """Priority with Celery on Redis: the single job's message is on the broker's high
+    step, taken before the corpus's messages that were sent first."""
+    made = deployment(fast_batch_size="4", fast_max_wait_s="0.1", scripted__fast_batch_s="0.3")
+    write_images(tmp_path / "corpus", 48)
+    batch_id = made.submit(tmp_path / "corpus")
+    made.send(batch_id)  # twelve micro-batches wait, sent first
+    write_images(tmp_path / "single", 49)
+    single = tmp_path / "single" / "img048.png"
+    item = NewItem(0, "alone", "What is it?", image_path=str(single), priority=0)
+    item = replace(item, image_hash=content_hash(single.read_bytes()))
+    with made.dispatcher.transaction(made.sessions) as outbox:
+        job_id = submit_job(outbox.session, item, client_key=None, batch_id=None).id
+        outbox.to_fast([job_id])
+    made.start("fast")
+    wait_until(lambda: made.jobs()[job_id].status == JobStatus.DONE, deadline_s=60, what="the job")
+    corpus = [job for job in made.jobs().values() if job.id != job_id]
+    waiting = sum(job.status != JobStatus.DONE for job in corpus)
+    assert waiting >= 24, waiting  # it did not wait for the corpus's messages

@@ -26,7 +26,7 @@ from tests.helpers.routes import ROUTES
 from tests.helpers.sandbox import bubblewrap_or_skip
 from tests.helpers.thyme_steps import ANSWER, CROP, LOOPS, RAISES
 from tests.helpers.waiting import wait_until
-from workers.queues import SLOW_PACK
+from workers.queues import SLOW_PACK, priority_keys
 
 
 def test_scripted_corpus_takes_exactly_its_routes_through_the_workers(tmp_path, deployment):
@@ -520,7 +520,8 @@ def test_a_slow_message_is_unpacked_for_an_idle_worker(tmp_path, deployment, red
     write_images(tmp_path / "imgs", 2)
     ids = _through_the_fast_worker(made, tmp_path / "imgs", JobStatus.DEFERRED)
     broker = made.settings.broker
-    redis_client.delete(broker.key_prefix + broker.slow_queue)  # (the fast worker's messages)
+    # (the fast worker's messages, on each of the queue's priority steps)
+    redis_client.delete(*(broker.key_prefix + key for key in priority_keys(broker.slow_queue)))
     for _ in range(2):
         made.start("slow")  # both idle before the message comes
     made.dispatcher.send_slow(sorted(ids))  # one message of both

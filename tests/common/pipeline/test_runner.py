@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,9 +14,12 @@ import common.pipeline.runner as runner_module
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel, SimulatedCost
 from common.config import Settings
+from common.images import content_hash
 from common.pipeline.runner import EmbeddedRunner
 from common.pipeline.submit import submit_corpus
 from common.sources.corpus import read_source
+from common.store import submission
+from common.store.new_jobs import NewItem
 from common.store.tables import BatchItem, Job
 from tests.helpers.images import write_images
 from tests.helpers.routes import ROUTES
@@ -202,3 +206,39 @@ def test_a_thread_that_outruns_the_wait_is_named_and_not_waited_for_twice(
     assert not closing.is_alive()  # it did not wait the 60 s again
     release.set()
     wait_until(lambda: not runner.lingering(), deadline_s=10, what="the thread to end")
+
+
+def test_a_single_high_job_overtakes_a_queued_corpus(tmp_path: Path, sessions):
+    """Sent after 40 corpus jobs wait, each micro-batch costing 0.2 s: it is taken by the
+    next claim, long before the corpus ends."""
+    settings = Settings(backend="scripted", fast_batch_size=4)
+    write_images(tmp_path / "corpus", 40)
+    rows = read_source(tmp_path / "corpus", "What is it?")
+    batch_id = submit_corpus(
+        sessions, rows, source=str(tmp_path / "corpus"), name="t", settings=settings
+    ).batch_id
+    write_images(tmp_path / "single", 41)  # (the 41st image: no corpus job has it)
+    single = tmp_path / "single" / "img040.png"
+    item = NewItem(0, "alone", "What is it?", image_path=str(single), priority=0)
+    with sessions.begin() as session:
+        job_id = submission.submit_job(
+            session,
+            replace(item, image_hash=content_hash(single.read_bytes())),
+            client_key=None,
+            batch_id=None,
+        ).id
+    model = ScriptedModel(costs={"screen": SimulatedCost(0.2)})
+    runner = EmbeddedRunner(sessions, Models(model, model), settings)
+    runner.serve()
+    try:
+
+        def status() -> str:
+            with sessions() as session:
+                return session.get(Job, job_id).status
+
+        wait_until(lambda: status() == "done", deadline_s=60, what="the single job")
+        now = runner.counts(batch_id)
+        assert now.jobs - now.finished >= 30, now  # at most a micro-batch ran before it
+    finally:
+        runner.stop()
+        runner.close()
