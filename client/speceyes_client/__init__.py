@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-FINISHED = ("done", "failed")
+FINISHED = ("done", "failed", "cancelled")
 
 
 class ApiClientError(Exception):
@@ -112,8 +112,10 @@ class SpecEyesClient:
         options: list[str] | None = None,
         idempotency_key: str | None = None,
         batch_id: str | None = None,
+        priority: str | None = None,
     ) -> Submitted:
-        """One job from a local file (uploaded) or bytes. Returns at once (202)."""
+        """One job from a local file (uploaded) or bytes. Returns at once (202). A single
+        job is high priority unless ``priority`` ("normal", "low") or the key says less."""
         data = image if isinstance(image, bytes) else Path(image).read_bytes()
         name = "image" if isinstance(image, bytes) else Path(image).name
         form: dict[str, str] = {"question": question}
@@ -123,6 +125,8 @@ class SpecEyesClient:
             form["idempotency_key"] = idempotency_key
         if batch_id is not None:
             form["batch_id"] = batch_id
+        if priority is not None:
+            form["priority"] = priority
         body = self._json(self.http.post("/v1/jobs", data=form, files={"image": (name, data)}))
         return Submitted(body["id"], body["status"], body["created"])
 
@@ -132,19 +136,20 @@ class SpecEyesClient:
         *,
         name: str | None = None,
         idempotency_key: str | None = None,
+        priority: str | None = None,
     ) -> dict[str, Any]:
         """A batch. Each job: {"image": path or bytes} or {"image_path": server path},
         plus "question" and optionally "options", "id", "answer". Returns
         {"id": batch id, "job_ids": [...], "created": bool, "refused": [...]}: a job
         that is wrong (a broken image, a question over the limit) does not refuse the
         batch; it is a failed job, listed in "refused" with its index, id, job_id, error
-        code and detail."""
+        code and detail. ``priority``: "high", "normal" (the default) or "low"."""
         specs = [self._spec(job) for job in jobs]
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        response = self.http.post(
-            "/v1/batches", json={"name": name, "jobs": specs}, headers=headers
-        )
-        return self._json(response)
+        body: dict[str, Any] = {"name": name, "jobs": specs}
+        if priority is not None:
+            body["priority"] = priority
+        return self._json(self.http.post("/v1/batches", json=body, headers=headers))
 
     # -- reading ------------------------------------------------------------------------
     def get(self, job_id: str) -> dict[str, Any]:
@@ -189,7 +194,46 @@ class SpecEyesClient:
                 if line.strip():
                     yield json.loads(line)
 
+    def jobs(self, **filters: str) -> Iterator[dict[str, Any]]:
+        """Your jobs, newest first, every page followed (filters: ``status``,
+        ``batch_id``, ``created_from``, ``created_to``)."""
+        return self._pages("/v1/jobs", filters)
+
+    def batches(self, **filters: str) -> Iterator[dict[str, Any]]:
+        """Your batches, newest first, every page followed (filters: ``name``,
+        ``created_from``, ``created_to``)."""
+        return self._pages("/v1/batches", filters)
+
+    # -- changing course ------------------------------------------------------------------
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a job (again: no change). A finished one: ``Conflict``."""
+        return self._json(self.http.post(f"/v1/jobs/{job_id}/cancel"))
+
+    def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+        """Cancel what of the batch has not finished: {cancelled, stopping, kept}."""
+        return self._json(self.http.post(f"/v1/batches/{batch_id}/cancel"))
+
+    def resume_batch(self, batch_id: str) -> dict[str, Any]:
+        """A cancelled batch's jobs wait again: {requeued, job_ids}."""
+        return self._json(self.http.post(f"/v1/batches/{batch_id}/resume"))
+
+    def retry_batch(self, batch_id: str, *, error: str | None = None) -> dict[str, Any]:
+        """The batch's failed and cancelled jobs (of error code ``error``) run again; none:
+        ``Conflict`` (``nothing_to_retry``)."""
+        params = {"error": error} if error else None
+        return self._json(self.http.post(f"/v1/batches/{batch_id}/retry", params=params))
+
     # -- internals ------------------------------------------------------------------------
+    def _pages(self, path: str, filters: dict[str, str]) -> Iterator[dict[str, Any]]:
+        after: str | None = None
+        while True:
+            params = {**filters, **({"after": after} if after else {})}
+            page = self._json(self.http.get(path, params=params))
+            yield from page["data"]
+            after = page["next_cursor"]
+            if after is None:
+                return
+
     @staticmethod
     def _spec(job: dict[str, Any]) -> dict[str, Any]:
         spec = {k: v for k, v in job.items() if k != "image"}

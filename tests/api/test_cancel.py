@@ -8,6 +8,9 @@ import base64
 import itertools
 import json
 
+import pytest
+
+from api.client import Conflict
 from common.config import GateSettings
 from common.contracts import Accepted, ScreenResult, Stage
 from common.store import claims
@@ -129,3 +132,20 @@ def test_retry_runs_only_the_failed_rows_and_says_when_there_are_none(api):
     assert retried.json()["job_ids"] == [batch["job_ids"][1]]
     assert batch["job_ids"][1] in server.enqueued
     refused(server.http.post("/v1/batches/not-an-id/retry"), 422, "invalid_request")
+
+
+def test_the_python_client_lists_cancels_and_retries(api):
+    server = api()
+    batch = _batch(server, [_job() for _ in range(2)])
+    done, _ = _one_done_one_running(server)
+    assert {job["id"] for job in server.client.jobs(batch_id=batch["id"])} == set(batch["job_ids"])
+    assert [line["id"] for line in server.client.batches()] == [batch["id"]]
+    with pytest.raises(Conflict) as refused_cancel:
+        server.client.cancel(done)
+    assert refused_cancel.value.error == "already_finished"
+    assert server.client.cancel_batch(batch["id"])["stopping"] == 1
+    with pytest.raises(Conflict):
+        server.client.retry_batch(batch["id"], error="model_error")
+    with server.sessions.begin() as session:  # the running micro-batch ends: cancelled
+        claims.release_running(session)
+    assert server.client.retry_batch(batch["id"])["requeued"] == 1
