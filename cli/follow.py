@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from common.contracts import AnsweredBy, JobStatus
-from common.pipeline.dispatch import Watch
+from common.pipeline.follow import Watch
 from common.pipeline.runner import EmbeddedRunner
 from common.store.reads import batch_counts
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
-    from common.pipeline.dispatch import Dispatcher, RunResult
+    from common.pipeline.dispatch import Dispatcher
+    from common.pipeline.follow import RunResult
     from common.store.reads import BatchCounts
 
 STALL_S = 30.0  # nothing finished this long: the bar says what the jobs are doing

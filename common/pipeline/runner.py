@@ -28,14 +28,8 @@ from common.backends import Models
 from common.config import Settings
 from common.contracts import JobStatus, Queue, Stage, Ticket
 from common.errors import BackendUnavailable
-from common.pipeline.dispatch import (
-    NO_WATCH,
-    Delivery,
-    Dispatcher,
-    Progress,
-    RunResult,
-    Watch,
-)
+from common.pipeline.dispatch import Delivery, Dispatcher
+from common.pipeline.follow import NO_WATCH, Progress, RunResult, Watch
 from common.pipeline.work import AgentWork, FastWork
 from common.store import audits, claims, reads
 from common.store.reads import BatchCounts

@@ -40,7 +40,8 @@ from common.backends.scripted import ScriptedSettings
 from common.config import Settings
 from common.errors import ConfigurationError
 from common.images import content_hash
-from common.pipeline.dispatch import Dispatcher, Watch, follow_store
+from common.pipeline.dispatch import Dispatcher
+from common.pipeline.follow import Watch, follow_store
 from common.store import analytics, new_jobs, reads, submission
 from common.store.db import open_store
 from common.store.tables import BatchItem, Job

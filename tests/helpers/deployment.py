@@ -12,7 +12,8 @@ from sqlalchemy import select
 
 from common.backends.scripted import JobScript
 from common.config import Settings
-from common.pipeline.dispatch import follow_store, send_waiting
+from common.pipeline.dispatch import send_waiting
+from common.pipeline.follow import follow_store
 from common.pipeline.submit import submit_corpus
 from common.sources.corpus import read_source
 from common.store.db import open_store

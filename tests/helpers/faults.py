@@ -23,7 +23,8 @@ from sqlalchemy import select
 
 from common.config import Settings
 from common.contracts import JobStatus
-from common.pipeline.dispatch import follow_store, send_waiting
+from common.pipeline.dispatch import send_waiting
+from common.pipeline.follow import follow_store
 from common.pipeline.submit import submit_corpus
 from common.store.db import open_store
 from common.store.tables import Job

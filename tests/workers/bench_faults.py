@@ -25,7 +25,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from common.contracts import JobStatus
-from common.pipeline.dispatch import follow_store
+from common.pipeline.follow import follow_store
 from common.store.tables import Job
 from lab.bench.pipeline import chunk_spans, submit_synthetic
 from tests.helpers.faults import RECOVERY, OwnPostgres, OwnRedis, Run

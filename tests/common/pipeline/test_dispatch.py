@@ -1,43 +1,17 @@
-"""Following a batch in the store: progress, and a store outage ridden out."""
+"""Dispatching: what a transaction wrote is sent once it has committed (never if it
+failed), to every queue, in priority classes where the dispatcher orders its messages;
+a send that fails after the commit is handed on or raised."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
 
+from common.errors import BackendUnavailable
 from common.pipeline import dispatch
-from common.pipeline.dispatch import Watch, follow_store
-from common.store import reads, submission
+from common.store import submission
 from common.store.tables import Job
 from tests.helpers.store import items, new_batch
-
-
-def test_following_rides_out_a_store_outage_and_says_so(sessions, monkeypatch):
-    with sessions.begin() as session:
-        batch = new_batch(session)
-        submission.submit_items(session, batch, items("a"), "cfg")
-        batch_id = batch.id
-    with sessions() as session:
-        finished = reads.batch_counts(session, batch_id)
-    finished.by_status.clear()
-    finished.by_status["done"] = 1  # (what the workers will have written)
-    answers = iter(["down", "down", "down", finished])
-
-    def counts(_sessions, _batch_id):
-        answer = next(answers)
-        if answer == "down":
-            raise OperationalError("SELECT", {}, Exception("connection refused"))
-        return answer
-
-    monkeypatch.setattr(dispatch, "_counts", counts)
-    monkeypatch.setattr(dispatch, "OUTAGE_REPORT_S", 0.0)
-    monkeypatch.setattr(dispatch.time, "sleep", lambda _s: None)
-    said: list[tuple[float, str | None]] = []
-    result = follow_store(sessions, batch_id, Watch(on_outage=lambda s, why: said.append((s, why))))
-    assert result.counts.finished == result.counts.jobs == 1 and not result.interrupted
-    reasons = [why for _, why in said]
-    assert reasons[:-1] == ["connection refused"] * 3 and reasons[-1] is None  # and back
 
 
 class _Watching(dispatch.StoreOnly):
@@ -76,3 +50,68 @@ def test_jobs_are_sent_only_once_their_transaction_has_committed(sessions):
         tx.to_fast(job_id for job_id, _ in made)
         raise RuntimeError("the transaction fails")
     assert len(dispatcher.seen) == 1  # rolled back: nothing sent
+
+
+class _Recording(dispatch.Dispatcher):
+    """Records each delivery: the queue, the ids and how."""
+
+    orders_messages = True
+
+    def __init__(self, fail: bool = False) -> None:
+        self.deliveries: list[tuple[str, list[str], int]] = []
+        self.fail = fail
+
+    def deliver(self, queue, job_ids, how) -> int:
+        if self.fail:
+            raise BackendUnavailable("the broker is down")
+        self.deliveries.append((queue, job_ids, how.priority))
+        return len(job_ids)
+
+
+def _jobs(sessions, *ranks: int) -> list[str]:
+    """New queued jobs at these priority ranks, committed."""
+    with sessions.begin() as session:
+        made: list[tuple[str, str]] = []
+        names = [f"job-{i}" for i in range(len(ranks))]
+        batch = new_batch(session, f"k-{len(ranks)}-{ranks}")
+        submission.submit_items(session, batch, items(*names), "c", created_jobs=made)
+        ids = [job_id for job_id, _ in made]
+        for job_id, rank in zip(ids, ranks, strict=True):
+            session.get(Job, job_id).priority = rank
+        return ids
+
+
+def test_every_queue_is_sent_to_and_each_priority_class_apart_the_most_urgent_first(sessions):
+    low, normal, high, other_normal = _jobs(sessions, 2, 1, 0, 1)
+    dispatcher = _Recording()
+    with dispatcher.transaction(sessions) as tx:
+        tx.to_fast([low, normal, high])
+        tx.to_slow([other_normal])
+        tx.to_audit(["audit-me"])
+    assert dispatcher.deliveries == [
+        ("fast", [high], 0),
+        ("fast", [normal], 1),
+        ("fast", [low], 2),
+        ("slow", [other_normal], 1),
+        ("audit", ["audit-me"], 1),
+    ]
+    in_process = dispatch.StoreOnly()  # (claims in order itself: its sends carry no class)
+    with in_process.transaction(sessions) as tx:
+        tx.to_fast([low, high])
+    assert in_process.sent_fast == [low, high]
+
+
+def test_a_send_that_fails_after_the_commit_is_handed_on_or_raised(sessions):
+    (job,) = _jobs(sessions, 1)
+    handed: list[Exception] = []
+    with _Recording(fail=True).transaction(sessions, on_send_error=handed.append) as tx:
+        tx.to_slow([job])
+    assert [type(exc) for exc in handed] == [BackendUnavailable]
+    with pytest.raises(BackendUnavailable), _Recording(fail=True).transaction(sessions) as tx:
+        tx.to_fast([job])
+    with sessions() as session:  # committed either way: the reconciler sends it later
+        assert session.get(Job, job) is not None
+
+
+def test_an_in_process_dispatcher_delivers_no_audit(sessions):
+    assert dispatch.StoreOnly().send_audit(["a"]) == 0
