@@ -59,12 +59,14 @@ class _Recording(dispatch.Dispatcher):
 
     def __init__(self, fail: bool = False) -> None:
         self.deliveries: list[tuple[str, list[str], int]] = []
+        self.hows: list[dispatch.Delivery] = []
         self.fail = fail
 
     def deliver(self, queue, job_ids, how) -> int:
         if self.fail:
             raise BackendUnavailable("the broker is down")
         self.deliveries.append((queue, job_ids, how.priority))
+        self.hows.append(how)
         return len(job_ids)
 
 
@@ -95,6 +97,10 @@ def test_every_queue_is_sent_to_and_each_priority_class_apart_the_most_urgent_fi
         ("slow", [other_normal], 1),
         ("audit", ["audit-me"], 1),
     ]
+    # a plain send is no takeover, no retry, packed, and not held back
+    assert {(how.takeover, how.retries, how.one_each, how.delay_s) for how in dispatcher.hows} == {
+        (False, 0, False, None)
+    }
     in_process = dispatch.StoreOnly()  # (claims in order itself: its sends carry no class)
     with in_process.transaction(sessions) as tx:
         tx.to_fast([low, high])
