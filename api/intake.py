@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy.orm import Session
 
 from api.deps import Caller, too_many
@@ -194,6 +194,18 @@ class _BatchEnvelope(BaseModel):
     name: str | None = None
     jobs: list[Any]
     priority: Priority | None = None  # (JSONL: ?priority=)
+    # a failure budget (common.store.budgets; JSONL: the same names as query parameters)
+    max_failure_rate: float | None = Field(None, ge=0.0, le=1.0)
+    failure_budget_after: int | None = Field(None, ge=1)
+
+    def budget(self) -> tuple[float, int | None] | None:
+        if self.max_failure_rate is None:
+            if self.failure_budget_after is not None:
+                raise ApiError(
+                    422, "invalid_request", "failure_budget_after needs max_failure_rate"
+                )
+            return None
+        return self.max_failure_rate, self.failure_budget_after
 
 
 async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
@@ -211,7 +223,8 @@ async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
                     # that row fails alone, as a bad job of a JSON batch does
                     jobs.append(UnreadableLine(number, getattr(exc, "msg", "nested too deep")))
         query = request.query_params
-        fields = {"name": query.get("name"), "priority": query.get("priority"), "jobs": jobs}
+        names = ("name", "priority", "max_failure_rate", "failure_budget_after")
+        fields = {name: query.get(name) for name in names} | {"jobs": jobs}
         batch = validated(_BatchEnvelope, fields)
     else:
         batch = validated(_BatchEnvelope, await _json(request))

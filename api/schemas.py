@@ -190,6 +190,9 @@ class BatchView(BaseModel):
     cancelled: dict[str, int] = Field(
         description="cancelled jobs by reason: cancelled (asked), failure_budget"
     )
+    stopped: str | None = Field(
+        None, description="why the batch was stopped early (its failure budget), if it was"
+    )
     beta: float | None = Field(description="share of screened jobs called tool-free")
     alpha: float | None = Field(description="share of speculated answers accepted")
     audit: dict[str, Any] | None = Field(
@@ -214,6 +217,7 @@ class BatchView(BaseModel):
             by_answerer=dict(counts.by_answerer),
             failures=dict(counts.failures),
             cancelled=dict(counts.cancellations),
+            stopped=batch.stopped,
             beta=counts.beta,
             alpha=counts.alpha,
             audit=audit,

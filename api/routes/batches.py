@@ -55,6 +55,12 @@ _BATCH_BODY = {
     "properties": {
         "name": {"type": "string"},
         "priority": {"enum": ["high", "normal", "low"], "description": "default normal"},
+        "max_failure_rate": {
+            "type": "number",
+            "description": "a failure budget: once failure_budget_after jobs finished (10 "
+            "if not given), a failed share over this cancels the rest (failure_budget)",
+        },
+        "failure_budget_after": {"type": "integer"},
         "jobs": {"type": "array", "items": JobSpec.model_json_schema()},
     },
     "required": ["jobs"],
@@ -85,6 +91,7 @@ async def submit_batch(
 ) -> BatchSubmitted:
     batch = await read_batch(request, settings)
     rank = caller.priority(batch.priority, Priority.NORMAL)
+    budget = batch.budget()
     items = await run_in_threadpool(
         lambda: [
             replace(item_of_batch(job, position, settings), priority=rank)
@@ -102,6 +109,7 @@ async def submit_batch(
                 client_key=client_key,
                 tenant=caller.tenant,
                 method=settings.funnel.method,
+                budget=budget,
             )
             if submitted.created:
                 check_in_flight(outbox.session, caller, settings, adding=len(submitted.queued))

@@ -15,7 +15,7 @@ from common.pipeline.dispatch import Dispatcher, send_waiting
 from common.store import cancels
 from common.store.cancels import CancelResult
 from common.store.reads import batch_jobs
-from common.store.tables import Job
+from common.store.tables import Batch, Job
 
 
 class AlreadyFinished(InvalidInput):
@@ -59,6 +59,7 @@ def resume_batch(
     changes."""
     with dispatcher.transaction(sessions) as outbox:
         ids = cancels.requeue(outbox.session, batch_jobs(batch_id), [JobStatus.CANCELLED])
+        _budget_live_again(outbox.session, batch_id)
         send_waiting(outbox, batch_id)
     return Requeued(batch_id, ids)
 
@@ -77,5 +78,13 @@ def retry_batch(
         if not ids:
             which = f"with error {code!r} " if code else ""
             raise NothingToRetry(f"batch {batch_id} has no failed or cancelled job {which}to retry")
+        _budget_live_again(outbox.session, batch_id)
         send_waiting(outbox, batch_id)
     return Requeued(batch_id, ids)
+
+
+def _budget_live_again(session: Session, batch_id: str) -> None:
+    """A batch taken up again is no longer stopped: its failure budget applies anew."""
+    batch = session.get(Batch, batch_id)
+    if batch is not None:
+        batch.stopped = None

@@ -34,7 +34,7 @@ from common.contracts import (
     Ticket,
 )
 from common.scores import encode
-from common.store import arrays, cancels
+from common.store import arrays, budgets, cancels
 from common.store.db import is_postgres
 from common.store.reads import batch_jobs
 from common.store.tables import Job, utcnow
@@ -226,6 +226,7 @@ def fail_running(session: Session, job_id: str, stage: Stage, code: str, message
     statement = _running_update(stage, tuple(sorted(values)))
     result = session.execute(statement, {"job_id": job_id, **values})
     cancels.settle(session, [job_id])
+    budgets.check(session, [job_id])
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -257,6 +258,7 @@ def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSet
             result = session.execute(_running_update(Stage.FAST, columns), renamed)
         changed += max(0, result.rowcount)  # type: ignore[attr-defined]
     cancels.settle(session, ids)
+    budgets.check(session, [outcome.job_id for outcome in outcomes if isinstance(outcome, Failed)])
     return changed
 
 
@@ -355,6 +357,8 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
     statement = _running_update(Stage.AGENT, tuple(sorted(values)))
     result = session.execute(statement, {"job_id": outcome.job_id, **values})
     cancels.settle(session, [outcome.job_id])
+    if values["status"] == JobStatus.FAILED:
+        budgets.check(session, [outcome.job_id])
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

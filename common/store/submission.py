@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from common.config import Method
 from common.contracts import JobStatus
 from common.errors import IdempotencyConflict, NotFound
-from common.store import arrays
+from common.store import arrays, budgets
 from common.store.db import is_postgres
 from common.store.ids import client_job_key, idempotency_key, new_id, scope
 from common.store.new_jobs import (
@@ -291,9 +291,12 @@ def submit_batch(
     client_key: str | None,
     tenant: str | None = None,
     method: Method = "speceyes",
+    budget: tuple[float, int | None] | None = None,
 ) -> SubmittedBatch:
     """A client's batch of jobs (or the one its ``client_key`` already names in ``tenant``).
-    Its jobs are the tenant's own: the same request from two tenants is two jobs."""
+    Its jobs are the tenant's own: the same request from two tenants is two jobs.
+    ``budget``: (max_failure_rate, budget_after), a failure budget (``budgets``); jobs
+    that fail at intake count against it at once."""
     if client_key:
         batch_key = idempotency_key("client-batch", client_key, *scope(tenant))
     else:
@@ -303,10 +306,14 @@ def submit_batch(
         session, key=batch_key, name=name, source="api", config=config, tenant=tenant
     )
     if created:
+        if budget is not None:
+            batch.max_failure_rate, batch.budget_after = budget
         # (another method answers otherwise: another job; the funnel's keys as they were)
         method_part = [method] if method != "speceyes" else []
         key = idempotency_key("api", *scope(tenant), *method_part)
-        submit_items(session, batch, items, config_key=key, method=method)
+        made: list[tuple[str, str]] = []
+        submit_items(session, batch, items, config_key=key, method=method, created_jobs=made)
+        budgets.check(session, [job_id for job_id, status in made if status == JobStatus.FAILED])
     rows = session.execute(
         select(BatchItem.job_id, Job.status)
         .join(Job, Job.id == BatchItem.job_id)

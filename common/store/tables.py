@@ -100,6 +100,11 @@ class Batch(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
     audit_alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # drift, once raised
+    # a failure budget (common.store.budgets): once ``budget_after`` jobs have finished,
+    # a share of failed ones over ``max_failure_rate`` cancels the rest
+    max_failure_rate: Mapped[float | None] = mapped_column(Float)
+    budget_after: Mapped[int | None] = mapped_column(Integer)
+    stopped: Mapped[str | None] = mapped_column(Text)  # why it was stopped early, if it was
 
 
 class Job(Base):

@@ -149,3 +149,44 @@ def test_the_python_client_lists_cancels_and_retries(api):
     with server.sessions.begin() as session:  # the running micro-batch ends: cancelled
         claims.release_running(session)
     assert server.client.retry_batch(batch["id"])["requeued"] == 1
+
+
+def _broken() -> dict[str, str]:
+    return {"question": "What colour?", "image_base64": base64.b64encode(b"not a png").decode()}
+
+
+def test_a_batch_failing_past_its_budget_stops_and_retry_runs_its_failed_rows(api):
+    server = api()
+    jobs = [_broken() for _ in range(4)] + [_job() for _ in range(6)]
+    body = {"jobs": jobs, "max_failure_rate": 0.25, "failure_budget_after": 4}
+    batch = server.http.post("/v1/batches", json=body).json()
+    view = server.http.get(f"/v1/batches/{batch['id']}").json()
+    # its four broken images failed at intake: 4 of 4 finished, over 25%: the rest stops
+    assert view["by_status"] == {"failed": 4, "cancelled": 6}, view
+    assert view["cancelled"] == {"failure_budget": 6}
+    assert view["stopped"].startswith("failure_budget: 4 of 4 finished jobs failed")
+    assert server.enqueued == []  # nothing of it was sent
+    retried = server.http.post(
+        f"/v1/batches/{batch['id']}/retry", params={"error": "failure_budget"}
+    )
+    assert retried.json()["requeued"] == 6
+    view = server.http.get(f"/v1/batches/{batch['id']}").json()
+    assert view["by_status"] == {"failed": 4, "queued": 6} and view["stopped"] is None
+
+
+def test_a_budget_waits_for_its_count_and_a_batch_within_it_runs_on(api):
+    server = api()
+    body = {"jobs": [_broken(), *(_job() for _ in range(5))], "max_failure_rate": 0.5}
+    batch = server.http.post("/v1/batches", json=body).json()  # 1 of 1 failed, under 10
+    view = server.http.get(f"/v1/batches/{batch['id']}").json()
+    assert view["by_status"] == {"failed": 1, "queued": 5} and view["stopped"] is None
+    refused(
+        server.http.post("/v1/batches", json={"jobs": [_job()], "failure_budget_after": 3}),
+        422,
+        "invalid_request",
+    )
+    refused(
+        server.http.post("/v1/batches", json={"jobs": [_job()], "max_failure_rate": 1.5}),
+        422,
+        "invalid_request",
+    )

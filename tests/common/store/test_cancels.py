@@ -13,12 +13,13 @@ from common.contracts import (
     AgentOutcome,
     CancelReason,
     Deferred,
+    Failed,
     ScreenResult,
     Stage,
 )
 from common.store import audits, cancels, claims, reads, submission
 from common.store.reads import batch_jobs
-from common.store.tables import Job
+from common.store.tables import Batch, Job
 from tests.helpers.store import items, new_batch
 
 GATE = GateSettings()
@@ -186,3 +187,28 @@ def test_requeue_of_one_code_leaves_the_others(sessions):
         a.job_id: ("failed", "image_missing"),
         b.job_id: ("queued", None),
     }
+
+
+def test_failures_recorded_past_a_batchs_budget_cancel_the_rest(sessions):
+    """The workers' path: failures recorded by a stage, counted once enough finished."""
+    batch_id = _batch(sessions, "a", "b", "c", "d", "e")
+    with sessions.begin() as session:
+        batch = session.get(Batch, batch_id)
+        batch.max_failure_rate, batch.budget_after = 0.4, 2
+    a, b, c = _claim(sessions, Stage.FAST, 3)
+    with sessions.begin() as session:  # 1 of 1 finished failed: under the count of 2
+        claims.record_fast(session, [Failed(a.job_id, "model_error", "x")], GATE)
+    assert {status for status, _ in _statuses(sessions).values()} == {"failed", "running", "queued"}
+    with sessions.begin() as session:  # 2 of 2: over 40%, the rest stops
+        claims.fail_running(session, b.job_id, Stage.FAST, "model_error", "y")
+    statuses = _statuses(sessions)
+    assert sorted(status for status, _ in statuses.values()) == [
+        "cancelled",
+        "cancelled",
+        "failed",
+        "failed",
+        "running",  # (its micro-batch finishes; a deferral would cancel it)
+    ]
+    with sessions() as session:
+        assert session.get(Batch, batch_id).stopped.startswith("failure_budget: 2 of 2")
+        assert session.get(Job, c.job_id).cancel_requested == "failure_budget"
