@@ -31,6 +31,10 @@ COMMANDS = {
         "cli.bench.pipeline",
         "the distributed pipeline end to end: jobs/s and submit-to-done latency",
     ),
+    "priority": (
+        "cli.bench.priority",
+        "a single high job's wait while 100,000 jobs wait (zero model cost)",
+    ),
     "submit": (
         "cli.bench.submit",
         "a corpus of a million rows into PostgreSQL: rows/s and peak memory",
