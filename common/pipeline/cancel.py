@@ -47,8 +47,9 @@ def cancel_job(session: Session, job: Job) -> CancelResult:
 def cancel_batch(
     session: Session, batch_id: str, reason: CancelReason = CancelReason.CANCELLED
 ) -> CancelResult:
-    """Cancel what of the batch has not finished; what has is kept."""
-    return cancels.cancel(session, batch_jobs(batch_id), reason)
+    """Cancel what of the batch has not finished; what has is kept, and so is a job
+    another batch shares (``cancels.batch_own_jobs``)."""
+    return cancels.cancel(session, cancels.batch_own_jobs(batch_id), reason)
 
 
 def resume_batch(

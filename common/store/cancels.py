@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, case, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from common.contracts import FINISHED, WAITING_FOR, CancelReason, JobStatus, Stage
-from common.store.tables import Job, utcnow
+from common.store.tables import BatchItem, Job, utcnow
 
 AUDIT_PENDING, AUDIT_CANCELLED = "pending", "cancelled"  # (common.store.audits' states)
 _WAITING = tuple(WAITING_FOR.values())
@@ -47,6 +47,14 @@ def _jobs() -> Any:
 def cancel(session: Session, job_ids: Any, reason: CancelReason) -> CancelResult:
     """Cancel the jobs ``job_ids`` names (a list, or a subquery of ids)."""
     now = utcnow()
+    # The unfinished rows are locked first. Without it, a job a worker moves from running
+    # to waiting at this moment (a deferral not yet committed) slips between the two
+    # writes below: the first still reads it running, the second, once the worker
+    # commits, finds it waiting; and the worker's settle saw no mark. Locked, each write
+    # below reads it as the worker left it. (SQLite runs one writer at a time anyway.)
+    unfinished = [*_WAITING, JobStatus.RUNNING]
+    locked = select(Job.id).where(Job.id.in_(job_ids), Job.status.in_(unfinished))
+    session.execute(locked.order_by(Job.id).with_for_update()).all()  # (in one order)
     waiting = session.execute(
         _jobs()
         .where(Job.id.in_(job_ids), Job.status.in_(_WAITING))
@@ -70,6 +78,19 @@ def cancel(session: Session, job_ids: Any, reason: CancelReason) -> CancelResult
     )
     finished = sum(counts.get(status, 0) for status in FINISHED) - waiting
     return CancelResult(waiting, counts.get(JobStatus.RUNNING, 0), finished)
+
+
+def batch_own_jobs(batch_id: str) -> Any:
+    """A subquery of the batch's jobs that no other batch holds: what cancelling the batch
+    may stop. A job two batches share (the same image, question and settings, in one
+    tenant) goes on for the other, and counts in this one when it finishes."""
+    other = aliased(BatchItem)
+    shared = (
+        select(other.job_id)
+        .where(other.job_id == BatchItem.job_id, other.batch_id != batch_id)
+        .exists()
+    )
+    return select(BatchItem.job_id).where(BatchItem.batch_id == batch_id, ~shared)
 
 
 def _cancelled_values(reason: str, now: Any) -> dict[str, Any]:
@@ -131,7 +152,7 @@ def requested(session: Session, job_id: str) -> bool:
 
 def stop_running(session: Session, job_id: str, stage: Stage, trajectory: Any = None) -> bool:
     """Cancel a marked job its worker holds in ``stage`` (a trajectory stopped between
-    steps; ``trajectory``: what it did, kept)."""
+    steps; ``trajectory``, if given: what it did, kept)."""
     values = _cancelled_values(CancelReason.CANCELLED, utcnow())
     values["error_code"] = func.coalesce(Job.cancel_requested, CancelReason.CANCELLED)
     if trajectory is not None:
@@ -149,8 +170,19 @@ def requeue(
 ) -> list[str]:
     """Put the jobs ``job_ids`` names that are in one of ``statuses`` (cancelled: a resume;
     failed: a retry), and of ``code`` if given, back to wait for the stage they stopped
-    in. Their error is cleared and their attempts counted afresh; the ids requeued."""
-    condition = and_(Job.id.in_(job_ids), Job.status.in_(list(statuses)))
+    in. Their error is cleared and their attempts counted afresh; the ids requeued. A
+    job whose image was never kept (refused at intake) stays as it is: it could only
+    fail again. Running jobs of ``job_ids`` lose a cancel's mark: taken up again, they
+    finish as if never cancelled."""
+    session.execute(
+        _jobs()
+        .where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING)
+        .where(Job.cancel_requested.is_not(None))
+        .values(cancel_requested=None)
+    )
+    condition = and_(
+        Job.id.in_(job_ids), Job.status.in_(list(statuses)), Job.image_path.is_not(None)
+    )
     if code is not None:
         condition = and_(condition, Job.error_code == code)
     waiting = case(

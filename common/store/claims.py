@@ -258,7 +258,8 @@ def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSet
             result = session.execute(_running_update(Stage.FAST, columns), renamed)
         changed += max(0, result.rowcount)  # type: ignore[attr-defined]
     cancels.settle(session, ids)
-    budgets.check(session, [outcome.job_id for outcome in outcomes if isinstance(outcome, Failed)])
+    finished = [o.job_id for o in outcomes if isinstance(o, Failed | Accepted)]
+    budgets.check(session, finished)
     return changed
 
 
@@ -357,8 +358,7 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
     statement = _running_update(Stage.AGENT, tuple(sorted(values)))
     result = session.execute(statement, {"job_id": outcome.job_id, **values})
     cancels.settle(session, [outcome.job_id])
-    if values["status"] == JobStatus.FAILED:
-        budgets.check(session, [outcome.job_id])
+    budgets.check(session, [outcome.job_id])
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -4,7 +4,10 @@ and nothing cancelled is ever handed out again."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import threading
+
+import pytest
+from sqlalchemy import select, text
 
 from common.agents.trajectory import Trajectory
 from common.config import GateSettings
@@ -17,10 +20,12 @@ from common.contracts import (
     ScreenResult,
     Stage,
 )
+from common.pipeline.cancel import cancel_batch
 from common.store import audits, cancels, claims, reads, submission
 from common.store.reads import batch_jobs
 from common.store.tables import Batch, Job
 from tests.helpers.store import items, new_batch
+from tests.helpers.waiting import wait_until
 
 GATE = GateSettings()
 SCREEN = ScreenResult(False, "no")
@@ -212,3 +217,85 @@ def test_failures_recorded_past_a_batchs_budget_cancel_the_rest(sessions):
     with sessions() as session:
         assert session.get(Batch, batch_id).stopped.startswith("failure_budget: 2 of 2")
         assert session.get(Job, c.job_id).cancel_requested == "failure_budget"
+
+
+def test_a_cancel_of_one_batch_leaves_a_job_another_batch_shares(sessions):
+    with sessions.begin() as session:
+        first, second = new_batch(session, "first"), new_batch(session, "second")
+        submission.submit_items(session, first, items("shared", "own"), "cfg")
+        submission.submit_items(session, second, items("shared"), "cfg")
+        first_id, second_id = first.id, second.id
+    with sessions.begin() as session:
+        done = cancel_batch(session, first_id)
+    assert (done.cancelled, done.stopping) == (1, 0)
+    with sessions() as session:
+        assert reads.batch_counts(session, second_id).by_status == {"queued": 1}
+        assert reads.batch_counts(session, first_id).by_status == {"queued": 1, "cancelled": 1}
+
+
+def test_a_resume_takes_back_the_mark_on_a_job_still_running(sessions):
+    batch_id = _batch(sessions, "running", "waiting")
+    (running,) = _claim(sessions, Stage.FAST, 1)
+    with sessions.begin() as session:
+        cancels.cancel(session, batch_jobs(batch_id), CancelReason.CANCELLED)
+        cancels.requeue(session, batch_jobs(batch_id), ["cancelled"])
+        claims.record_fast(session, [Deferred(running.job_id, "tools_needed")], GATE)
+    statuses = _statuses(sessions)
+    assert statuses[running.job_id] == ("deferred", None)  # goes on, as if never cancelled
+    assert sorted(status for status, _ in statuses.values()) == ["deferred", "queued"]
+
+
+def test_a_budget_is_checked_when_a_success_brings_the_count_to_it(sessions):
+    batch_id = _batch(sessions, "a", "b", "c", "d", "e")
+    with sessions.begin() as session:
+        batch = session.get(Batch, batch_id)
+        batch.max_failure_rate, batch.budget_after = 0.2, 4
+    a, b, c, d = _claim(sessions, Stage.FAST, 4)
+    with sessions.begin() as session:
+        failures = [Failed(a.job_id, "model_error", "x"), Failed(b.job_id, "model_error", "y")]
+        claims.record_fast(session, failures, GATE)
+        claims.record_fast(session, [Accepted(c.job_id, "A", 0.99, [9.0], SCREEN)], GATE)
+    assert _statuses(sessions)[d.job_id][0] == "running"  # 3 finished: under the count
+    with sessions.begin() as session:  # 2 of 4 failed, over 20%: the rest stops
+        claims.record_fast(session, [Accepted(d.job_id, "A", 0.99, [9.0], SCREEN)], GATE)
+    assert sorted(status for status, _ in _statuses(sessions).values()) == [
+        "cancelled",
+        "done",
+        "done",
+        "failed",
+        "failed",
+    ]
+
+
+def test_a_cancel_waits_for_a_deferral_being_committed_and_catches_it(sessions, database_url):
+    """PostgreSQL: a worker's deferral is written, not yet committed, when a cancel
+    starts. The cancel waits for the row and cancels it as the worker left it."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite runs one writer at a time: no such interleaving")
+    batch_id = _batch(sessions, "a")
+    (ticket,) = _claim(sessions, Stage.FAST)
+    worker = sessions()
+    worker.begin()
+    claims.record_fast(worker, [Deferred(ticket.job_id, "low_confidence")], GATE)
+    done: dict[str, object] = {}
+
+    def cancel_it() -> None:
+        with sessions.begin() as session:
+            done["result"] = cancel_batch(session, batch_id)
+
+    thread = threading.Thread(target=cancel_it)
+    thread.start()
+    try:
+        wait_until(lambda: _waiting_on_a_lock(sessions), deadline_s=30, what="the cancel to wait")
+    finally:
+        worker.commit()
+        worker.close()
+        thread.join(timeout=30)
+    assert _statuses(sessions) == {ticket.job_id: ("cancelled", "cancelled")}
+    assert done["result"].cancelled == 1
+
+
+def _waiting_on_a_lock(sessions) -> bool:
+    with sessions() as session:
+        query = "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+        return bool(session.execute(text(query)).scalar())
