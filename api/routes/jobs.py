@@ -201,3 +201,19 @@ def cancel_job(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> J
         cancel.cancel_job(session, job)
         session.refresh(job)
         return JobView.of(job)
+
+
+@router.post(
+    "/{job_id}/retry",
+    response_model=JobView,
+    summary="Run a failed or cancelled job again (its stage: where it stopped); anything "
+    "else: 409 nothing_to_retry",
+)
+def retry_job(
+    job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep, dispatcher: DispatcherDep
+) -> JobView:
+    with sessions() as session:
+        found = owned_job(session, job_id.hex, caller).id
+    cancel.retry_job(sessions, dispatcher, found)
+    with sessions() as session:
+        return JobView.of(owned_job(session, found, caller))

@@ -209,6 +209,10 @@ class SpecEyesClient:
         """Cancel a job (again: no change). A finished one: ``Conflict``."""
         return self._json(self.http.post(f"/v1/jobs/{job_id}/cancel"))
 
+    def retry(self, job_id: str) -> dict[str, Any]:
+        """A failed or cancelled job runs again; anything else: ``Conflict``."""
+        return self._json(self.http.post(f"/v1/jobs/{job_id}/retry"))
+
     def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         """Cancel what of the batch has not finished: {cancelled, stopping, kept}."""
         return self._json(self.http.post(f"/v1/batches/{batch_id}/cancel"))

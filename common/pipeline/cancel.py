@@ -84,6 +84,22 @@ def retry_batch(
     return Requeued(batch_id, ids)
 
 
+def retry_job(sessions: sessionmaker[Session], dispatcher: Dispatcher, job_id: str) -> bool:
+    """One failed or cancelled job runs again (a job sent alone has no batch to resume);
+    whether it was requeued. Done, waiting or running: ``NothingToRetry``."""
+    statuses = [JobStatus.FAILED, JobStatus.CANCELLED]
+    with dispatcher.transaction(sessions) as outbox:
+        if not cancels.requeue(outbox.session, [job_id], statuses):
+            raise NothingToRetry(
+                f"job {job_id} is neither failed nor cancelled (or its image "
+                "was never kept): there is nothing to run again"
+            )
+        job = outbox.session.get(Job, job_id)
+        assert job is not None
+        (outbox.to_fast if job.status == JobStatus.QUEUED else outbox.to_slow)([job_id])
+    return True
+
+
 def _budget_live_again(session: Session, batch_id: str) -> None:
     """A batch taken up again is no longer stopped: its failure budget applies anew."""
     batch = session.get(Batch, batch_id)

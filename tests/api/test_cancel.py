@@ -195,3 +195,19 @@ def test_a_budget_waits_for_its_count_and_a_batch_within_it_runs_on(api):
         422,
         "invalid_request",
     )
+
+
+def test_a_job_sent_alone_is_retried_alone(api):
+    server = api()
+    job_id = server.http.post("/v1/jobs", json=_job()).json()["id"]
+    refused(server.http.post(f"/v1/jobs/{job_id}/retry"), 409, "nothing_to_retry")  # waiting
+    assert server.http.post(f"/v1/jobs/{job_id}/cancel").json()["status"] == "cancelled"
+    server.dispatcher.sent_fast.clear()
+    again = server.http.post(f"/v1/jobs/{job_id}/retry")
+    assert again.status_code == 200, again.text
+    assert (again.json()["status"], again.json()["error"]) == ("queued", None)
+    assert server.enqueued == [job_id]
+    server.client.cancel(job_id)
+    assert server.client.retry(job_id)["status"] == "queued"
+    other = server.key_for("other")
+    refused(server.http.post(f"/v1/jobs/{job_id}/retry", headers=other), 404, "job_not_found")
