@@ -146,7 +146,7 @@ function reviewQueue() {
       if (radio) { radio.checked = true; radio.dispatchEvent(new Event("change")); }
     } else if (event.key === "Enter") {
       event.preventDefault();
-      confirm(entry);
+      if (!event.repeat) confirm(entry); // a held key confirms one entry, not a run of them
     }
   });
 }
