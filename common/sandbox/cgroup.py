@@ -316,14 +316,20 @@ def block_devices() -> list[str]:
 
 
 def alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (a worker that named a group or folder)."""
+    """Whether a process ``pid`` runs (a worker that named a group or folder). A zombie
+    does not: a worker that was killed has ended before its parent reaps it, and its
+    janitor, woken by its end, must not wait for the reaping."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    return True
+    try:
+        stat = _read(f"/proc/{pid}/stat")
+    except OSError:  # (gone since)
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]  # (the state follows the name)
 
 
 def _read(path: str | Path) -> str:

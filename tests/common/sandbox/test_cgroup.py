@@ -145,3 +145,22 @@ def test_sessions_that_read_the_hosts_files_leave_no_dying_groups(real, tmp_path
             run = session.run({**probe_request(session), "code": read})
             assert run.report is not None and run.report.error is None, run
     assert _memory_groups() - before <= 1  # (1: another process's group coming or going)
+
+
+def test_a_killed_worker_not_yet_reaped_is_not_alive():
+    """Its janitor wakes when it ends, maybe before its parent reaps it: a zombie's
+    groups and folders are swept, not kept for a worker that will never come back."""
+    worker = subprocess.Popen(["sleep", "60"])
+    try:
+        assert cgroup.alive(worker.pid)
+        worker.kill()
+        wait_until(
+            lambda: Path(f"/proc/{worker.pid}/stat").read_text().split(") ")[1][0] == "Z",
+            deadline_s=10,
+            what="the killed process to be a zombie",
+        )
+        assert not cgroup.alive(worker.pid)  # (its parent, this test, has not reaped it)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert not cgroup.alive(worker.pid)
