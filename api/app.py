@@ -11,6 +11,9 @@ Every /v1 route needs an API key (``Authorization: Bearer KEY`` or ``X-API-Key: 
 ``{"error": "<code>", "detail": "<what to do>"}``. A corrupt or non-image upload is
 refused with 422 before any job is created.
 
+The app sends webhooks too (``common.pipeline.notify``: a thread from start to shutdown,
+beside those of the workers).
+
 The review pages (``api.ui``) are served under /ui by the same app: the same store, the
 same keys and tenants, the same read functions.
 """
@@ -29,9 +32,10 @@ from api.access_log import AccessLog
 from api.deps import Limiters, require_key
 from api.errors import install_handlers
 from api.middleware import BodyLimit
-from api.routes import batches, health, jobs
+from api.routes import batches, health, jobs, webhooks
 from common.config import Settings
 from common.pipeline.dispatch import Dispatcher, StoreOnly
+from common.pipeline.notify import Notifier
 from common.store.db import open_store
 
 log = logging.getLogger(__name__)
@@ -56,7 +60,10 @@ def create_app(
             log.warning("no dispatcher: jobs will wait in the store")
         app.state.dispatcher = dispatcher or StoreOnly()
         app.state.dispatcher.start()
+        notifier = Notifier(app.state.sessions, settings.webhooks)  # (webhooks go out)
+        notifier.start()
         yield
+        notifier.stop()
         app.state.dispatcher.close()
         if sessions is None:
             app.state.sessions.close()
@@ -77,6 +84,7 @@ def create_app(
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
     v1.include_router(jobs.router)
     v1.include_router(batches.router)
+    v1.include_router(webhooks.router)
     app.include_router(v1)
     app.include_router(health.router)
     ui.install(app, settings)  # the review pages under /ui, on the same store and keys

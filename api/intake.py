@@ -46,6 +46,7 @@ from common.images import (
     read_image_bytes,
 )
 from common.limits import OverLimit, check_id, check_name, check_query
+from common.pipeline.notify import check_url
 from common.sources.locations import is_reference
 from common.store import reads
 from common.store.new_jobs import NewItem, storable_item
@@ -178,7 +179,7 @@ async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, Store
             option_list = json.loads(str(options)) if options else None
         except (json.JSONDecodeError, RecursionError):
             raise ApiError(422, "invalid_request", "options must be a JSON list") from None
-        fields = ("question", "idempotency_key", "batch_id", "id", "priority")
+        fields = ("question", "idempotency_key", "batch_id", "id", "priority", "callback_url")
         given = {field: form.get(field) for field in fields if field in form}
         spec = validated(JobSpec, {"options": option_list, **given})
         check_spec(spec, settings)
@@ -197,6 +198,7 @@ class _BatchEnvelope(BaseModel):
     # a failure budget (common.store.budgets; JSONL: the same names as query parameters)
     max_failure_rate: float | None = Field(None, ge=0.0, le=1.0)
     failure_budget_after: int | None = Field(None, ge=1)
+    callback_url: str | None = None  # where its events go (JSONL: ?callback_url=)
 
     def budget(self) -> tuple[float, int | None] | None:
         if self.max_failure_rate is None:
@@ -223,7 +225,7 @@ async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
                     # that row fails alone, as a bad job of a JSON batch does
                     jobs.append(UnreadableLine(number, getattr(exc, "msg", "nested too deep")))
         query = request.query_params
-        names = ("name", "priority", "max_failure_rate", "failure_budget_after")
+        names = ("name", "priority", "max_failure_rate", "failure_budget_after", "callback_url")
         fields = {name: query.get(name) for name in names} | {"jobs": jobs}
         batch = validated(_BatchEnvelope, fields)
     else:
@@ -277,6 +279,12 @@ class UnreadableLine:
     why: str
 
 
+def checked_callback(url: str, settings: Settings) -> str:
+    """A callback URL deliveries may go to, or a 422 that says why not (malformed:
+    ``invalid_callback_url``; this side of the network: ``callback_url_refused``)."""
+    return check_url(url, settings.webhooks.allow_hosts)
+
+
 def item_of_batch(raw: Any, position: int, settings: Settings) -> NewItem:
     """One job of a batch as the store's item: checked, its image kept; or, whatever is
     wrong with it, a failed item with the code and reason a request of that job alone
@@ -287,6 +295,13 @@ def item_of_batch(raw: Any, position: int, settings: Settings) -> NewItem:
         return replace(storable_item(row, settings.requests), error=error)
     try:
         spec = validated(JobSpec, raw)
+        if spec.callback_url is not None:
+            raise ApiError(
+                422,
+                "invalid_request",
+                "a job of a batch has no callback_url of its own: the batch's callback_url "
+                "is told when the batch ends",
+            )
         return new_item(spec, store_image(spec, settings), position, spec.id or str(position))
     except ApiError as exc:
         error = (exc.error, exc.detail)

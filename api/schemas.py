@@ -10,7 +10,15 @@ from pydantic import BaseModel, Field
 from common.contracts import AnsweredBy, JobStatus, Priority
 from common.store.listing import BatchLine
 from common.store.reads import BatchCounts
-from common.store.tables import Batch, BatchItem, Job
+from common.store.tables import (
+    Batch,
+    BatchItem,
+    Job,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookEvent,
+)
 
 
 class JobSpec(BaseModel):
@@ -32,6 +40,12 @@ class JobSpec(BaseModel):
         description="high (a single job's default), normal or low: which waiting work runs "
         "first; a key may be limited (keys create --max-priority). In a batch, the batch's "
         "priority counts",
+    )
+    callback_url: str | None = Field(
+        None,
+        description="a job sent alone: where its end is posted (job.finished, signed with "
+        "your callback secret: GET /v1/webhooks/secret), besides your endpoints. In a "
+        "batch: refused (name the batch's)",
     )
 
 
@@ -309,4 +323,92 @@ class BatchesPage(BaseModel):
 
 class JobsPage(BaseModel):
     data: list[JobView]
+    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
+
+
+class EndpointSpec(BaseModel):
+    """A URL to post your events to."""
+
+    url: str = Field(description="http(s); a public address (an operator may allow others)")
+    events: list[str] | None = Field(
+        None,
+        description="which of job.finished, batch.finished, batch.cancelled, audit.alarm; "
+        "default: all",
+    )
+
+
+class EndpointView(BaseModel):
+    id: str
+    url: str
+    events: list[str]
+    created_at: datetime
+    secret: str | None = Field(
+        None,
+        description="verify deliveries with it (Standard Webhooks); shown when the endpoint "
+        "is made, and in the listing",
+    )
+
+    @classmethod
+    def of(cls, endpoint: WebhookEndpoint) -> EndpointView:
+        return cls(
+            id=endpoint.id,
+            url=endpoint.url,
+            events=endpoint.events,
+            created_at=endpoint.created_at,
+            secret=endpoint.secret,
+        )
+
+
+class EndpointsPage(BaseModel):
+    data: list[EndpointView]
+
+
+class SecretView(BaseModel):
+    secret: str = Field(description="what your callback URLs' deliveries are signed with")
+
+
+class AttemptView(BaseModel):
+    at: datetime
+    status_code: int | None = Field(description="the receiver's answer; null: none came")
+    error: str | None = Field(description="why it did not deliver; null: it did")
+    seconds: float
+
+
+class DeliveryView(BaseModel):
+    id: str
+    event_id: str = Field(description="the webhook-id header: the same on every try")
+    event_type: str
+    subject: str = Field(description="the job's or the batch's id")
+    url: str
+    endpoint_id: str | None = Field(description="null: a batch's or job's callback_url")
+    state: str = Field(description="pending (tried again at next_at), delivered or failed")
+    next_at: datetime | None
+    created_at: datetime
+    finished_at: datetime | None
+    attempts: list[AttemptView]
+
+    @classmethod
+    def of(
+        cls, delivery: WebhookDelivery, event: WebhookEvent, attempts: list[WebhookAttempt]
+    ) -> DeliveryView:
+        return cls(
+            id=delivery.id,
+            event_id=event.id,
+            event_type=event.type,
+            subject=event.subject,
+            url=delivery.url,
+            endpoint_id=delivery.endpoint_id,
+            state=delivery.state,
+            next_at=delivery.next_at if delivery.state == "pending" else None,
+            created_at=delivery.created_at,
+            finished_at=delivery.finished_at,
+            attempts=[
+                AttemptView(at=a.at, status_code=a.status_code, error=a.error, seconds=a.seconds)
+                for a in attempts
+            ],
+        )
+
+
+class DeliveriesPage(BaseModel):
+    data: list[DeliveryView]
     next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")

@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("cli.export", "write a batch's results (.jsonl or .parquet)"),
     "serve": ("cli.serve", "serve the HTTP API"),
     "keys": ("cli.keys", "create, list and revoke API keys"),
+    "webhooks": ("cli.webhooks", "endpoints for events, the callback secret, deliveries"),
     "worker": ("cli.worker", "run a fast or slow worker of the distributed pipeline"),
     "workers": ("cli.workers", "fast and slow workers on this machine, restarted until Ctrl-C"),
     "models": (

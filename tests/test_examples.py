@@ -12,15 +12,26 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import fsspec
+import httpx
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy import select
+from standardwebhooks import Webhook
 
+from common.config import WebhookSettings
+from common.pipeline.notify import Notifier
+from common.store import webhooks
+from common.store.db import open_store
+from common.store.tables import WebhookDelivery
 from lab.ports import reserved_port
 from tests.helpers.corpora import object_store, write_parquet, write_saved_dataset, write_shards
 from tests.helpers.images import write_images
+from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -173,11 +184,9 @@ def _run(command: str, folder: Path) -> None:
 def test_the_apis_examples_run_as_written(tmp_path: Path):
     """The curl session (a key, the server, one job), then the Python client's batch,
     in one shell as a user would run them; only the port is this test's own."""
-    (shell, python) = [
-        text
-        for language, text in code_blocks(ROOT / "docs" / "api.md")
-        if language in ("sh", "python")
-    ]
+    blocks = code_blocks(ROOT / "docs" / "api.md")
+    shell = next(text for language, text in blocks if language == "sh")
+    python = next(text for language, text in blocks if language == "python")  # (the client)
     with reserved_port() as port:  # held until the server is gone
         script = "\n".join(
             [
@@ -224,6 +233,73 @@ def test_the_apis_examples_run_as_written(tmp_path: Path):
         answered = [line.split() for line in lines if line.startswith(("a ", "b "))]
         assert [words[0] for words in answered] == ["a", "b"], lines
         assert all(words[2] in ("small", "large") for words in answered), lines
+
+
+def test_the_webhook_receiver_of_the_api_docs_verifies_and_deduplicates(tmp_path: Path):
+    """The receiver as written, on its own port, fed by our sender: an event delivered
+    twice (the same webhook-id) is handled once, and a forged one is refused with 400."""
+    receiver_code = [
+        text for language, text in code_blocks(ROOT / "docs" / "api.md") if language == "python"
+    ][1]
+    sessions = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    with sessions.begin() as session:
+        secret = webhooks.callback_secret(session, None)
+    with reserved_port() as port:  # (held until the receiver listens on it)
+        receiver = subprocess.Popen(
+            [sys.executable, "-c", receiver_code.replace("9000", str(port))],
+            env={**os.environ, "WEBHOOK_SECRET": secret},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        url = f"http://127.0.0.1:{port}/hooks"
+        try:
+            wait_until(lambda: _answers(url), deadline_s=30, what="the receiver to listen")
+        except BaseException:
+            receiver.kill()
+            raise
+    try:
+        with sessions.begin() as session:
+            event = webhooks.emit(
+                session, "job.finished", None, "j" * 32, {"id": "j" * 32}, callback_url=url
+            )
+            assert event is not None
+            webhooks.emit(
+                session, "job.finished", None, "k" * 32, {"id": "k" * 32}, callback_url=url
+            )
+            again = session.scalars(
+                select(WebhookDelivery).where(WebhookDelivery.event_id == event.id)
+            ).one()
+            session.add(WebhookDelivery(**{**_columns(again), "id": "f" * 32}))  # (sent twice)
+        sender = Notifier(sessions, WebhookSettings(allow_hosts=["127.0.0.1"]))
+        try:
+            assert sender.tick() == 3
+        finally:
+            sender.stop()
+        forged = Webhook(webhooks.new_secret())
+        headers = {"webhook-id": "x", "webhook-timestamp": str(int(time.time()))}
+        headers["webhook-signature"] = forged.sign("x", datetime.now(UTC), b"{}")
+        assert httpx.post(url, content=b"{}", headers=headers).status_code == 400
+        with sessions() as session:
+            states = session.scalars(select(WebhookDelivery.state)).all()
+        assert states == ["delivered"] * 3
+    finally:
+        receiver.terminate()
+        out, _ = receiver.communicate(timeout=30)
+        sessions.close()
+    assert sorted(out.split("\n")[:-1]) == [f"job.finished {'j' * 32}", f"job.finished {'k' * 32}"]
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def _columns(row: WebhookDelivery) -> dict:
+    return {column.key: getattr(row, column.key) for column in WebhookDelivery.__table__.columns}
 
 
 def test_the_one_machine_distributed_example_runs_as_written(

@@ -16,6 +16,9 @@ One daemon thread per worker process, every ``heartbeat_s``:
 - **watchdog**: a worker that has started nothing for ``worker_stall_exit_s`` while its
   queue holds messages (a consumer stuck some other way) leaves too.
 
+Beside it, the process's webhook sender (``common.pipeline.notify.Notifier``, a thread
+of its own: a slow receiver never holds up a heartbeat).
+
 Leaving: the worker stops being healthy, lets what it runs finish (beating meanwhile),
 removes its heartbeat row, so the reconciler hands anything it still held to others at
 its next sweep, and exits with status 3 for its supervisor (compose ``restart``,
@@ -46,6 +49,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.config import Settings
+from common.pipeline.notify import Notifier
 from common.pipeline.reconcile import Reconciler
 from common.store import liveness
 from workers.queues import CeleryDispatcher
@@ -116,6 +120,7 @@ class Supervisor:
         self.worker = self.worker or worker_id(self.pool)
         self.repeated = Repeated(log)
         self.reconciler = Reconciler(self.sessions, self.dispatcher, self.settings, self.worker)
+        self.notifier = Notifier(self.sessions, self.settings.webhooks)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._next_sweep = 0.0
@@ -140,10 +145,12 @@ class Supervisor:
     def start(self) -> None:
         self.tick()  # the first beat before any message is taken
         threading.Thread(target=self._loop, name="speceyes-supervisor", daemon=True).start()
+        self.notifier.start()
 
     def stop(self) -> None:
         """A clean exit: stop the thread and take this worker's row away."""
         self._stop.set()
+        self.notifier.stop()
         try:
             with self.sessions.begin() as session:
                 liveness.forget(session, self.worker)

@@ -18,6 +18,7 @@ from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.intake import (
     JSONL_TYPES,
     check_in_flight,
+    checked_callback,
     item_of_batch,
     public_path,
     read_batch,
@@ -61,6 +62,11 @@ _BATCH_BODY = {
             "if not given), a failed share over this cancels the rest (failure_budget)",
         },
         "failure_budget_after": {"type": "integer"},
+        "callback_url": {
+            "type": "string",
+            "description": "where the batch's events are posted (batch.finished, "
+            "batch.cancelled, audit.alarm), signed with your callback secret",
+        },
         "jobs": {"type": "array", "items": JobSpec.model_json_schema()},
     },
     "required": ["jobs"],
@@ -92,6 +98,9 @@ async def submit_batch(
     batch = await read_batch(request, settings)
     rank = caller.priority(batch.priority, Priority.NORMAL)
     budget = batch.budget()
+    callback = (
+        None if batch.callback_url is None else checked_callback(batch.callback_url, settings)
+    )
     items = await run_in_threadpool(
         lambda: [
             replace(item_of_batch(job, position, settings), priority=rank)
@@ -110,6 +119,7 @@ async def submit_batch(
                 tenant=caller.tenant,
                 method=settings.funnel.method,
                 budget=budget,
+                callback_url=callback,
             )
             if submitted.created:
                 check_in_flight(outbox.session, caller, settings, adding=len(submitted.queued))

@@ -23,7 +23,7 @@ from api.browse import (
     window,
 )
 from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
-from api.intake import check_in_flight, new_item, parse_id, read_job, unsent
+from api.intake import check_in_flight, checked_callback, new_item, parse_id, read_job, unsent
 from api.metrics import SUBMITTED
 from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
 from common.contracts import JobStatus, Priority
@@ -40,7 +40,10 @@ UPLOAD_FORM = {  # the multipart body, for the OpenAPI docs (FastAPI reads the f
         "image": {"type": "string", "format": "binary"},
         "question": {"type": "string"},
         "options": {"type": "string", "description": "JSON list of options"},
-        **{name: {"type": "string"} for name in ("idempotency_key", "batch_id", "id", "priority")},
+        **{
+            name: {"type": "string"}
+            for name in ("idempotency_key", "batch_id", "id", "priority", "callback_url")
+        },
     },
 }
 
@@ -67,6 +70,7 @@ async def submit_job(
     dispatcher: DispatcherDep,
 ) -> JobSubmitted:
     spec, stored = await read_job(request, settings)
+    callback = None if spec.callback_url is None else checked_callback(spec.callback_url, settings)
     batch_id = parse_id(spec.batch_id, "batch_id") if spec.batch_id else None
     item = replace(
         new_item(spec, stored, 0, spec.id or ""),
@@ -82,6 +86,7 @@ async def submit_job(
                 batch_id=batch_id,
                 tenant=caller.tenant,
                 method=settings.funnel.method,
+                callback_url=callback,
             )
             if job.created:
                 check_in_flight(outbox.session, caller, settings, adding=1)

@@ -113,9 +113,12 @@ class SpecEyesClient:
         idempotency_key: str | None = None,
         batch_id: str | None = None,
         priority: str | None = None,
+        callback_url: str | None = None,
     ) -> Submitted:
         """One job from a local file (uploaded) or bytes. Returns at once (202). A single
-        job is high priority unless ``priority`` ("normal", "low") or the key says less."""
+        job is high priority unless ``priority`` ("normal", "low") or the key says less.
+        ``callback_url``: where its end is posted (job.finished, signed with
+        ``webhook_secret()``)."""
         data = image if isinstance(image, bytes) else Path(image).read_bytes()
         name = "image" if isinstance(image, bytes) else Path(image).name
         form: dict[str, str] = {"question": question}
@@ -127,6 +130,8 @@ class SpecEyesClient:
             form["batch_id"] = batch_id
         if priority is not None:
             form["priority"] = priority
+        if callback_url is not None:
+            form["callback_url"] = callback_url
         body = self._json(self.http.post("/v1/jobs", data=form, files={"image": (name, data)}))
         return Submitted(body["id"], body["status"], body["created"])
 
@@ -137,18 +142,22 @@ class SpecEyesClient:
         name: str | None = None,
         idempotency_key: str | None = None,
         priority: str | None = None,
+        callback_url: str | None = None,
     ) -> dict[str, Any]:
         """A batch. Each job: {"image": path or bytes} or {"image_path": server path},
         plus "question" and optionally "options", "id", "answer". Returns
         {"id": batch id, "job_ids": [...], "created": bool, "refused": [...]}: a job
         that is wrong (a broken image, a question over the limit) does not refuse the
         batch; it is a failed job, listed in "refused" with its index, id, job_id, error
-        code and detail. ``priority``: "high", "normal" (the default) or "low"."""
+        code and detail. ``priority``: "high", "normal" (the default) or "low".
+        ``callback_url``: where the batch's events are posted (batch.finished, ...)."""
         specs = [self._spec(job) for job in jobs]
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         body: dict[str, Any] = {"name": name, "jobs": specs}
         if priority is not None:
             body["priority"] = priority
+        if callback_url is not None:
+            body["callback_url"] = callback_url
         return self._json(self.http.post("/v1/batches", json=body, headers=headers))
 
     # -- reading ------------------------------------------------------------------------
@@ -226,6 +235,29 @@ class SpecEyesClient:
         ``Conflict`` (``nothing_to_retry``)."""
         params = {"error": error} if error else None
         return self._json(self.http.post(f"/v1/batches/{batch_id}/retry", params=params))
+
+    # -- webhooks ---------------------------------------------------------------------------
+    def add_webhook(self, url: str, events: list[str] | None = None) -> dict[str, Any]:
+        """Register an endpoint for your events (default: all); the answer holds the
+        ``secret`` its deliveries are signed with (Standard Webhooks)."""
+        body: dict[str, Any] = {"url": url, **({"events": events} if events else {})}
+        return self._json(self.http.post("/v1/webhooks", json=body))
+
+    def webhooks(self) -> list[dict[str, Any]]:
+        return list(self._json(self.http.get("/v1/webhooks"))["data"])
+
+    def remove_webhook(self, endpoint_id: str) -> None:
+        response = self.http.delete(f"/v1/webhooks/{endpoint_id}")
+        if response.status_code != 204:
+            self._json(response)
+
+    def webhook_secret(self) -> str:
+        """The secret deliveries to your callback URLs are signed with."""
+        return str(self._json(self.http.get("/v1/webhooks/secret"))["secret"])
+
+    def deliveries(self, **filters: str) -> Iterator[dict[str, Any]]:
+        """Your deliveries, newest first, each with its tries (filter: ``state``)."""
+        return self._pages("/v1/webhooks/deliveries", filters)
 
     # -- internals ------------------------------------------------------------------------
     def _pages(self, path: str, filters: dict[str, str]) -> Iterator[dict[str, Any]]:

@@ -15,6 +15,7 @@
     ├── api        ``speceyes serve``
     ├── audit      the online audit
     ├── judge      the LLM judge for benchmark answers
+    ├── webhooks   events sent to callers' URLs: retries, time limits, allowed hosts
     └── database_url
 
 Each field is written once, with its default, its checks and its description; from
@@ -43,7 +44,7 @@ from common.config.environment import Leaf
 from common.config.inputs import ImageSettings, RequestLimits, SourceSettings
 from common.config.method import AuditSettings, FunnelSettings, GateSettings, JudgeSettings
 from common.config.models import DEFAULT_MODELS, ModelSettings, ModelsSettings
-from common.config.service import ApiSettings, BrokerSettings, RecoverySettings
+from common.config.service import ApiSettings, BrokerSettings, RecoverySettings, WebhookSettings
 from common.config.settings import (
     Settings,
     configuration_markdown,
@@ -78,6 +79,7 @@ __all__ = [
     "Screener",
     "Settings",
     "SourceSettings",
+    "WebhookSettings",
     "configuration_markdown",
     "default_of",
     "flat_paths",

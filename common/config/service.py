@@ -151,3 +151,33 @@ class ApiSettings(Group):
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
+
+
+class WebhookSettings(Group):
+    """Events sent to the URLs callers name (``/v1/webhooks``, a ``callback_url``)."""
+
+    retry_for_s: float = setting(
+        86_400.0,
+        "How long a delivery is tried again (capped, jittered backoff) before it is given "
+        "up as failed.",
+        gt=0.0,
+    )
+    first_retry_s: float = setting(5.0, "The wait before a delivery's second try.", gt=0.0)
+    max_retry_s: float = setting(
+        3600.0, "The longest wait between two tries of a delivery.", gt=0.0
+    )
+    timeout_s: float = setting(
+        10.0, "How long one try waits for the receiver's answer (connect and read).", gt=0.0
+    )
+    allow_hosts: list[str] = setting(
+        description="Hosts (names or addresses, JSON list) deliveries may go to although "
+        "they are loopback, private, link-local or a cloud's metadata address; every "
+        "other such address is refused.",
+        factory=list,
+    )
+    poll_s: float = setting(
+        1.0,
+        "How often a sender looks for deliveries that are due and batches that ended.",
+        gt=0.0,
+    )
+    concurrency: int = setting(4, "Deliveries one process sends at once.", ge=1)

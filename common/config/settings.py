@@ -32,7 +32,7 @@ from common.config.environment import FlatEnvironment, Leaf, leaves_of, nested
 from common.config.inputs import ImageSettings, RequestLimits, SourceSettings
 from common.config.method import AuditSettings, FunnelSettings, GateSettings, JudgeSettings
 from common.config.models import ModelsSettings
-from common.config.service import ApiSettings, BrokerSettings, RecoverySettings
+from common.config.service import ApiSettings, BrokerSettings, RecoverySettings, WebhookSettings
 
 THYME_DEFAULTS: dict[str, Any] = {
     "funnel.gate.threshold": 0.95,
@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     api: ApiSettings = group(ApiSettings, "The HTTP API.", env_prefix="api_")
     audit: AuditSettings = group(AuditSettings, "The online audit.", env_prefix="audit_")
     judge: JudgeSettings = group(JudgeSettings, "The LLM judge.", env_prefix="judge_")
+    webhooks: WebhookSettings = group(
+        WebhookSettings, "Events sent to callers' URLs.", env_prefix="webhook_"
+    )
     database_url: str = setting(
         "sqlite:///speceyes.db", "SQLAlchemy URL of the job store.", flag="--db", metavar="URL"
     )

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from common.config import Settings
 from common.config.calibration import CalibrationFile, read_calibration
 from common.protocols.scoring import is_correct
-from common.store import audits
+from common.store import audits, webhooks
 from common.store.tables import Batch, Job, utcnow
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ def check_drift(session: Session, job_id: str, settings: Settings) -> list[dict[
             continue
         action = _act(session, settings)
         batch.audit_alarm = {**found.as_dict(), "at": utcnow().isoformat(), "action": action}
+        webhooks.audit_alarm(session, batch)
         log.error(
             "audit drift in batch %s (%s): %d of %d audited answers agree with the agent "
             "(99%% interval %.3f-%.3f, below %.3f); action: %s",

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.contracts import CancelReason, JobStatus
 from common.errors import InvalidInput
 from common.pipeline.dispatch import Dispatcher, send_waiting
-from common.store import cancels
+from common.store import cancels, webhooks
 from common.store.cancels import CancelResult
 from common.store.reads import batch_jobs
 from common.store.tables import Batch, Job
@@ -48,8 +48,13 @@ def cancel_batch(
     session: Session, batch_id: str, reason: CancelReason = CancelReason.CANCELLED
 ) -> CancelResult:
     """Cancel what of the batch has not finished; what has is kept, and so is a job
-    another batch shares (``cancels.batch_own_jobs``)."""
-    return cancels.cancel(session, cancels.batch_own_jobs(batch_id), reason)
+    another batch shares (``cancels.batch_own_jobs``). Its listeners are told
+    (``batch.cancelled``) when this stopped anything."""
+    result = cancels.cancel(session, cancels.batch_own_jobs(batch_id), reason)
+    batch = session.get(Batch, batch_id)
+    if result.changed and batch is not None:
+        webhooks.batch_cancelled(session, batch, reason)
+    return result
 
 
 def resume_batch(
@@ -101,7 +106,9 @@ def retry_job(sessions: sessionmaker[Session], dispatcher: Dispatcher, job_id: s
 
 
 def _budget_live_again(session: Session, batch_id: str) -> None:
-    """A batch taken up again is no longer stopped: its failure budget applies anew."""
+    """A batch taken up again is no longer stopped: its failure budget applies anew, and
+    its next end is announced (``batch.finished``) anew."""
     batch = session.get(Batch, batch_id)
     if batch is not None:
         batch.stopped = None
+    webhooks.reopened(session, batch_id)

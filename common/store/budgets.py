@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.contracts import CancelReason, JobStatus
-from common.store import cancels
+from common.store import cancels, webhooks
 from common.store.reads import batch_counts
 from common.store.tables import Batch, BatchItem
 
@@ -50,5 +50,6 @@ def check(session: Session, finished_job_ids: Sequence[str]) -> list[str]:
             f"({failed / finished:.0%}, over its max_failure_rate of {rate:.0%}); the rest "
             "was cancelled (retry runs the failed and cancelled jobs again)"
         )
+        webhooks.batch_cancelled(session, batch, CancelReason.FAILURE_BUDGET)
         stopped.append(batch.id)
     return stopped

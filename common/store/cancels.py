@@ -27,6 +27,7 @@ from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.orm import Session, aliased
 
 from common.contracts import FINISHED, WAITING_FOR, CancelReason, JobStatus, Stage
+from common.store import webhooks
 from common.store.tables import BatchItem, Job, utcnow
 
 AUDIT_PENDING, AUDIT_CANCELLED = "pending", "cancelled"  # (common.store.audits' states)
@@ -38,6 +39,12 @@ class CancelResult:
     cancelled: int  # jobs that waited, cancelled now
     stopping: int  # running jobs marked: they stop at the end of their current step
     finished: int  # jobs that had finished already (cancelled ones included), kept
+    marked: int = 0  # of the running ones, those marked by this call (not by an earlier one)
+
+    @property
+    def changed(self) -> bool:
+        """Whether this call stopped anything (a second cancel of the same stops nothing)."""
+        return bool(self.cancelled or self.marked)
 
 
 def _jobs() -> Any:
@@ -60,12 +67,12 @@ def cancel(session: Session, job_ids: Any, reason: CancelReason) -> CancelResult
         .where(Job.id.in_(job_ids), Job.status.in_(_WAITING))
         .values(**_cancelled_values(reason, now))
     ).rowcount  # type: ignore[attr-defined]
-    session.execute(
+    marked = session.execute(
         _jobs()
         .where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING)
         .where(Job.cancel_requested.is_(None))
         .values(cancel_requested=reason)
-    )
+    ).rowcount  # type: ignore[attr-defined]
     session.execute(
         _jobs()
         .where(Job.id.in_(job_ids), Job.audit_status == AUDIT_PENDING)
@@ -77,7 +84,9 @@ def cancel(session: Session, job_ids: Any, reason: CancelReason) -> CancelResult
         ).all()
     )
     finished = sum(counts.get(status, 0) for status in FINISHED) - waiting
-    return CancelResult(waiting, counts.get(JobStatus.RUNNING, 0), finished)
+    if waiting:
+        webhooks.jobs_ended(session, job_ids)
+    return CancelResult(waiting, counts.get(JobStatus.RUNNING, 0), finished, marked)
 
 
 def batch_own_jobs(batch_id: str) -> Any:
@@ -139,6 +148,7 @@ def settle(session: Session, job_ids: Sequence[str] | None = None) -> list[str]:
     )
     cancelled = list(session.scalars(statement))
     session.execute(_jobs().where(marked, Job.status.in_(FINISHED)).values(cancel_requested=None))
+    webhooks.jobs_ended(session, cancelled)
     return cancelled
 
 

@@ -34,7 +34,7 @@ from common.contracts import (
     Ticket,
 )
 from common.scores import encode
-from common.store import arrays, budgets, cancels
+from common.store import arrays, budgets, cancels, webhooks
 from common.store.db import is_postgres
 from common.store.reads import batch_jobs
 from common.store.tables import Job, utcnow
@@ -227,6 +227,7 @@ def fail_running(session: Session, job_id: str, stage: Stage, code: str, message
     result = session.execute(statement, {"job_id": job_id, **values})
     cancels.settle(session, [job_id])
     budgets.check(session, [job_id])
+    webhooks.jobs_ended(session, [job_id])
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -260,6 +261,7 @@ def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSet
     cancels.settle(session, ids)
     finished = [o.job_id for o in outcomes if isinstance(o, Failed | Accepted)]
     budgets.check(session, finished)
+    webhooks.jobs_ended(session, finished)
     return changed
 
 
@@ -359,6 +361,7 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
     result = session.execute(statement, {"job_id": outcome.job_id, **values})
     cancels.settle(session, [outcome.job_id])
     budgets.check(session, [outcome.job_id])
+    webhooks.jobs_ended(session, [outcome.job_id])
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

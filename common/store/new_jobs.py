@@ -72,8 +72,10 @@ def add_job(
     key: str,
     tenant: str | None = None,
     method: Method = "speceyes",
+    **columns: Any,
 ) -> str:
-    row = job_row(item, key, tenant, method, utcnow())
+    """Add one job; ``columns``: others of its row (a job sent alone's callback)."""
+    row = job_row(item, key, tenant, method, utcnow()) | columns
     session.add(Job(**row))
     return str(row["id"])
 

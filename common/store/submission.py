@@ -245,12 +245,15 @@ def submit_job(
     batch_id: str | None,
     tenant: str | None = None,
     method: Method = "speceyes",
+    callback_url: str | None = None,
 ) -> SubmittedJob:
     """One job from a client (or the one its ``client_key`` already names in ``tenant``).
 
     The same key with another image, question or options is an ``IdempotencyConflict``.
     With ``batch_id`` the new job is appended to that batch (``NotFound`` if none, or if
-    it is another tenant's).
+    it is another tenant's). A job sent alone announces its end (``job.finished``, to
+    ``callback_url`` too where it names one: common.store.webhooks); one found again keeps
+    the callback it was made with.
     """
     key = client_job_key(client_key, tenant) if client_key else new_id()
     existing = session.scalar(select(Job).where(Job.idempotency_key == key))
@@ -268,7 +271,7 @@ def submit_job(
         batch = session.get(Batch, batch_id)
         if batch is None or (tenant is not None and batch.tenant != tenant):
             raise NotFound(f"no batch {batch_id}", code="batch_not_found")
-    job_id = add_job(session, item, key, tenant, method)
+    job_id = add_job(session, item, key, tenant, method, announces=True, callback_url=callback_url)
     if batch_id is not None:
         session.flush()
         session.add(
@@ -292,11 +295,13 @@ def submit_batch(
     tenant: str | None = None,
     method: Method = "speceyes",
     budget: tuple[float, int | None] | None = None,
+    callback_url: str | None = None,
 ) -> SubmittedBatch:
     """A client's batch of jobs (or the one its ``client_key`` already names in ``tenant``).
     Its jobs are the tenant's own: the same request from two tenants is two jobs.
     ``budget``: (max_failure_rate, budget_after), a failure budget (``budgets``); jobs
-    that fail at intake count against it at once."""
+    that fail at intake count against it at once. ``callback_url``: where its events go
+    (common.store.webhooks), besides the tenant's endpoints."""
     if client_key:
         batch_key = idempotency_key("client-batch", client_key, *scope(tenant))
     else:
@@ -308,6 +313,7 @@ def submit_batch(
     if created:
         if budget is not None:
             batch.max_failure_rate, batch.budget_after = budget
+        batch.callback_url = callback_url
         # (another method answers otherwise: another job; the funnel's keys as they were)
         method_part = [method] if method != "speceyes" else []
         key = idempotency_key("api", *scope(tenant), *method_part)

@@ -34,6 +34,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -105,6 +106,10 @@ class Batch(Base):
     max_failure_rate: Mapped[float | None] = mapped_column(Float)
     budget_after: Mapped[int | None] = mapped_column(Integer)
     stopped: Mapped[str | None] = mapped_column(Text)  # why it was stopped early, if it was
+    # where its events go besides the tenant's endpoints (common.store.webhooks), and when
+    # its end was last announced (None: not since it was made, resumed or retried)
+    callback_url: Mapped[str | None] = mapped_column(Text)
+    announced_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 class Job(Base):
@@ -177,6 +182,11 @@ class Job(Base):
     # a running job asked to stop: the reason it is cancelled with once its step ends
     # (common.store.cancels)
     cancel_requested: Mapped[str | None] = mapped_column(String(32))
+    # a job sent alone announces its end (``job.finished``, common.store.webhooks) to its
+    # tenant's endpoints and its own callback; when that end was last announced
+    announces: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    callback_url: Mapped[str | None] = mapped_column(Text)
+    announced_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # the online audit of an accepted answer (common.pipeline.audit): pending, running,
     # done, failed, cancelled (withdrawn by a cancel)
     audit_status: Mapped[str | None] = mapped_column(String(16), index=True)
@@ -297,3 +307,81 @@ class Control(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[Any] = mapped_column(JSON)
     set_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+
+
+class WebhookEndpoint(Base):
+    """A URL a tenant registered for its events (``POST /v1/webhooks``), with the secret
+    its deliveries are signed with (Standard Webhooks: ``whsec_`` and base64)."""
+
+    __tablename__ = "webhook_endpoints"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(String(200), index=True)  # None: the CLI's
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(JSON)  # the event types it takes
+    secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    removed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+
+class WebhookSecret(Base):
+    """The secret a tenant's callback URLs (a batch's or a job's own) are signed with."""
+
+    __tablename__ = "webhook_secrets"
+
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)  # the tenant; "": the CLI's
+    secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+
+
+class WebhookEvent(Base):
+    """The outbox: an event, written in the transaction of the change it tells of. Its
+    id is the ``webhook-id`` of every delivery of it (receivers deduplicate by it)."""
+
+    __tablename__ = "webhook_events"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(String(200))
+    type: Mapped[str] = mapped_column(String(32))
+    subject: Mapped[str] = mapped_column(String(32))  # the job's or the batch's id
+    body: Mapped[str] = mapped_column(Text)  # the JSON sent, exactly as signed
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """An event on its way to one URL: ``pending`` until an answer in 2xx
+    (``delivered``) or until its time runs out (``failed``). ``next_at`` is when it is
+    tried next; a sender holds it by moving ``next_at`` past its own time limit, so a
+    sender that dies mid-delivery leaves it to be tried again (at least once)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "state", "next_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    event_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("webhook_events.id", ondelete="CASCADE"), index=True
+    )
+    tenant: Mapped[str | None] = mapped_column(String(200), index=True)
+    endpoint_id: Mapped[str | None] = mapped_column(String(32))  # None: a callback URL
+    url: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+
+class WebhookAttempt(Base):
+    """One try of a delivery: when, what answered (a status, or why nothing did)."""
+
+    __tablename__ = "webhook_attempts"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    delivery_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[datetime] = mapped_column(UtcDateTime())
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float)
