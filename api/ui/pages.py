@@ -1,5 +1,6 @@
 """The review pages' routes: sign-in, batches, a batch, its results, a job, the review
-queue. Each reads through ``api.browse`` and the store's read models, as /v1 does."""
+queue; and the same grid and queue over the jobs a caller sent alone (``/ui/alone``).
+Each reads through ``api.browse`` and the store's read models, as /v1 does."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import io
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -51,7 +53,7 @@ from common.pipeline.audit import figures_of
 from common.sources.locations import is_local_file
 from common.sources.reading import read_located
 from common.store import reads, reviews
-from common.store.browse import BadCursor, kept_overview, overview, results_page
+from common.store.browse import BadCursor, Rows, kept_overview, overview, results_page
 from common.store.export import result_row
 from common.store.keys import check_key
 from common.store.listing import Window, batches_page, jobs_page
@@ -84,6 +86,29 @@ def ui_session(request: Request, sessions: SessionsDep, settings: SettingsDep) -
 
 UiDep = Annotated[UiSession, Depends(ui_session)]
 LISTED_SCORING_JOBS = 20_000  # the batches page scores a batch this large, not larger
+ALONE = "/ui/alone"  # the grid and review queue of the jobs sent alone (its routes: /alone)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a grid or a review queue lists, as its pages name and link it: a batch, or
+    the jobs a caller sent alone."""
+
+    name: str
+    home: str  # its own page
+    path: str  # where its results and review pages hang
+    job_query: str  # what a job's link carries, so the job page shows the row it is
+    rows: Rows
+
+    @classmethod
+    def of_batch(cls, batch: Batch) -> Listing:
+        home = f"/ui/batches/{batch.id}"
+        return cls(batch.name, home, home, f"?batch={batch.id}", Rows.of_batch(batch.id))
+
+    @classmethod
+    def alone(cls, ui: UiSession) -> Listing:
+        rows = Rows.alone(ui.caller.tenant, everyone=ui.caller.admin)
+        return cls("jobs sent alone", "/ui/jobs", ALONE, "", rows)
 
 
 def page(html: str, status: int = 200) -> HTMLResponse:
@@ -183,7 +208,7 @@ def batch_page(
         batch = owned_batch(session, batch_id, ui.caller)
         context = _progress(session, batch, settings)
         found = overview(session, batch.id, context["counts"])
-        grid = _grid(session, batch, {}, None, sorted(context["counts"].failures))
+        grid = _grid(session, Listing.of_batch(batch), {}, None, sorted(context["counts"].failures))
         html = render(
             "batch.html",
             request,
@@ -216,8 +241,8 @@ def batch_results(
     with sessions() as session:
         batch = owned_batch(session, batch_id, ui.caller)
         reasons = reads.failure_codes(session, batch.id)
-        grid = _grid(session, batch, dict(request.query_params), after, reasons)
-        return page(render("results.html", request, ui, batch=batch, **grid))
+        grid = _grid(session, Listing.of_batch(batch), dict(request.query_params), after, reasons)
+        return page(render("results.html", request, ui, **grid))
 
 
 @router.get("/batches/{batch_id}/export.jsonl")
@@ -247,7 +272,31 @@ def review_queue(
     with sessions() as session:
         batch = owned_batch(session, batch_id, ui.caller)
         entries = reviews.review_queue(session, batch.id, limit=max(1, min(limit, 100)))
-        return page(render("review.html", request, ui, batch=batch, entries=entries))
+        listing = Listing.of_batch(batch)
+        return page(render("review.html", request, ui, listing=listing, entries=entries))
+
+
+@router.get("/alone/results")
+def alone_results(
+    request: Request, ui: UiDep, sessions: SessionsDep, after: str | None = None
+) -> Response:
+    """The jobs the caller sent alone, in the grid and with the filters of a batch."""
+    listing = Listing.alone(ui)
+    with sessions() as session:
+        reasons = listing.rows.failure_codes(session)
+        grid = _grid(session, listing, dict(request.query_params), after, reasons)
+        return page(render("results.html", request, ui, **grid))
+
+
+@router.get("/alone/review")
+def alone_review_queue(
+    request: Request, ui: UiDep, sessions: SessionsDep, limit: int = 20
+) -> Response:
+    """The review queue of the jobs the caller sent alone, as a batch's."""
+    listing = Listing.alone(ui)
+    with sessions() as session:
+        entries = reviews.review_queue(session, listing.rows, limit=max(1, min(limit, 100)))
+        return page(render("review.html", request, ui, listing=listing, entries=entries))
 
 
 @router.get("/jobs")
@@ -405,20 +454,23 @@ def _progress(session: Session, batch: Batch, settings: Settings) -> dict[str, A
 
 
 def _grid(
-    session: Session, batch: Batch, params: dict[str, str], after: str | None, reasons: list[str]
+    session: Session,
+    listing: Listing,
+    params: dict[str, str],
+    after: str | None,
+    reasons: list[str],
 ) -> dict[str, Any]:
     filters = {k: v for k, v in params.items() if k not in ("after",) and v}
     wanted = result_filter(filters)
     try:
-        found = results_page(session, batch.id, wanted, after=after)
+        found = results_page(session, listing.rows, wanted, after=after)
     except BadCursor as exc:
         raise InvalidInput(str(exc), code="bad_cursor") from None
     next_url = None
     if found.next_cursor:
-        next_url = f"/ui/batches/{batch.id}/results?" + urlencode(
-            {**filters, "after": found.next_cursor}
-        )
+        next_url = f"{listing.path}/results?" + urlencode({**filters, "after": found.next_cursor})
     return {
+        "listing": listing,
         "rows": found.rows,
         "filters": filters,
         "wanted": wanted,

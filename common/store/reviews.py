@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED, AnsweredBy, JobStatus
 from common.errors import InvalidInput
 from common.limits import check_text
-from common.store.browse import ResultRow
-from common.store.tables import BatchItem, Job, utcnow
+from common.store.browse import ResultRow, Rows, as_rows
+from common.store.tables import Job, utcnow
 
 MAX_ANSWER_CHARS = 2000  # a reviewed answer is an answer, not an essay
 REVIEWABLE = FINISHED  # (a cancelled job too: a person may answer it)
@@ -89,31 +90,30 @@ class QueueEntry(ResultRow):
     why: str  # audit_disagrees | near_threshold | failed
 
 
-def review_queue(session: Session, batch_id: str, *, limit: int = 50) -> list[QueueEntry]:
-    """The batch's unreviewed jobs most worth a look, in the module's order."""
-    rows = (
-        select(Job, BatchItem)
-        .join(BatchItem, BatchItem.job_id == Job.id)
-        .where(BatchItem.batch_id == batch_id, Job.reviewed_at.is_(None))
-    )
+def review_queue(session: Session, scope: str | Rows, *, limit: int = 50) -> list[QueueEntry]:
+    """The unreviewed jobs of ``scope`` (a batch's id, or ``Rows``: the jobs a tenant sent
+    alone) most worth a look, in the module's order."""
+    listing = as_rows(scope)
+    rows = listing.select(Job.reviewed_at.is_(None))
     margin = Job.confidence - Job.gate["threshold"].as_float()
-    tiers: list[tuple[str, Select[Job, BatchItem]]] = [
-        ("audit_disagrees", rows.where(Job.audit_agrees.is_(False)).order_by(BatchItem.position)),
+    tiers: list[tuple[str, Select[Any]]] = [
+        ("audit_disagrees", rows.where(Job.audit_agrees.is_(False)).order_by(listing.order)),
         (
             "near_threshold",
             rows.where(
                 Job.answered_by == AnsweredBy.SMALL, Job.audit_agrees.is_not(False)
-            ).order_by(margin, BatchItem.position),
+            ).order_by(margin, listing.order),
         ),
-        ("failed", rows.where(Job.status == JobStatus.FAILED).order_by(BatchItem.position)),
+        ("failed", rows.where(Job.status == JobStatus.FAILED).order_by(listing.order)),
     ]
     found: list[QueueEntry] = []
     seen: set[str] = set()  # a job two rows of the batch share is listed once
     for why, query in tiers:
         if len(found) >= limit:
             break
-        for job, item in session.execute(query.limit(limit - len(found) + len(seen))):
-            if job.id not in seen and len(found) < limit:
-                seen.add(job.id)
-                found.append(QueueEntry(item, job, why))
+        for result in session.execute(query.limit(limit - len(found) + len(seen))):
+            row = listing.row(result)
+            if row.job.id not in seen and len(found) < limit:
+                seen.add(row.job.id)
+                found.append(QueueEntry(row.item, row.job, why))
     return found

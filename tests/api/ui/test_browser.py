@@ -263,6 +263,47 @@ def test_find_a_job_sent_alone_and_correct_it(page: Page, page_errors, live: Liv
     assert page_errors == []
 
 
+def test_jobs_sent_alone_have_a_batchs_grid_filters_and_review_queue(
+    page: Page, page_errors, live: Live
+) -> None:
+    """The jobs a service sent one by one, listed as a batch's rows: filtered in the
+    grid, then corrected from their review queue with the keyboard."""
+    sent = []
+    for number, question in enumerate(("[small] alone, first?", "[agent] alone, second?")):
+        job = {"image_path": str(live.images[number]), "question": question, "options": ["a", "b"]}
+        sent.append(live.http.post("/v1/jobs", json=job).json()["id"])
+    for job_id in sent:
+        wait_until(
+            lambda job_id=job_id: live.http.get(f"/v1/jobs/{job_id}").json()["status"] == "done",
+            deadline_s=120,
+            what="the single jobs to finish",
+        )
+    sign_in(page, live, then="/ui/jobs")
+    page.click("p.alone a[href='/ui/alone/results']")
+    rows = page.locator("table.grid tbody tr.row")
+    expect(rows.first).to_be_visible()
+    page.fill("input[name=q]", "alone,")  # (this test's, among the module's single jobs)
+    page.click("form.filters button[type=submit]")
+    expect(rows).to_have_count(2)
+    page.select_option("select[name=who]", "large")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**/ui/alone/results?**who=large**")
+    expect(rows).to_have_count(1)
+    expect(rows.locator("td.question a")).to_have_text("[agent] alone, second?")
+    expect(rows.locator("td.row-id a")).to_have_text(sent[1])  # (a job alone: its id)
+
+    page.goto(f"{live.base}/ui/alone/review")
+    entries = page.locator(".queue .entry")
+    expect(entries).to_have_count(1)  # the gate's answer, the one worth a look
+    expect(entries.nth(0)).to_have_attribute("data-job", sent[0])
+    page.keyboard.press("2")
+    page.keyboard.press("Enter")
+    expect(entries.nth(0).locator(".outcome")).to_have_text("Reviewed: b")
+    read = live.http.get(f"/v1/jobs/{sent[0]}").json()
+    assert (read["reviewed_answer"], read["final_answer"]) == ("b", "b")
+    assert page_errors == []
+
+
 def test_cancel_a_running_batch_from_its_page_then_resume_it(
     page: Page, page_errors, live: Live
 ) -> None:

@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from common.store.browse import BadCursor, ResultFilter, overview, results_page
-from common.store.reviews import review_job
+from common.config import GateSettings
+from common.contracts import Accepted, ScreenResult, Stage
+from common.store import claims, submission
+from common.store.browse import BadCursor, ResultFilter, Rows, overview, results_page
+from common.store.reviews import review_job, review_queue
 from common.store.tables import Job
 from tests.helpers.reviewing import decided_batch, picture
+from tests.helpers.store import items
 
 
 def _all_pages(session, batch_id: str, wanted: ResultFilter, limit: int) -> list[list[int]]:
@@ -168,3 +172,50 @@ def test_the_overview_scores_draws_and_follows_changes(sessions, tmp_path: Path)
         )
     with sessions() as session:
         assert overview(session, batch_id).correct == 4  # recomputed: a job finished anew
+
+
+def test_the_jobs_a_tenant_sent_alone_list_as_a_batchs_rows(sessions):
+    """Only the tenant's single jobs (not its batches', not another tenant's), oldest
+    first, paged by cursor, filtered and sorted as a batch's; and their review queue."""
+    with sessions.begin() as session:
+        mine = [
+            submission.submit_job(session, item, client_key=None, batch_id=None, tenant="team").id
+            for item in items("a", "b", "c")
+        ]
+        for item in items("x"):
+            submission.submit_job(session, item, client_key=None, batch_id=None, tenant="other")
+        submission.submit_batch(session, items("y"), name="b", client_key=None, tenant="team")
+        tickets = {t.job_id: t for t in claims.claim(session, Stage.FAST, 10)}
+        answers = [
+            Accepted(job_id, "red", confidence, [9.0], ScreenResult(False, "no"))
+            for job_id, confidence in zip(mine, (0.99, 0.91, 0.95), strict=True)
+        ]
+        claims.record_fast(session, answers, GateSettings(threshold=0.9))
+        claims.release_ids(
+            session, [i for i in tickets if i not in mine], Stage.FAST, count_attempt=False
+        )
+    alone = Rows.alone("team")
+    with sessions() as session:
+        pages, cursor = [], None
+        while True:
+            page = results_page(session, alone, ResultFilter(), after=cursor, limit=2)
+            pages.append([row.job.id for row in page.rows])
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert pages == [mine[:2], mine[2:]]
+        assert [
+            row.item.item_id for row in results_page(session, alone, ResultFilter()).rows
+        ] == mine
+        by_confidence = results_page(session, alone, ResultFilter(sort="-confidence")).rows
+        assert [row.job.id for row in by_confidence] == [mine[0], mine[2], mine[1]]
+        assert (
+            results_page(session, alone, ResultFilter(text=mine[1][-8:])).rows[0].job.id == mine[1]
+        )
+        assert results_page(session, alone, ResultFilter(wrong=True)).rows == []  # (nothing known)
+        everyone = results_page(session, Rows.alone(None, everyone=True), ResultFilter()).rows
+        assert len(everyone) == 4
+        with pytest.raises(BadCursor):
+            results_page(session, alone, ResultFilter(), after="p7")  # (a batch's cursor)
+        queue = review_queue(session, alone)
+        assert [entry.job.id for entry in queue] == [mine[1], mine[2], mine[0]]  # nearest tau first
