@@ -23,6 +23,8 @@ job (``image_error``, ``step_limit``, ...) next to its human message.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SpecEyesError(Exception):
     """Base of every error SpecEyes raises on purpose."""
@@ -90,9 +92,11 @@ class Interrupted(RetryableError):
 
 class StopRequested(SpecEyesError):
     """A trajectory stopped between two steps: its job was cancelled while it ran
-    (``common.store.cancels``). Not a failure: the job is recorded as cancelled."""
+    (``common.store.cancels``). Not a failure: the job is recorded as cancelled, with
+    what its trajectory did before it stopped (``trajectory``, set by the agent loop)."""
 
     code = "cancelled"
+    trajectory: Any = None
 
 
 class ModelError(SpecEyesError):

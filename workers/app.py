@@ -39,6 +39,7 @@ from celery_batches import Batches, SimpleRequest
 from common.backends import Models, load_models
 from common.backends.inference_client import Backoff
 from common.config import Settings
+from common.contracts import Queue
 from common.errors import BackendUnavailable
 from common.pipeline.gate import warm_up
 from common.pipeline.work import AgentWork, FastWork
@@ -171,8 +172,13 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             repeated.error("fast", "a fast batch failed outside its jobs; sending it again")
             delay = backoff_s(settings, retries)
             unfinished = [i for chunk, _ in chunks[number:] for i in chunk]
-            runtime.dispatcher.send_fast(
-                unfinished, delay_s=delay, takeover=True, retries=retries + 1
+            runtime.dispatcher.send_again(
+                runtime.sessions,
+                Queue.FAST,
+                unfinished,
+                delay_s=delay,
+                takeover=True,
+                retries=retries + 1,
             )
             return
         repeated.cleared("fast", "fast batches are recorded again")
@@ -182,7 +188,7 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         again (they were not claimed) before the flush's messages are acknowledged, so a
         stopping worker finishes the batch it runs, not all 32 of a flush."""
         for chunk, taken_over in chunks:
-            runtime.dispatcher.send_fast(chunk, takeover=taken_over)
+            runtime.dispatcher.send_again(runtime.sessions, Queue.FAST, chunk, takeover=taken_over)
         log.info("stopping: %d micro-batches handed back to the queue", len(chunks))
 
     @app.task(name=SLOW_TASK, acks_late=True)
@@ -191,13 +197,17 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
         started = False
         while pending:
             if started and worker_state.should_stop is not None:  # a warm shutdown (SIGTERM)
-                runtime.dispatcher.send_slow(pending, takeover=takeover)
+                runtime.dispatcher.send_again(
+                    runtime.sessions, Queue.SLOW, pending, takeover=takeover
+                )
                 log.info("stopping: %d deferred jobs handed back", len(pending))
                 return
             job_id, rest = pending[0], pending[1:]
             if rest and _slow_queue_empty():
                 # a slow worker may be idle: the jobs not started go to whoever is free
-                runtime.dispatcher.send_slow(rest, takeover=takeover, one_each=True)
+                runtime.dispatcher.send_again(
+                    runtime.sessions, Queue.SLOW, rest, takeover=takeover, one_each=True
+                )
                 rest = []
             started = True
             try:
@@ -207,11 +217,18 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
                 # after it are sent again
                 repeated.error("slow", "the agent stage failed outside a job; sending it again")
                 delay = backoff_s(settings, retries)
-                runtime.dispatcher.send_slow(
-                    [job_id], delay_s=delay, takeover=True, retries=retries + 1
+                runtime.dispatcher.send_again(
+                    runtime.sessions,
+                    Queue.SLOW,
+                    [job_id],
+                    delay_s=delay,
+                    takeover=True,
+                    retries=retries + 1,
                 )
                 if rest:  # (never claimed here: no takeover for them)
-                    runtime.dispatcher.send_slow(rest, delay_s=delay, retries=retries + 1)
+                    runtime.dispatcher.send_again(
+                        runtime.sessions, Queue.SLOW, rest, delay_s=delay, retries=retries + 1
+                    )
                 return
             repeated.cleared("slow", "agent results are recorded again")
             metrics.record_agent(report)

@@ -35,7 +35,7 @@ from typing import Any
 
 from PIL import Image
 
-from common.agents.trajectory import AgentStep, Trajectory
+from common.agents.trajectory import AgentStep, Trajectory, kept_if_stopped
 from common.backends.base import VisionLanguageModel
 from common.chat import Conversation, Message
 from common.config import AgentSettings
@@ -72,35 +72,36 @@ def run_deepeyes(
     )
     react = _react_reference if protocol.malformed == "reference" else _react_observe
     trajectory = Trajectory()
-    for index in range(limits.max_steps):
-        started = time.perf_counter()
-        generation = model.generate(
-            conversation, stop=protocol.agent_stop, max_new_tokens=limits.max_new_tokens
-        )
-        step = AgentStep(
-            index=index,
-            text=generation.text,
-            finish_reason=generation.finish_reason,
-            new_tokens=generation.new_tokens,
-            generate_seconds=time.perf_counter() - started,
-        )
-        trajectory.steps.append(step)
-        conversation.add_generation(generation.text)
-        started = time.perf_counter()
-        try:
-            answer, follow_up = react(step, query.image, model, limits)
-        except TrajectoryError as exc:
-            trajectory.error_code, trajectory.error = "tool_call_invalid", str(exc)
-            step.observation = f"ended: {exc}"
-            return trajectory
-        step.tool_seconds = time.perf_counter() - started
-        conversation.messages += follow_up
-        if answer is not None:
-            closed = "</answer>" in step.text.split("<answer>", 1)[-1]
-            trajectory.conclude(answer, cut=not closed and step.finish_reason == "length")
-            if not closed and protocol.malformed == "reference":
-                trajectory.scored = step.text  # the evaluation scores the whole output
-            return trajectory
+    with kept_if_stopped(trajectory):
+        for index in range(limits.max_steps):
+            started = time.perf_counter()
+            generation = model.generate(
+                conversation, stop=protocol.agent_stop, max_new_tokens=limits.max_new_tokens
+            )
+            step = AgentStep(
+                index=index,
+                text=generation.text,
+                finish_reason=generation.finish_reason,
+                new_tokens=generation.new_tokens,
+                generate_seconds=time.perf_counter() - started,
+            )
+            trajectory.steps.append(step)
+            conversation.add_generation(generation.text)
+            started = time.perf_counter()
+            try:
+                answer, follow_up = react(step, query.image, model, limits)
+            except TrajectoryError as exc:
+                trajectory.error_code, trajectory.error = "tool_call_invalid", str(exc)
+                step.observation = f"ended: {exc}"
+                return trajectory
+            step.tool_seconds = time.perf_counter() - started
+            conversation.messages += follow_up
+            if answer is not None:
+                closed = "</answer>" in step.text.split("<answer>", 1)[-1]
+                trajectory.conclude(answer, cut=not closed and step.finish_reason == "length")
+                if not closed and protocol.malformed == "reference":
+                    trajectory.scored = step.text  # the evaluation scores the whole output
+                return trajectory
     trajectory.error_code = "step_limit"
     trajectory.error = f"no answer after {limits.max_steps} generations"
     return trajectory

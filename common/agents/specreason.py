@@ -43,7 +43,7 @@ import time
 from common.agents.deepeyes import TrajectoryError, zoom
 from common.agents.thyme import execute, image_place, model_grid
 from common.agents.thyme import start as thyme_start
-from common.agents.trajectory import PROTOCOL_TAG, AgentStep, Trajectory
+from common.agents.trajectory import PROTOCOL_TAG, AgentStep, Trajectory, kept_if_stopped
 from common.backends.base import Generation, VisionLanguageModel
 from common.chat import Conversation, Message, Purpose
 from common.config import AgentSettings
@@ -71,10 +71,10 @@ def run_specreason(
         start = large.protocol.agent_start(
             large.protocol.view(query.image), query.question, query.options
         )
-        return _Rounds(query, large, small, limits, threshold, start, None).run()
+        return _Rounds(query, large, small, limits, threshold, start, None).kept_run()
     with (sandbox or Sandbox(limits.sandbox)).session() as session:
         start = thyme_start(query, large.protocol, session)
-        return _Rounds(query, large, small, limits, threshold, start, session).run()
+        return _Rounds(query, large, small, limits, threshold, start, session).kept_run()
 
 
 class UnreadableScore(Exception):
@@ -108,6 +108,11 @@ class _Rounds:
         self.kept: list[str] = []
         self.trajectory = Trajectory()
         self.thyme = session is not None
+
+    def kept_run(self) -> Trajectory:
+        """``run``; stopped between rounds (a cancel), with the rounds it took."""
+        with kept_if_stopped(self.trajectory):
+            return self.run()
 
     def run(self) -> Trajectory:
         for index in range(SPECREASON.ROUNDS):

@@ -42,7 +42,7 @@ from typing import Any
 
 from PIL import Image
 
-from common.agents.trajectory import AgentStep, Trajectory
+from common.agents.trajectory import AgentStep, Trajectory, kept_if_stopped
 from common.backends.base import VisionLanguageModel
 from common.chat import Conversation, Message, Part
 from common.config import AgentSettings, ImageSettings
@@ -72,7 +72,9 @@ def run_thyme(
     limits = limits or AgentSettings()
     sandbox = sandbox or Sandbox(limits.sandbox)
     with sandbox.session() as session:
-        return _Loop(query, model, limits, session).run()
+        loop = _Loop(query, model, limits, session)
+        with kept_if_stopped(loop.trajectory):
+            return loop.run()
 
 
 class _Loop:

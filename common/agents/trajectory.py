@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from common.errors import StopRequested
 
 # The tags of the agents' protocols: an answer holding one is the model's loop leaking
 # into its answer (an unclosed tool call, a second turn), not an answer.
@@ -76,3 +80,16 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@contextmanager
+def kept_if_stopped(trajectory: Trajectory) -> Iterator[None]:
+    """A trajectory stopped between its steps (its job was cancelled: ``StopRequested``)
+    leaves with the steps it took, to be kept with the cancelled job."""
+    try:
+        yield
+    except StopRequested as stop:
+        trajectory.error_code = "cancelled"
+        trajectory.error = f"stopped after {len(trajectory.steps)} step(s): the job was cancelled"
+        stop.trajectory = trajectory
+        raise

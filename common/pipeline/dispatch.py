@@ -20,18 +20,23 @@ makes that the structure rather than a habit::
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.contracts import JobStatus, Priority, Queue
 from common.errors import RetryableError
 from common.pipeline.follow import NO_WATCH, RunResult, Watch, follow_store
 from common.store import claims, reads
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -106,6 +111,27 @@ class Dispatcher(ABC):
         """Deliver jobs waiting for the agent; as ``send_fast``."""
         how = Delivery(delay_s, takeover, retries, one_each, priority)
         return self.deliver(Queue.SLOW, list(job_ids), how)
+
+    def send_again(
+        self,
+        sessions: sessionmaker[Session],
+        queue: Queue,
+        job_ids: Iterable[str],
+        **how: Any,
+    ) -> int:
+        """Send jobs again (a hand-back, a retry, a re-send) at their own priorities, as
+        ``transaction`` first sent them; ``how``: ``send_fast``'s or ``send_slow``'s
+        options. Where the store cannot say (it is why they are sent again), at normal."""
+        ids = list(job_ids)
+        urgency: dict[str, int] = {}
+        if self.orders_messages and ids:
+            try:
+                with sessions() as session:
+                    urgency = claims.priorities(session, ids)
+            except SQLAlchemyError:
+                log.warning("sending %d job(s) again at normal priority: no store", len(ids))
+        send = self.send_fast if queue == Queue.FAST else self.send_slow
+        return sum(send(group, priority=rank, **how) for rank, group in _by_priority(ids, urgency))
 
     def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
         """Deliver audits (``common.pipeline.audit``), to be taken only when no deferred

@@ -134,13 +134,11 @@ class Reconciler:
         self._missing_since = missing_since
         result.suspects = len(missing_since)
         at_once, self._resend_now = self._resend_now, False
-        send = {
-            Queue.FAST: self.dispatcher.send_fast,
-            Queue.SLOW: self.dispatcher.send_slow,
-            Queue.AUDIT: self.dispatcher.send_audit,
-        }
         for queue, job_ids in due.items():
-            result.resent[queue] = send[queue](job_ids)
+            if queue == Queue.AUDIT:
+                result.resent[queue] = self.dispatcher.send_audit(job_ids)
+            else:  # (at their own priorities)
+                result.resent[queue] = self.dispatcher.send_again(self.sessions, queue, job_ids)
         if result.resent:
             after = self.settings.recovery.reconcile_after_s
             log.warning(

@@ -72,9 +72,10 @@ class AgentWork(WorkUnit):
             log_retry(exc, "trajectory of job %s will be retried: %s", ticket.job_id, exc)
             self._release([ticket], report, count_attempt=False)
             return report
-        except StopRequested:
-            with self.statements.begin() as session:
-                cancels.stop_running(session, ticket.job_id, Stage.AGENT)
+        except StopRequested as stop:
+            done = None if stop.trajectory is None else stop.trajectory.to_dict()
+            with self.statements.begin() as session:  # (kept: the steps it took)
+                cancels.stop_running(session, ticket.job_id, Stage.AGENT, trajectory=done)
             log.info("job %s was cancelled: its trajectory stopped between steps", ticket.job_id)
             report.cancelled = 1
             return report

@@ -18,6 +18,7 @@ from common.contracts import (
     FastOutcome,
     JobStatus,
     Query,
+    Queue,
     Stage,
     Ticket,
 )
@@ -102,7 +103,7 @@ class FastWork(WorkUnit):
         # on: send them again (a duplicate slow message changes nothing).
         deferred = [job_id for job_id, status in others.items() if status == JobStatus.DEFERRED]
         if deferred:
-            self.dispatcher.send_slow(deferred)
+            self.dispatcher.send_again(self.sessions, Queue.SLOW, deferred)
             report.to_slow += deferred
         # Running: a live worker's (left alone) or a dead one's (claimed once stale); or
         # waiting after a try (handed back when its worker died, or a retry). Each is

@@ -15,6 +15,7 @@ from common.backends.scripted import JobScript, ScriptedModel
 from common.chat import Conversation
 from common.config import AgentSettings
 from common.contracts import Query
+from common.errors import StopRequested
 from common.images import ResizeRule
 from common.protocols import REFERENCE, V0, Protocol
 from common.protocols import reference as reference_text
@@ -291,3 +292,23 @@ def test_reference_a_call_it_cannot_carry_out_ends_the_trajectory(text: str):
 def test_reference_does_not_check_the_tool_name():
     trajectory, _ = run_reference([call("crop", '{"bbox_2d": [0, 0, 100, 100]}'), "<answer>A"])
     assert trajectory.steps[0].box_original == [0, 0, 100, 101] and trajectory.answer == "A"
+
+
+def test_a_trajectory_stopped_between_steps_leaves_with_the_steps_it_took():
+    """A cancel raises ``StopRequested`` before the next generation: the zoom already
+    taken (its text and crop) goes with it, marked cancelled, never an answer."""
+
+    class CancelledAfterOne(RecordingModel):
+        def generate(self, conversation: Conversation, **kwargs) -> Generation:
+            if self.seen:
+                raise StopRequested("the job was cancelled")
+            return super().generate(conversation, **kwargs)
+
+    model = CancelledAfterOne([zoom([63, 42, 189, 126]), "<answer>A</answer>"])
+    query = Query("job", original(), "What colour is the box?", ("red", "blue"))
+    with pytest.raises(StopRequested) as stopped:
+        run_deepeyes(query, model, AgentSettings())
+    kept = stopped.value.trajectory
+    assert [step.text for step in kept.steps] == [zoom([63, 42, 189, 126])]
+    assert kept.steps[0].box_original is not None and kept.answer is None  # (its zoom)
+    assert kept.error_code == "cancelled" and "after 1 step" in kept.error

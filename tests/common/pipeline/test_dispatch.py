@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
+from common.contracts import Queue
 from common.errors import BackendUnavailable
 from common.pipeline import dispatch
 from common.store import submission
@@ -105,6 +107,28 @@ def test_every_queue_is_sent_to_and_each_priority_class_apart_the_most_urgent_fi
     with in_process.transaction(sessions) as tx:
         tx.to_fast([low, high])
     assert in_process.sent_fast == [low, high]
+
+
+def test_jobs_sent_again_keep_their_priorities_and_go_at_normal_without_a_store(sessions):
+    """A hand-back, a retry or a re-send (``send_again``) sends each job at its own
+    priority, with the options given; with the store gone, at normal, still sent."""
+    low, high, normal = _jobs(sessions, 2, 0, 1)
+    dispatcher = _Recording()
+    sent = dispatcher.send_again(
+        sessions, Queue.SLOW, [low, normal, high], takeover=True, one_each=True, retries=2
+    )
+    assert sent == 3
+    assert dispatcher.deliveries == [("slow", [high], 0), ("slow", [normal], 1), ("slow", [low], 2)]
+    assert {(how.takeover, how.one_each, how.retries) for how in dispatcher.hows} == {
+        (True, True, 2)
+    }
+
+    def gone():
+        raise OperationalError("select", {}, Exception("the database is down"))
+
+    dispatcher = _Recording()
+    assert dispatcher.send_again(gone, Queue.FAST, [low, high], delay_s=1.0) == 2
+    assert dispatcher.deliveries == [("fast", [low, high], 1)]
 
 
 def test_a_send_that_fails_after_the_commit_is_handed_on_or_raised(sessions):
