@@ -1,5 +1,6 @@
 """``speceyes serve`` as a real process on 127.0.0.1 (PostgreSQL, scripted backend): a
-streamed body over the limit, racing submissions, decode memory, and a bounded load test."""
+streamed body over the limit, racing submissions, decode memory, a bounded load test,
+and webhooks from the server's own sender."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ import pytest
 from PIL import Image
 from sqlalchemy import create_engine, func
 from sqlalchemy import select as sql_select
+from standardwebhooks import Webhook
 
 from common.store.tables import Batch, Job
 from lab.ports import reserved_port
 from tests.helpers.images import png
+from tests.helpers.receiver import receiver
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -70,6 +73,8 @@ def live(tmp_path: Path, postgres_url: str):
         "SPECEYES_FAST_BATCH_PIXELS": "10000000",
         "SPECEYES_API_RATE_PER_S": "100000",
         "SPECEYES_API_RATE_BURST": "100000",
+        "SPECEYES_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]',  # (the receivers of the test)
+        "SPECEYES_WEBHOOK_POLL_S": "0.1",
     }
     command = [sys.executable, "-m", "cli.main"]
     created = subprocess.run(
@@ -215,6 +220,34 @@ def test_two_thousand_concurrent_submissions_no_5xx_one_job_per_key(live: Live):
         ids.setdefault(index, set()).add(job_id)
     assert all(len(found) == 1 for found in ids.values())
     assert live.count(Job) == 500
+
+
+def test_the_server_posts_a_single_jobs_end_to_its_endpoint_and_callback_signed(live: Live):
+    with receiver() as endpoint_hook, receiver() as callback_hook, live.client() as http:
+        endpoint = http.post("/v1/webhooks", json={"url": endpoint_hook.url}).json()
+        secret = http.get("/v1/webhooks/secret").json()["secret"]
+        job = {
+            "question": "What colour?",
+            "image_base64": _b64(png()),
+            "callback_url": callback_hook.url,
+        }
+        job_id = http.post("/v1/jobs", json=job).json()["id"]
+        for hook, key in ((endpoint_hook, endpoint["secret"]), (callback_hook, secret)):
+            (request,) = wait_until(
+                lambda hook=hook: hook.received, deadline_s=60, what="a delivery"
+            )
+            body = Webhook(key).verify(request.body, request.headers)
+            assert (body["type"], body["data"]["id"], body["data"]["status"]) == (
+                "job.finished",
+                job_id,
+                "done",
+            )
+        assert (
+            endpoint_hook.received[0].headers["webhook-id"]
+            == (
+                callback_hook.received[0].headers["webhook-id"]  # (one event, two deliveries)
+            )
+        )
 
 
 def _b64(data: bytes) -> str:
