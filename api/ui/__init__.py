@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
-from api.ui import pages
+from api.ui import job_pages, pages
 from api.ui.render import render
 from api.ui.session import Signer
 from common.config import Settings
@@ -69,6 +69,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     app.state.error_page = error_page
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.include_router(pages.router)
+    app.include_router(job_pages.router)
     app.add_middleware(PageHeaders)
 
 

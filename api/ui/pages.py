@@ -1,32 +1,25 @@
-"""The review pages' routes: sign-in, batches, a batch, its results, a job, the review
-queue; and the same grid and queue over the jobs a caller sent alone (``/ui/alone``).
-Each reads through ``api.browse`` and the store's read models, as /v1 does."""
+"""The review pages' routes: sign-in, the batches, a batch, its results, its export, its
+review queue, cancel and resume; and what every page shares (the signed-in session, a
+``Listing`` and its grid). A single job's pages and the jobs sent alone:
+``api.ui.job_pages``. Each reads through ``api.browse`` and the store's read models, as
+/v1 does."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Form, Query, Request, Response
+from fastapi import APIRouter, Depends, Form, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.browse import (
-    PREVIEW_SIDE,
     THUMBNAIL_SIDE,
-    ReviewSpec,
-    image_response,
     owned_batch,
-    owned_job,
     result_filter,
-    review,
 )
 from api.deps import DispatcherDep, Limiters, SessionsDep, SettingsDep, too_many
 from api.errors import ApiError
@@ -44,20 +37,17 @@ from api.ui.session import (
     signin_nonce,
     start_session,
 )
-from common.config import ImageSettings, Settings
-from common.contracts import JobStatus
-from common.errors import ImageError, InvalidInput
-from common.images import image_size
+from common.config import Settings
+from common.errors import InvalidInput
 from common.pipeline import cancel
 from common.pipeline.audit import figures_of
-from common.sources.locations import is_local_file
-from common.sources.reading import read_located
 from common.store import reads, reviews
-from common.store.browse import BadCursor, Rows, kept_overview, overview, results_page
+from common.store.browse import BadCursor, Rows, results_page
 from common.store.export import result_row
 from common.store.keys import check_key
-from common.store.listing import Window, batches_page, jobs_page
-from common.store.tables import Batch, BatchItem, Job
+from common.store.listing import Window, batches_page
+from common.store.overview import kept_overview, overview
+from common.store.tables import Batch
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -146,7 +136,7 @@ def signin(
     if row is None and settings.api.require_keys:
         limiters.auth_failures.take(address)
         return _signin_page(request, settings, next, failed="unknown or revoked API key")
-    response = RedirectResponse(_local(next), status_code=303)
+    response = RedirectResponse(local(next), status_code=303)
     start_session(response, request, signer(request), row)
     return response
 
@@ -158,7 +148,7 @@ def _signin_page(request: Request, settings: Any, next: str, failed: str | None 
         request,
         None,
         token=signer(request).mac("signin", nonce),
-        next=_local(next),
+        next=local(next),
         keys_off=not settings.api.require_keys,
         failed=failed,
     )
@@ -208,7 +198,8 @@ def batch_page(
         batch = owned_batch(session, batch_id, ui.caller)
         context = _progress(session, batch, settings)
         found = overview(session, batch.id, context["counts"])
-        grid = _grid(session, Listing.of_batch(batch), {}, None, sorted(context["counts"].failures))
+        failures = sorted(context["counts"].failures)
+        grid = grid_of(session, Listing.of_batch(batch), {}, None, failures)
         html = render(
             "batch.html",
             request,
@@ -241,7 +232,7 @@ def batch_results(
     with sessions() as session:
         batch = owned_batch(session, batch_id, ui.caller)
         reasons = reads.failure_codes(session, batch.id)
-        grid = _grid(session, Listing.of_batch(batch), dict(request.query_params), after, reasons)
+        grid = grid_of(session, Listing.of_batch(batch), dict(request.query_params), after, reasons)
         return page(render("results.html", request, ui, **grid))
 
 
@@ -274,143 +265,6 @@ def review_queue(
         entries = reviews.review_queue(session, batch.id, limit=max(1, min(limit, 100)))
         listing = Listing.of_batch(batch)
         return page(render("review.html", request, ui, listing=listing, entries=entries))
-
-
-@router.get("/alone/results")
-def alone_results(
-    request: Request, ui: UiDep, sessions: SessionsDep, after: str | None = None
-) -> Response:
-    """The jobs the caller sent alone, in the grid and with the filters of a batch."""
-    listing = Listing.alone(ui)
-    with sessions() as session:
-        reasons = listing.rows.failure_codes(session)
-        grid = _grid(session, listing, dict(request.query_params), after, reasons)
-        return page(render("results.html", request, ui, **grid))
-
-
-@router.get("/alone/review")
-def alone_review_queue(
-    request: Request, ui: UiDep, sessions: SessionsDep, limit: int = 20
-) -> Response:
-    """The review queue of the jobs the caller sent alone, as a batch's."""
-    listing = Listing.alone(ui)
-    with sessions() as session:
-        entries = reviews.review_queue(session, listing.rows, limit=max(1, min(limit, 100)))
-        return page(render("review.html", request, ui, listing=listing, entries=entries))
-
-
-@router.get("/jobs")
-def jobs(
-    request: Request,
-    ui: UiDep,
-    sessions: SessionsDep,
-    status: str | None = None,
-    after: str | None = None,
-) -> Response:
-    """The caller's newest jobs, those sent one by one among them (the store function GET
-    /v1/jobs reads), a page at a time."""
-    statuses = [value.value for value in JobStatus]
-    wanted = status or None
-    if wanted is not None and wanted not in statuses:
-        raise InvalidInput(f"status={wanted[:40]!r}: choose one of {', '.join(statuses)}")
-    window = Window(ui.caller.tenant, everyone=ui.caller.admin, after=after or None, limit=50)
-    with sessions() as session:
-        found, cursor = jobs_page(session, window, status=wanted)
-        query = urlencode({"after": cursor, **({"status": wanted} if wanted else {})})
-        html = render(
-            "jobs.html",
-            request,
-            ui,
-            jobs=found,
-            statuses=statuses,
-            status=wanted,
-            after=after,
-            next_cursor=cursor,
-            next_query=query,
-        )
-        return page(html)
-
-
-@router.get("/jobs/{job_id}")
-def job_page(
-    job_id: str,
-    request: Request,
-    ui: UiDep,
-    sessions: SessionsDep,
-    settings: SettingsDep,
-    batch: str | None = None,
-) -> Response:
-    with sessions() as session:
-        job = owned_job(session, job_id, ui.caller)
-        item = _item_of(session, job, batch)
-        size = _size(job, settings.images.exif_rotate)
-        html = render(
-            "job.html",
-            request,
-            ui,
-            job=job,
-            item=item,
-            size=size,
-            preview_side=PREVIEW_SIDE,
-            steps=job.trace_steps or [],
-            trajectory_error=_trajectory_error(job),
-            zooms=views.zooms(job),
-            produced=views.produced_images,
-            tokens=views.token_bars(job),
-            threshold=job.gate_threshold,
-            phases=views.phases(job),
-            verdicts=views.verdicts(item, job),
-            letters=[chr(ord("A") + index) for index in range(len(job.options or []))],
-        )
-        return page(html)
-
-
-@router.get("/jobs/{job_id}/image")
-def job_image(
-    job_id: str,
-    ui: UiDep,
-    sessions: SessionsDep,
-    settings: SettingsDep,
-    max_side: int | None = Query(None, ge=16),
-) -> Response:
-    with sessions() as session:
-        job = owned_job(session, job_id, ui.caller)
-    return image_response(job, settings, max_side=max_side)
-
-
-@router.get("/jobs/{job_id}/steps/{step}/crop")
-def job_crop(
-    job_id: str, step: int, ui: UiDep, sessions: SessionsDep, settings: SettingsDep
-) -> Response:
-    with sessions() as session:
-        job = owned_job(session, job_id, ui.caller)
-    return image_response(job, settings, max_side=PREVIEW_SIDE // 2, step=step)
-
-
-@router.post("/jobs/{job_id}/review")
-def job_review(
-    job_id: str,
-    request: Request,
-    ui: UiDep,
-    sessions: SessionsDep,
-    answer: Annotated[str, Form()] = "",
-    pick: Annotated[str, Form()] = "",
-    csrf: Annotated[str, Form()] = "",
-    next: Annotated[str, Form()] = "",
-) -> Response:
-    """Record a review (a picked option wins over the text); a form goes on to ``next``
-    (else the job), a script gets JSON."""
-    check_csrf(ui, csrf)
-    spec = ReviewSpec(answer=pick or answer)
-    with sessions.begin() as session:
-        job = review(session, owned_job(session, job_id, ui.caller), spec, ui.caller)
-        final = job.given_answer
-    if "application/json" in request.headers.get("accept", ""):
-        return Response(
-            json.dumps({"job_id": job_id, "final_answer": final, "reviewer": ui.caller.name}),
-            media_type="application/json",
-        )
-    return RedirectResponse(_local(next or f"/ui/jobs/{job_id}"), status_code=303)
 
 
 @router.post("/batches/{batch_id}/cancel")
@@ -453,7 +307,7 @@ def _progress(session: Session, batch: Batch, settings: Settings) -> dict[str, A
     }
 
 
-def _grid(
+def grid_of(
     session: Session,
     listing: Listing,
     params: dict[str, str],
@@ -480,35 +334,7 @@ def _grid(
     }
 
 
-def _trajectory_error(job: Job) -> str | None:
-    trace = job.trajectory if isinstance(job.trajectory, dict) else {}
-    parts = [str(trace[name]) for name in ("error_code", "error") if trace.get(name)]
-    return ": ".join(parts) or None
-
-
-def _item_of(session: Session, job: Job, batch_id: str | None) -> BatchItem | None:
-    """The row of ``batch_id`` that asked this job (else the job's first row)."""
-    query = select(BatchItem).where(BatchItem.job_id == job.id)
-    if batch_id:
-        with contextlib.suppress(ValueError):
-            query = query.where(BatchItem.batch_id == uuid.UUID(batch_id).hex)
-    row: BatchItem | None = session.scalars(query.order_by(BatchItem.position).limit(1)).first()
-    return row
-
-
-def _size(job: Job, rotate: bool) -> tuple[int, int] | None:
-    if not job.image_path:
-        return None
-    try:
-        if is_local_file(job.image_path):
-            return image_size(job.image_path, rotate=rotate)
-        data = read_located(job.image_path, ImageSettings())
-        return image_size(io.BytesIO(data), rotate=rotate)
-    except ImageError:
-        return None
-
-
-def _local(target: str) -> str:
+def local(target: str) -> str:
     """Only a path of these pages: never another site (an open redirect)."""
     if target.startswith("/ui") and not target.startswith("//") and "\\" not in target:
         return target

@@ -10,7 +10,7 @@ from typing import Any
 
 from api.browse import zoom_box_of
 from common.protocols.scoring import is_correct, reference_verdict
-from common.store.browse import HISTOGRAM_BINS, Histogram
+from common.store.overview import HISTOGRAM_BINS, Histogram
 from common.store.reads import BatchCounts
 from common.store.tables import BatchItem, Job
 

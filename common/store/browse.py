@@ -1,7 +1,7 @@
 """What the review pages (and their /v1 twins) read: a batch's results, filtered and
-paged, and the overview of a batch (accuracy per split, the gate's confidences, time per
-stage). The results of the jobs a tenant sent alone (``POST /v1/jobs``) are listed the
-same way (``Rows.alone``): oldest first, each its own row, with no expected answer.
+paged (the overview of a batch: ``common.store.overview``). The results of the jobs a
+tenant sent alone (``POST /v1/jobs``) are listed the same way (``Rows.alone``): oldest
+first, each its own row, with no expected answer.
 
 Results are paged by cursor, never by offset: a page is "the next ``limit`` rows after
 this one" in the listing's order (the batch's row order, or confidence then row), so
@@ -15,26 +15,21 @@ from __future__ import annotations
 
 import math
 import re
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, false, func, not_, or_, select
+from sqlalchemy import ColumnElement, Select, and_, false, not_, or_, select
 from sqlalchemy.orm import Session, defer
 
-from common.contracts import AnsweredBy, JobStatus
+from common.contracts import JobStatus
 from common.protocols.scoring import is_correct
-from common.store.analytics import ScoreTally, SplitScore, busy_of
-from common.store.reads import BatchCounts, batch_counts, batch_jobs
-from common.store.tables import BatchItem, Job, gate_threshold
+from common.store.tables import BatchItem, Job
 
 PAGE_ROWS = 50
 _JOB_ID = re.compile(r"[0-9a-f]{32}")
 CHUNK_ROWS = 500  # rows fetched at once while a filter only Python can judge fills a page
 SORTS = ("position", "confidence", "-confidence")
 WHO = ("small", "large", "none")
-HISTOGRAM_BINS = 20
 
 
 @dataclass(frozen=True)
@@ -281,141 +276,3 @@ def _parse_cursor(cursor: str, sort: str, listing: Rows) -> tuple[str, int | str
     except ValueError:
         pass
     raise BadCursor(f"cursor {cursor[:40]!r} is not one of this listing's (sorted by {sort})")
-
-
-@dataclass
-class Histogram:
-    """The gate's confidence on the small model's answers, in ``HISTOGRAM_BINS`` equal bins
-    over [0, 1]: accepted and deferred, each split into right, wrong and unknown."""
-
-    threshold: float | None = None
-    bins: dict[str, list[int]] = field(
-        default_factory=lambda: {
-            f"{fate}_{verdict}": [0] * HISTOGRAM_BINS
-            for fate in ("accepted", "deferred")
-            for verdict in ("right", "wrong", "unknown")
-        }
-    )
-
-    def add(self, confidence: float, accepted: bool, right: bool | None) -> None:
-        index = min(HISTOGRAM_BINS - 1, max(0, int(confidence * HISTOGRAM_BINS)))
-        verdict = "unknown" if right is None else ("right" if right else "wrong")
-        self.bins[f"{'accepted' if accepted else 'deferred'}_{verdict}"][index] += 1
-
-    @property
-    def tallest(self) -> int:
-        return max(
-            (sum(series[i] for series in self.bins.values()) for i in range(HISTOGRAM_BINS)),
-            default=0,
-        )
-
-
-@dataclass(frozen=True)
-class Overview:
-    """The expensive half of a batch's page: computed in one pass each, and kept while the
-    batch does not change (``overview``)."""
-
-    scored: int
-    correct: int
-    splits: list[SplitScore]
-    histogram: Histogram
-    fast_s: float
-    agent_s: float
-    fast_jobs: int
-    agent_jobs: int
-
-
-def overview(session: Session, batch_id: str, counts: BatchCounts | None = None) -> Overview:
-    """Accuracy per split (both ways), the confidence histogram and time per stage: a pass
-    over the batch's rows, so kept (in this process) until a job of the batch finishes,
-    is reviewed or judged (``counts``: the batch's, if already made)."""
-    version = _version(session, batch_id, counts)
-    found = _kept(batch_id, version)
-    if found is None:
-        found = _overview_pass(session, batch_id)
-        with _overviews_lock:
-            _OVERVIEWS[batch_id] = (version, found)
-            while len(_OVERVIEWS) > _OVERVIEWS_KEPT:
-                _OVERVIEWS.popitem(last=False)  # the least recently used
-    return found
-
-
-def kept_overview(
-    session: Session, batch_id: str, counts: BatchCounts | None = None
-) -> Overview | None:
-    """The kept overview, if it is current; None (and nothing computed) if not."""
-    return _kept(batch_id, _version(session, batch_id, counts))
-
-
-def _version(session: Session, batch_id: str, counts: BatchCounts | None) -> tuple[Any, ...]:
-    counts = counts or batch_counts(session, batch_id)
-    verdicts = session.scalar(
-        select(func.count(BatchItem.judge_verdict)).where(BatchItem.batch_id == batch_id)
-    )
-    return (*counts.version, verdicts)
-
-
-def _kept(batch_id: str, version: tuple[Any, ...]) -> Overview | None:
-    with _overviews_lock:  # the server's threads share the kept overviews
-        cached = _OVERVIEWS.get(batch_id)
-        if cached is None or cached[0] != version:
-            return None
-        _OVERVIEWS.move_to_end(batch_id)
-        return cached[1]
-
-
-def _overview_pass(session: Session, batch_id: str) -> Overview:
-    """Scores, the confidence histogram and stage times in one pass over the batch's rows
-    (columns only): each job's wide row is read once, not once a figure."""
-    query = (
-        select(
-            BatchItem.expected,
-            BatchItem.split,
-            BatchItem.judge_verdict,
-            Job.id,
-            Job.status,
-            Job.final_answer,
-            Job.scored_answer,
-            Job.options,
-            Job.confidence,
-            Job.answered_by,
-            Job.small_answer,
-            Job.fast_started_at,
-            Job.gated_at,
-            Job.agent_started_at,
-            Job.finished_at,
-        )
-        .join(Job, Job.id == BatchItem.job_id)
-        .where(BatchItem.batch_id == batch_id)
-    )
-    tally, histogram = ScoreTally(), Histogram()
-    times: dict[str, tuple[Any, ...]] = {}  # a job two rows share is timed once
-    for row in session.execute(query.execution_options(yield_per=2000)):
-        tally.add(row)
-        times[row.id] = (row.fast_started_at, row.gated_at, row.agent_started_at, row.finished_at)
-        if row.confidence is None:
-            continue
-        right = None
-        if row.expected is not None:
-            right = is_correct(row.small_answer, row.expected, row.options)
-        histogram.add(row.confidence, row.answered_by == AnsweredBy.SMALL, right)
-    gates = select(Job.gate).where(Job.id.in_(batch_jobs(batch_id)), Job.confidence.is_not(None))
-    gate = session.scalars(gates.limit(1)).first()  # tau, as the first speculated job saw it
-    histogram.threshold = gate_threshold(gate)
-    (scored, correct), splits = tally.result()
-    busy = busy_of(list(times.values()))
-    return Overview(
-        scored,
-        correct,
-        splits,
-        histogram,
-        busy.fast_s,
-        busy.agent_s,
-        busy.fast_jobs,
-        busy.agent_jobs,
-    )
-
-
-_OVERVIEWS: OrderedDict[str, tuple[tuple[Any, ...], Overview]] = OrderedDict()
-_OVERVIEWS_KEPT = 256  # a few KB each (a histogram, a few splits)
-_overviews_lock = threading.Lock()
