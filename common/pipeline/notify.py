@@ -87,12 +87,21 @@ def check_url(url: str, allow_hosts: Iterable[str] = ()) -> str:
         return url
     if host == "localhost" or host.endswith((".localhost", ".internal", ".local")):
         raise UnsafeUrl(f"{host} is this side of the network", code="callback_url_refused")
-    try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
+    literal = _numeric(host)
+    if literal is None:
         return url  # a name: its addresses are checked at each try
     _check_address(literal, host)
     return url
+
+
+def _numeric(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host written as one stands for, in any form the resolver takes
+    (``2130706433``, ``0x7f.1``, ``127.1`` are 127.0.0.1), without a lookup; None: a name."""
+    try:
+        found = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError):
+        return None
+    return ipaddress.ip_address(found[0][4][0].split("%")[0])
 
 
 def _check_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str) -> None:

@@ -276,6 +276,10 @@ def test_a_redirect_is_not_followed_and_a_callback_is_signed_with_the_tenants_se
                 "http://0.0.0.0/",
                 "http://localhost:8000/",
                 "http://metadata.google.internal/",
+                "http://2130706433/",  # 127.0.0.1, as the resolver reads a number
+                "http://0x7f.1/",
+                "http://0177.0.0.1/",
+                "http://127.1:8000/",
             )
         ),
     ],
