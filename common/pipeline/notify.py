@@ -101,7 +101,7 @@ def _numeric(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         found = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)
     except (socket.gaierror, UnicodeError):
         return None
-    return ipaddress.ip_address(found[0][4][0].split("%")[0])
+    return ipaddress.ip_address(str(found[0][4][0]).split("%")[0])
 
 
 def _check_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str) -> None:
