@@ -143,6 +143,7 @@ class _Draws:
         }
         self.blank |= {"image_path": str(image), "image_hash": image_hash, "tenant": tenant}
         self.blank["priority"] = Priority.NORMAL.rank
+        self.blank["announces"] = False  # (a batch's jobs: its end is told, not theirs)
 
     def job(self, batch_id: str, position: int) -> tuple[dict[str, Any], dict[str, Any]]:
         question = self.question(position)
