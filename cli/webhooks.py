@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
@@ -61,13 +62,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _sessions(args: argparse.Namespace) -> Any:
-    return open_store(settings_from_args(args).database_url)
+    return open_store(settings_from_args(args).database_url, create=False)
 
 
 def run_add(args: argparse.Namespace) -> int:
-    url = check_url(args.url, settings_from_args(args).webhooks.allow_hosts)
+    settings = settings_from_args(args).webhooks
+    url = check_url(args.url, settings.allow_hosts)
     with _sessions(args).begin() as session:
-        endpoint = webhooks.add_endpoint(session, args.tenant, url, args.events)
+        endpoint = webhooks.add_endpoint(
+            session, args.tenant, url, args.events, settings.max_endpoints
+        )
         print(f"endpoint {endpoint.id} for {', '.join(endpoint.events)}")
         print(f"secret {endpoint.secret}")
     return 0
@@ -75,8 +79,12 @@ def run_add(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     with _sessions(args)() as session:
-        for endpoint in webhooks.endpoints(session, args.tenant):
+        found = webhooks.endpoints(session, args.tenant)
+        for endpoint in found:
             print(f"{endpoint.id}  {endpoint.url}  {' '.join(endpoint.events)}")
+    if not found:
+        whose = f"tenant {args.tenant!r}" if args.tenant else "the command line"
+        print(f"no endpoints of {whose} (speceyes webhooks add URL)", file=sys.stderr)
     return 0
 
 

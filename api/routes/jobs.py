@@ -23,6 +23,7 @@ from api.browse import (
     window,
 )
 from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
+from api.errors import ApiError
 from api.intake import check_in_flight, checked_callback, new_item, parse_id, read_job, unsent
 from api.metrics import SUBMITTED
 from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
@@ -71,6 +72,13 @@ async def submit_job(
 ) -> JobSubmitted:
     spec, stored = await read_job(request, settings)
     callback = None if spec.callback_url is None else checked_callback(spec.callback_url, settings)
+    if callback is not None and spec.batch_id:
+        raise ApiError(
+            422,
+            "invalid_request",
+            "a job added to a batch has no callback_url of its own: the batch's is told "
+            "when the batch ends",
+        )
     batch_id = parse_id(spec.batch_id, "batch_id") if spec.batch_id else None
     item = replace(
         new_item(spec, stored, 0, spec.id or ""),

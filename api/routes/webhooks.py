@@ -44,7 +44,9 @@ def add_endpoint(
             f"events are some of {', '.join(webhooks.EVENT_TYPES)}; not {unknown or 'none'}",
         )
     with sessions.begin() as session:
-        return EndpointView.of(webhooks.add_endpoint(session, caller.tenant, url, events))
+        most = settings.webhooks.max_endpoints
+        endpoint = webhooks.add_endpoint(session, caller.tenant, url, events, most)
+        return EndpointView.of(endpoint)
 
 
 @router.get("", response_model=EndpointsPage, summary="Your endpoints, oldest first")

@@ -181,3 +181,9 @@ class WebhookSettings(Group):
         gt=0.0,
     )
     concurrency: int = setting(4, "Deliveries one process sends at once.", ge=1)
+    max_endpoints: int = setting(
+        20,
+        "Endpoints a tenant may register (each event is written once per endpoint, in the "
+        "transaction of the change it tells of).",
+        ge=1,
+    )

@@ -4,13 +4,14 @@ Every process that serves the API or works a queue runs one ``Notifier`` thread.
 ``poll_s`` it announces the batches that ended, then takes the deliveries that are due
 (``claim_due``: held past one try's time limit, so two senders never send one at once
 and a sender that dies leaves its deliveries to be tried again) and sends them, up to
-``concurrency`` at once.
+``concurrency`` at once. A delivery whose time has run out is failed, not sent.
 
 A delivery is a POST of the event's JSON, signed as the Standard Webhooks spec says
 (``webhook-id``: the event's id, the same on every try, for receivers to deduplicate;
 ``webhook-timestamp``; ``webhook-signature``). An answer in 2xx delivers it. Anything
-else (an error status, a redirect, which is never followed, no answer within
-``timeout_s``) is kept as an attempt and tried again after a capped, jittered backoff
+else (an error status, a redirect, which is never followed, no whole answer head within
+``timeout_s``: a hard limit on the whole try, however slowly the receiver trickles) is
+kept as an attempt and tried again after a capped, jittered backoff
 (``first_retry_s`` doubling up to ``max_retry_s``), until ``retry_for_s`` after the
 event: then it is failed. At least once, never lost; receivers deduplicate by id.
 
@@ -24,21 +25,24 @@ rebinding), with the name kept for the ``Host`` header and TLS.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import math
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from sqlalchemy.orm import Session, sessionmaker
 from standardwebhooks import Webhook
 
-from common.backends.inference_client import Backoff, retry_after_s
+from common.backends.inference_client import Backoff
 from common.config import WebhookSettings
 from common.errors import InvalidInput
 from common.store import webhooks
@@ -48,6 +52,7 @@ log = logging.getLogger(__name__)
 
 MAX_URL_CHARS = 2000
 KEPT_ANSWER_CHARS = 300  # of a receiver's answer, in the attempt's record
+MAX_ANSWER_HEAD = 65536  # the status line and headers a receiver may send
 
 
 class UnsafeUrl(InvalidInput):
@@ -58,7 +63,7 @@ def check_url(url: str, allow_hosts: Iterable[str] = ()) -> str:
     """``url`` as a delivery may take it: well formed, and not a name or address of this
     side of the network (which a receiver's lookup is checked for again at each try).
     ``InvalidInput`` (``invalid_callback_url``) or ``UnsafeUrl`` (``callback_url_refused``)."""
-    if not isinstance(url, str) or not url or len(url) > MAX_URL_CHARS:
+    if not isinstance(url, str) or not url or len(url) > MAX_URL_CHARS or not _utf8(url):
         raise InvalidInput(
             f"a callback URL is an http(s) URL of at most {MAX_URL_CHARS} characters",
             code="invalid_callback_url",
@@ -82,7 +87,9 @@ def check_url(url: str, allow_hosts: Iterable[str] = ()) -> str:
         raise InvalidInput(
             "a callback URL has no spaces or control characters", code="invalid_callback_url"
         )
-    host = parts.hostname
+    if parts.port == 0:
+        raise InvalidInput("a callback URL's port is 1 to 65535", code="invalid_callback_url")
+    host = host_of(url)
     if host in set(allow_hosts):
         return url
     if host == "localhost" or host.endswith((".localhost", ".internal", ".local")):
@@ -92,6 +99,29 @@ def check_url(url: str, allow_hosts: Iterable[str] = ()) -> str:
         return url  # a name: its addresses are checked at each try
     _check_address(literal, host)
     return url
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # (a lone surrogate)
+        return False
+    return True
+
+
+def host_of(url: str) -> str:
+    """The URL's host as the resolver will look it up: IDNA, lower case, no final dot
+    (``ｌｏｃａｌｈｏｓｔ.`` is ``localhost``). ``InvalidInput`` for one no resolver takes."""
+    host = urlsplit(url).hostname or ""
+    if ":" in host:  # an IPv6 address
+        return host
+    try:
+        return host.rstrip(".").encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise InvalidInput(
+            f"{host[:80]!r} is no host name (an empty or too long label?)",
+            code="invalid_callback_url",
+        ) from None
 
 
 def _numeric(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -104,36 +134,118 @@ def _numeric(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return ipaddress.ip_address(str(found[0][4][0]).split("%")[0])
 
 
-def _check_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str) -> None:
+# IPv6 ranges that carry an IPv4 address to a gateway (NAT64, 6to4, the deprecated
+# IPv4-compatible and IPv4-translated forms): where one exists, they reach IPv4 inside
+_CARRIERS = tuple(
+    ipaddress.ip_network(net) for net in ("64:ff9b::/96", "2002::/16", "::/96", "::ffff:0:0:0/96")
+)
+
+
+def _check_address(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str, *, shown: bool = True
+) -> None:
+    """Refuse an address that is not public. ``shown``: name it in the error (the caller
+    wrote it); a looked-up address is not told back (it would map the inside)."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    if not address.is_global or address.is_multicast:
+    carried = isinstance(address, ipaddress.IPv6Address) and any(
+        address in net for net in _CARRIERS
+    )
+    if carried or not address.is_global or address.is_multicast:
+        what = f"is {address}, not" if shown else "resolves to an address that is not"
         raise UnsafeUrl(
-            f"{host} is {address}, not a public address (loopback, private, link-local or "
-            "reserved); an operator may allow it (SPECEYES_WEBHOOK_ALLOW_HOSTS)",
+            f"{host} {what} a public address (loopback, private, link-local or reserved); "
+            "an operator may allow it (SPECEYES_WEBHOOK_ALLOW_HOSTS)",
             code="callback_url_refused",
         )
 
 
-def resolved(url: str, allow_hosts: Iterable[str]) -> tuple[str, str]:
-    """The URL to connect to (its host replaced by an address that was checked) and the
-    host name it stood for. ``UnsafeUrl`` if any address of the host is not public."""
+@dataclass(frozen=True)
+class Target:
+    """Where one try connects: an address that was checked, and what the request names."""
+
+    address: str
+    port: int
+    tls: bool
+    host: str  # for TLS and the Host header
+    netloc: str  # the URL's host and port, as the Host header carries them
+    path: str  # with its query
+
+
+def resolved(url: str, allow_hosts: Iterable[str]) -> Target:
+    """Where to connect for ``url``: its host looked up now, every address checked (the
+    first one is used, so no second lookup can swap it). ``UnsafeUrl`` if any is not
+    public; ``ConnectionError`` if it cannot be looked up."""
     check_url(url, allow_hosts)
     parts = urlsplit(url)
-    host = parts.hostname or ""
+    host = host_of(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         raise ConnectionError(f"cannot resolve {host}: {exc}") from None
-    addresses = [ipaddress.ip_address(info[4][0]) for info in found]
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
     if host not in set(allow_hosts):
         for address in addresses:
-            _check_address(address, host)
-    address = addresses[0]
-    shown = f"[{address}]" if address.version == 6 else str(address)
-    netloc = shown if parts.port is None else f"{shown}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc)), parts.netloc
+            _check_address(address, host, shown=False)
+    path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    return Target(str(addresses[0]), port, parts.scheme == "https", host, parts.netloc, path)
+
+
+def post(
+    target: Target, body: bytes, headers: dict[str, str], timeout_s: float
+) -> tuple[int, str, float | None]:
+    """POST ``body``; the status, the start of the answer and its ``Retry-After`` in
+    seconds (if a finite number of them). The whole try, connecting
+    to the last byte read, ends within ``timeout_s`` (``TimeoutError``), however slowly
+    the receiver answers; an answer head over 64 KiB is refused."""
+    deadline = time.monotonic() + timeout_s
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no whole answer within {timeout_s:g} s")
+        return remaining
+
+    raw = socket.create_connection((target.address, target.port), timeout=left())
+    with contextlib.closing(raw):
+        connection: socket.socket = raw
+        if target.tls:
+            context = ssl.create_default_context()
+            connection = context.wrap_socket(raw, server_hostname=target.host)
+        lines = [f"POST {target.path} HTTP/1.1", f"Host: {target.netloc}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+        connection.settimeout(left())
+        connection.sendall("\r\n".join(lines).encode("latin-1") + body)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            if len(received) > MAX_ANSWER_HEAD:
+                raise ConnectionError("the answer's head is over 64 KiB")
+            connection.settimeout(left())
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    head, _, rest = received.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    fields = status_line.split(" ", 2)
+    if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
+        raise ConnectionError(f"not an HTTP answer: {status_line[:80]!r}")
+    answer = rest[:KEPT_ANSWER_CHARS].decode("utf-8", errors="replace").strip()
+    return int(fields[1]), answer, _retry_after(head)
+
+
+def _retry_after(head: bytes) -> float | None:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"retry-after":
+            try:
+                seconds = float(value.strip())
+            except ValueError:
+                return None  # (an HTTP date: the backoff's own wait)
+            return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    return None
 
 
 class Notifier:
@@ -145,9 +257,6 @@ class Notifier:
         self.backoff = Backoff(first_s=settings.first_retry_s, max_s=settings.max_retry_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client = httpx.Client(
-            timeout=settings.timeout_s, follow_redirects=False, trust_env=False
-        )
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="speceyes-webhook")
         self._failing = False
 
@@ -161,7 +270,6 @@ class Notifier:
         if self._thread is not None:
             self._thread.join(self.settings.timeout_s + 5)
         self._pool.shutdown(wait=True, cancel_futures=True)
-        self._client.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -194,7 +302,10 @@ class Notifier:
         at, started = utcnow(), time.monotonic()
         status, error, retry_after = self.send(due, at)
         seconds = time.monotonic() - started
-        retry_in = None if error is None else self.backoff.delay_s(due.attempt, retry_after)
+        retry_in = None
+        if error is not None:  # (never sooner than the first wait, whatever it asks)
+            delay = self.backoff.delay_s(due.attempt, retry_after)
+            retry_in = max(self.settings.first_retry_s, delay)
         with self.sessions.begin() as session:
             state = webhooks.record_attempt(
                 session,
@@ -210,42 +321,30 @@ class Notifier:
         return state
 
     def send(self, due: webhooks.Due, at: datetime) -> tuple[int | None, str | None, float | None]:
-        """POST the event: (status, why it failed or None, the receiver's Retry-After)."""
-        try:
-            target, host = resolved(due.url, self.settings.allow_hosts)
-        except (UnsafeUrl, ConnectionError) as exc:
-            return None, str(exc), None
+        """POST the event: (status, why it failed or None, the receiver's Retry-After).
+        Nothing a URL or a receiver does escapes as an exception: it is the try's error."""
         signature = Webhook(due.secret).sign(due.event_id, at, due.body)
         headers = {
-            "host": host,
-            "content-type": "application/json",
-            "user-agent": "speceyes-webhooks/1",
+            "Content-Type": "application/json",
+            "User-Agent": "speceyes-webhooks/1",
             "webhook-id": due.event_id,
             "webhook-timestamp": str(int(at.timestamp())),
             "webhook-signature": signature,
         }
-        extensions = {"sni_hostname": urlsplit(due.url).hostname or ""}
         try:
-            with self._client.stream(
-                "POST", target, content=due.body.encode(), headers=headers, extensions=extensions
-            ) as response:
-                answer = _first_bytes(response)
-        except httpx.HTTPError as exc:
-            return None, f"{type(exc).__name__}: {exc}"[:KEPT_ANSWER_CHARS] or "no answer", None
-        if 200 <= response.status_code < 300:
-            return response.status_code, None, None
-        if 300 <= response.status_code < 400:
-            why = f"answered {response.status_code}: redirects are not followed"
-        else:
-            why = f"answered {response.status_code}: {answer}".rstrip(": ")
-        return response.status_code, why, retry_after_s(response)
-
-
-def _first_bytes(response: httpx.Response) -> str:
-    """The start of a receiver's answer, read no further (it may be endless)."""
-    kept = b""
-    for chunk in response.iter_bytes():
-        kept += chunk
-        if len(kept) >= KEPT_ANSWER_CHARS:
-            break
-    return kept[:KEPT_ANSWER_CHARS].decode("utf-8", errors="replace").strip()
+            target = resolved(due.url, self.settings.allow_hosts)
+            status, answer, retry_after = post(
+                target, due.body.encode(), headers, self.settings.timeout_s
+            )
+        except TimeoutError:
+            return None, f"no whole answer within {self.settings.timeout_s:g} s", None
+        except (InvalidInput, ConnectionError) as exc:
+            return None, str(exc)[:KEPT_ANSWER_CHARS], None
+        except Exception as exc:  # (an address, a certificate, a socket: the try's error)
+            return None, f"{type(exc).__name__}: {exc}"[:KEPT_ANSWER_CHARS], None
+        if 200 <= status < 300:
+            return status, None, None
+        if 300 <= status < 400:
+            return status, f"answered {status}: redirects are not followed", None
+        why = f"answered {status}: {answer}".rstrip(": ")
+        return status, why, retry_after

@@ -271,7 +271,9 @@ def submit_job(
         batch = session.get(Batch, batch_id)
         if batch is None or (tenant is not None and batch.tenant != tenant):
             raise NotFound(f"no batch {batch_id}", code="batch_not_found")
-    job_id = add_job(session, item, key, tenant, method, announces=True, callback_url=callback_url)
+    # (one added to a batch is told of by its batch)
+    alone = batch_id is None
+    job_id = add_job(session, item, key, tenant, method, announces=alone, callback_url=callback_url)
     if batch_id is not None:
         session.flush()
         session.add(

@@ -33,6 +33,7 @@ from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED
+from common.errors import InvalidInput
 from common.store.ids import new_id
 from common.store.tables import (
     Batch,
@@ -71,8 +72,20 @@ def _of_tenant(column: Any, tenant: str | None) -> Any:
 
 # -- endpoints and secrets --------------------------------------------------------------
 def add_endpoint(
-    session: Session, tenant: str | None, url: str, events: Sequence[str]
+    session: Session, tenant: str | None, url: str, events: Sequence[str], most: int = 20
 ) -> WebhookEndpoint:
+    """A new endpoint of the tenant (``InvalidInput`` for a URL it has already, or past
+    ``most`` endpoints: every event is written once per endpoint, in the transaction of
+    its change)."""
+    kept = endpoints(session, tenant)
+    if any(endpoint.url == url for endpoint in kept):
+        raise InvalidInput("an endpoint with this URL exists already", code="endpoint_exists")
+    if len(kept) >= most:
+        raise InvalidInput(
+            f"{len(kept)} endpoints already, the most a tenant may have "
+            "(webhook_max_endpoints): remove one first",
+            code="max_endpoints",
+        )
     endpoint = WebhookEndpoint(
         id=new_id(), tenant=tenant, url=url, events=list(events), secret=new_secret()
     )
@@ -197,11 +210,10 @@ def jobs_ended(session: Session, job_ids: Any) -> int:
     # (the rows as the statements before left them, not as this session first read them)
     fresh = query.order_by(Job.id).execution_options(populate_existing=True)
     for job in session.scalars(fresh).all():
-        emit(
-            session, JOB_FINISHED, job.tenant, job.id, job_data(job), callback_url=job.callback_url
-        )
-        job.announced_at = job.finished_at
-        announced += 1
+        data = job_data(job)
+        if emit(session, JOB_FINISHED, job.tenant, job.id, data, callback_url=job.callback_url):
+            job.announced_at = job.finished_at  # (nobody listening: no write)
+            announced += 1
     return announced
 
 
@@ -309,6 +321,11 @@ def claim_due(session: Session, limit: int, hold_s: float, retry_for_s: float) -
     )
     due = []
     for delivery, body, made in session.execute(query).all():
+        expires_at = made + timedelta(seconds=retry_for_s)
+        if now >= expires_at:  # (its time ran out while it waited, or while held)
+            delivery.state, delivery.finished_at = FAILED, now
+            delivery.last_error = (delivery.last_error or "no try ended") + "; given up"
+            continue
         delivery.attempts += 1
         delivery.next_at = now + timedelta(seconds=hold_s)
         due.append(
@@ -319,7 +336,7 @@ def claim_due(session: Session, limit: int, hold_s: float, retry_for_s: float) -
                 body=body,
                 secret=_secret_of(session, delivery),
                 attempt=delivery.attempts,
-                expires_at=made + timedelta(seconds=retry_for_s),
+                expires_at=expires_at,
             )
         )
     session.flush()

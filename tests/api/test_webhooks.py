@@ -116,11 +116,17 @@ def test_bad_callback_urls_and_events_are_refused_in_the_one_shape(api):
         ("http://127.0.0.1:9/", "callback_url_refused"),
         ("http://169.254.169.254/latest/meta-data/", "callback_url_refused"),
         ("http://[::1]/", "callback_url_refused"),
+        ("http://a..b/", "invalid_callback_url"),
     ):
         refused(server.http.post("/v1/webhooks", json={"url": url}), 422, error)
         refused(server.http.post("/v1/jobs", json=_job(callback_url=url)), 422, error)
         batch = {"name": "b", "jobs": [_job()], "callback_url": url}
         refused(server.http.post("/v1/batches", json=batch), 422, error)
+    # a lone surrogate, escaped in the JSON as a caller may send it: 422, not a 500
+    surrogate = b'{"url": "https://ex\\ud800.com/"}'
+    headers = {"content-type": "application/json"}
+    answer = server.http.post("/v1/webhooks", content=surrogate, headers=headers)
+    refused(answer, 422, "invalid_callback_url")
     unknown = {"url": "https://hooks.example/", "events": ["job.started"]}
     refused(server.http.post("/v1/webhooks", json=unknown), 422, "invalid_request")
     refused(server.http.delete("/v1/webhooks/nope"), 422, "invalid_request")
@@ -131,3 +137,11 @@ def test_bad_callback_urls_and_events_are_refused_in_the_one_shape(api):
     (row,) = answer.json()["refused"]
     assert (row["index"], row["error"]) == (1, "invalid_request")
     assert server.jobs() == 2
+    # nor does a job added to a batch by POST /v1/jobs
+    added = _job(batch_id=answer.json()["id"], callback_url="https://hooks.example/")
+    refused(server.http.post("/v1/jobs", json=added), 422, "invalid_request")
+    # one URL per endpoint
+    assert server.http.post("/v1/webhooks", json={"url": "https://a.example/"}).status_code == 201
+    refused(
+        server.http.post("/v1/webhooks", json={"url": "https://a.example/"}), 422, "endpoint_exists"
+    )

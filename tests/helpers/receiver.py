@@ -1,6 +1,7 @@
 """A real webhook receiver on 127.0.0.1: down until told to come up, then answering each
 request as its script says (a status, a redirect, an answer held past the sender's time
-limit, or 204), keeping every request it was sent."""
+limit, one trickled a header line at a time, a 503 with a Retry-After, or 204), keeping
+every request it was sent."""
 
 from __future__ import annotations
 
@@ -47,6 +48,20 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length)
             receiver.received.append(Received(self.path, dict(self.headers.items()), body))
             kind, value = receiver.next_answer()
+            if kind == "trickle":  # a header line every 0.1 s, for ``value`` seconds
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                for line in range(int(float(value) * 10)):
+                    if receiver.released.wait(0.1):
+                        return
+                    self.wfile.write(f"X-Slow-{line}: 1\r\n".encode())
+                    self.wfile.flush()
+                return
+            if kind == "retry_after":  # 503, asking to be tried again after ``value``
+                self.send_response(503)
+                self.send_header("retry-after", str(value))
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
             if kind == "hold":  # answer only after the sender gave up on it (or at the end)
                 receiver.released.wait(float(value))
                 kind, value = "status", 204
