@@ -103,14 +103,23 @@ def endpoints(session: Session, tenant: str | None) -> list[WebhookEndpoint]:
 
 
 def remove_endpoint(session: Session, tenant: str | None, endpoint_id: str) -> bool:
-    """Stop sending to an endpoint (deliveries on their way to it are kept, and end)."""
+    """Stop sending to an endpoint: it takes no more events, and what waits to go to it
+    is failed (``endpoint removed``); what it was sent stays listed."""
+    now = utcnow()
     statement = (
         update(WebhookEndpoint)
         .where(WebhookEndpoint.id == endpoint_id, _of_tenant(WebhookEndpoint.tenant, tenant))
         .where(WebhookEndpoint.removed_at.is_(None))
-        .values(removed_at=utcnow())
+        .values(removed_at=now)
     )
-    return bool(session.execute(statement).rowcount)  # type: ignore[attr-defined]
+    if not session.execute(statement).rowcount:  # type: ignore[attr-defined]
+        return False
+    session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.state == PENDING)
+        .values(state=FAILED, finished_at=now, last_error="endpoint removed")
+    )
+    return True
 
 
 def callback_secret(session: Session, tenant: str | None) -> str:

@@ -457,3 +457,16 @@ def test_a_job_added_to_a_batch_is_told_of_by_its_batch(sessions):
         _answer_all(session)
         assert webhooks.batches_ended(session) == [batch.id]
         assert [event.type for event in _events(session)] == ["batch.finished"]
+
+
+def test_a_removed_endpoint_is_sent_nothing_more(sessions):
+    with sessions.begin() as session:
+        endpoint = webhooks.add_endpoint(session, "acme", "https://a.example/", ["job.finished"])
+        _alone(session, "alone")
+        _answer_all(session)
+        assert webhooks.remove_endpoint(session, "acme", endpoint.id)
+        assert not webhooks.remove_endpoint(session, "acme", endpoint.id)  # (once)
+        _alone(session, "later")
+        _answer_all(session)
+    (delivery,) = _deliveries(sessions)  # the later job's end went nowhere
+    assert (delivery.state, delivery.last_error) == ("failed", "endpoint removed")
