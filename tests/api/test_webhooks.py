@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import itertools
 
+import pytest
 from standardwebhooks import Webhook
 
+from api.client import InvalidRequest, NotFound
 from common.config import GateSettings
 from common.contracts import Accepted, ScreenResult, Stage
 from common.store import claims
@@ -145,3 +147,19 @@ def test_bad_callback_urls_and_events_are_refused_in_the_one_shape(api):
     refused(
         server.http.post("/v1/webhooks", json={"url": "https://a.example/"}), 422, "endpoint_exists"
     )
+
+
+def test_the_python_client_registers_lists_and_removes_endpoints(api):
+    server = api()
+    client = server.client
+    made = client.add_webhook("https://hooks.example/a", ["batch.finished"])
+    assert made["events"] == ["batch.finished"] and made["secret"].startswith("whsec_")
+    assert [endpoint["id"] for endpoint in client.webhooks()] == [made["id"]]
+    assert client.webhook_secret().startswith("whsec_")
+    assert list(client.deliveries()) == []
+    with pytest.raises(InvalidRequest):
+        client.add_webhook("http://127.0.0.1/")
+    client.remove_webhook(made["id"])
+    assert client.webhooks() == []
+    with pytest.raises(NotFound):
+        client.remove_webhook(made["id"])
