@@ -12,7 +12,7 @@ from typing import Any
 from cli.options import add_store_flags, settings_from_args
 from common.errors import InvalidInput, NotFound
 from common.pipeline.notify import check_url
-from common.store import webhooks
+from common.store import deliveries, webhooks
 from common.store.db import open_store
 from common.store.tables import iso_utc
 
@@ -106,7 +106,9 @@ def run_deliveries(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= 500:
         raise InvalidInput(f"--limit is 1 to 500; got {args.limit}")
     with _sessions(args)() as session:
-        rows, _ = webhooks.deliveries_page(session, args.tenant, state=args.state, limit=args.limit)
+        rows, _ = deliveries.deliveries_page(
+            session, args.tenant, state=args.state, limit=args.limit
+        )
         for delivery, event, attempts in rows:
             line = {
                 "id": delivery.id,

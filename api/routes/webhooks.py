@@ -20,7 +20,7 @@ from api.schemas import (
     EndpointView,
     SecretView,
 )
-from common.store import webhooks
+from common.store import deliveries, webhooks
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 
@@ -95,7 +95,7 @@ def list_deliveries(
 ) -> DeliveriesPage:
     cursor = None if after is None else parse_id(after, "after")
     with sessions() as session:
-        rows, next_cursor = webhooks.deliveries_page(
+        rows, next_cursor = deliveries.deliveries_page(
             session,
             caller.tenant,
             everyone=caller.admin,

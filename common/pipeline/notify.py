@@ -45,7 +45,7 @@ from standardwebhooks import Webhook
 from common.backends.inference_client import Backoff
 from common.config import WebhookSettings
 from common.errors import InvalidInput
-from common.store import webhooks
+from common.store import deliveries, webhooks
 from common.store.tables import utcnow
 
 log = logging.getLogger(__name__)
@@ -290,14 +290,14 @@ class Notifier:
             webhooks.batches_ended(session)
         hold_s = self.settings.timeout_s * 2 + 5  # (one try, its record, and a margin)
         with self.sessions.begin() as session:
-            due = webhooks.claim_due(
+            due = deliveries.claim_due(
                 session, self.settings.concurrency * 4, hold_s, self.settings.retry_for_s
             )
         if due:
             list(self._pool.map(self.deliver, due))
         return len(due)
 
-    def deliver(self, due: webhooks.Due) -> str:
+    def deliver(self, due: deliveries.Due) -> str:
         """One try of one delivery, kept; the delivery's state after it."""
         at, started = utcnow(), time.monotonic()
         status, error, retry_after = self.send(due, at)
@@ -307,7 +307,7 @@ class Notifier:
             delay = self.backoff.delay_s(due.attempt, retry_after)
             retry_in = max(self.settings.first_retry_s, delay)
         with self.sessions.begin() as session:
-            state = webhooks.record_attempt(
+            state = deliveries.record_attempt(
                 session,
                 due,
                 at=at,
@@ -320,7 +320,9 @@ class Notifier:
             log.warning("webhook %s to %s given up: %s", due.event_id, due.url, error)
         return state
 
-    def send(self, due: webhooks.Due, at: datetime) -> tuple[int | None, str | None, float | None]:
+    def send(
+        self, due: deliveries.Due, at: datetime
+    ) -> tuple[int | None, str | None, float | None]:
         """POST the event: (status, why it failed or None, the receiver's Retry-After).
         Nothing a URL or a receiver does escapes as an exception: it is the try's error."""
         signature = Webhook(due.secret).sign(due.event_id, at, due.body)
