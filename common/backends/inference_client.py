@@ -55,8 +55,11 @@ class Backoff:
 def retry_after_s(response: httpx.Response) -> float | None:
     """A response's ``Retry-After`` (seconds or an HTTP date) in seconds, if it has one."""
     value = response.headers.get("retry-after")
-    if value is None:
-        return None
+    return None if value is None else seconds_of_retry_after(value)
+
+
+def seconds_of_retry_after(value: str) -> float | None:
+    """A ``Retry-After`` value (seconds or an HTTP date) in seconds; None if neither."""
     try:
         return float(value)
     except ValueError:

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 from sqlalchemy.orm import Session, sessionmaker
 from standardwebhooks import Webhook
 
-from common.backends.inference_client import Backoff
+from common.backends.inference_client import Backoff, seconds_of_retry_after
 from common.config import WebhookSettings
 from common.errors import InvalidInput
 from common.store import deliveries, webhooks
@@ -240,11 +240,8 @@ def _retry_after(head: bytes) -> float | None:
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"retry-after":
-            try:
-                seconds = float(value.strip())
-            except ValueError:
-                return None  # (an HTTP date: the backoff's own wait)
-            return seconds if math.isfinite(seconds) and seconds >= 0 else None
+            seconds = seconds_of_retry_after(value.strip().decode("latin-1"))
+            return seconds if seconds is not None and math.isfinite(seconds) else None
     return None
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.store.ids import new_id
+from common.store.listing import Window
 from common.store.tables import (
     WebhookAttempt,
     WebhookDelivery,
@@ -19,7 +21,7 @@ from common.store.tables import (
     WebhookEvent,
     utcnow,
 )
-from common.store.webhooks import DELIVERED, FAILED, PENDING, callback_secret, of_tenant
+from common.store.webhooks import DELIVERED, FAILED, PENDING, callback_secret
 
 
 @dataclass(frozen=True)
@@ -125,23 +127,20 @@ def deliveries_page(
     after: str | None = None,
     limit: int = 50,
 ) -> tuple[list[tuple[WebhookDelivery, WebhookEvent, list[WebhookAttempt]]], str | None]:
-    """The tenant's deliveries, newest first, each with its event and its tries."""
-    query = select(WebhookDelivery, WebhookEvent).join(
+    """The tenant's deliveries, newest first, each with its event and its tries: cut by
+    id a page at a time, as every listing is (``common.store.listing.Window``)."""
+    window = Window(tenant, everyone=everyone, after=after, limit=limit)
+    query: Any = select(WebhookDelivery, WebhookEvent).join(
         WebhookEvent, WebhookEvent.id == WebhookDelivery.event_id
     )
-    if not everyone:
-        query = query.where(of_tenant(WebhookDelivery.tenant, tenant))
     if state is not None:
         query = query.where(WebhookDelivery.state == state)
-    if after is not None:
-        query = query.where(WebhookDelivery.id < after)
-    rows = session.execute(query.order_by(WebhookDelivery.id.desc()).limit(limit + 1)).all()
-    page, more = rows[:limit], len(rows) > limit
+    rows = list(session.execute(window.cut(query, WebhookDelivery)).all())
+    page, cursor = window.page(rows, lambda row: row[0].id)
     ids = [delivery.id for delivery, _ in page]
     attempts: dict[str, list[WebhookAttempt]] = {i: [] for i in ids}
     if ids:
         query_attempts = select(WebhookAttempt).where(WebhookAttempt.delivery_id.in_(ids))
         for attempt in session.scalars(query_attempts.order_by(WebhookAttempt.id)):
             attempts[attempt.delivery_id].append(attempt)
-    cursor = page[-1][0].id if more and page else None
     return [(d, e, attempts[d.id]) for d, e in page], cursor

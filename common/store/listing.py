@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED
 from common.errors import InvalidInput
-from common.store.tables import Batch, BatchItem, Job
+from common.store.tables import Batch, BatchItem, Job, WebhookDelivery
 
 MOST_PER_PAGE = 500
 _ID = re.compile(r"[0-9a-f]{32}")
@@ -63,7 +63,9 @@ class Window:
                 code="invalid_cursor",
             )
 
-    def cut(self, query: Select[Any], table: type[Batch] | type[Job]) -> Select[Any]:
+    def cut(
+        self, query: Select[Any], table: type[Batch] | type[Job] | type[WebhookDelivery]
+    ) -> Select[Any]:
         """``query`` of ``table`` cut to this window, newest first, one more row than the
         page (whether there is a next one)."""
         if not self.everyone:
