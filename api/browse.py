@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Query, Response
 from pydantic import BaseModel, Field
@@ -32,12 +32,13 @@ from common.images import content_hash, render_image
 from common.limits import check_text
 from common.sources.locations import is_local_file
 from common.sources.reading import read_located
-from common.store import reads, reviews
+from common.store import reviews
 from common.store.browse import SORTS, WHO, ResultFilter
 from common.store.listing import MOST_PER_PAGE, Window
 from common.store.tables import Batch, Job, as_utc
 
 log = logging.getLogger(__name__)
+Row = TypeVar("Row", Job, Batch)
 
 PREVIEW_SIDE = 1600  # a job's image on its page (zoomed in the browser, not refetched)
 THUMBNAIL_SIDE = 160  # a row of the results grid
@@ -50,19 +51,21 @@ RENDER_WAIT_S = 10.0
 
 def owned_job(session: Session, job_id: str, caller: Caller) -> Job:
     """The job, if the caller may read it; another tenant's is as absent as a missing one."""
-    key = _hex_id(job_id)
-    job = reads.get_job(session, key) if key else None
-    if job is None or not caller.may_read(job.tenant):
-        raise NotFound(f"no job {job_id[:40]}", code="job_not_found")
-    return job
+    return _owned(session, Job, job_id, caller)
 
 
 def owned_batch(session: Session, batch_id: str, caller: Caller) -> Batch:
-    key = _hex_id(batch_id)
-    batch = reads.get_batch(session, key) if key else None
-    if batch is None or not caller.may_read(batch.tenant):
-        raise NotFound(f"no batch {batch_id[:40]}", code="batch_not_found")
-    return batch
+    """The batch, if the caller may read it (as ``owned_job``)."""
+    return _owned(session, Batch, batch_id, caller)
+
+
+def _owned(session: Session, table: type[Row], text: str, caller: Caller) -> Row:
+    key = _hex_id(text)
+    row = session.get(table, key) if key else None
+    if row is None or not caller.may_read(row.tenant):
+        kind = "job" if table is Job else "batch"
+        raise NotFound(f"no {kind} {text[:40]}", code=f"{kind}_not_found")
+    return row
 
 
 def _hex_id(text: str) -> str | None:
@@ -246,15 +249,6 @@ class ReviewSpec(BaseModel):
 def review(session: Session, job: Job, spec: ReviewSpec, caller: Caller) -> Job:
     """Record the caller's review of ``job`` (``common.store.reviews``)."""
     return reviews.review_job(session, job, spec.answer, caller.name)
-
-
-def review_fields(job: Job) -> dict[str, Any]:
-    return {
-        "reviewed_answer": job.reviewed_answer,
-        "reviewer": job.reviewer,
-        "reviewed_at": job.reviewed_at,
-        "final_answer": job.given_answer,
-    }
 
 
 # a listing's query parameters, shared by GET /v1/batches and GET /v1/jobs

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from common.contracts import AnsweredBy, JobStatus, Priority
 from common.store.listing import BatchLine
@@ -19,6 +19,15 @@ from common.store.tables import (
     WebhookEndpoint,
     WebhookEvent,
 )
+
+Item = TypeVar("Item")
+
+
+class Page(BaseModel, Generic[Item]):
+    """One page of a listing; its route says the order."""
+
+    data: list[Item]
+    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
 
 
 class JobSpec(BaseModel):
@@ -102,6 +111,8 @@ class JobError(BaseModel):
 
 
 class Timings(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # (read off the job's row)
+
     created_at: datetime
     fast_started_at: datetime | None
     gated_at: datetime | None
@@ -175,19 +186,20 @@ class JobView(BaseModel):
             attempts=job.attempts,
             priority=Priority.of_rank(job.priority),
             cancelling=job.cancel_requested is not None,
-            timings=Timings(
-                created_at=job.created_at,
-                fast_started_at=job.fast_started_at,
-                gated_at=job.gated_at,
-                agent_started_at=job.agent_started_at,
-                finished_at=job.finished_at,
-            ),
+            timings=Timings.model_validate(job),
             error=JobError(code=job.error_code, message=job.error_message) if failed else None,
-            reviewed_answer=job.reviewed_answer,
-            reviewer=job.reviewer,
-            reviewed_at=job.reviewed_at,
-            final_answer=job.given_answer,
+            **reviewed(job),
         )
+
+
+def reviewed(job: Job) -> dict[str, Any]:
+    """A person's review of the job, as a job and a batch's row both show it."""
+    return {
+        "reviewed_answer": job.reviewed_answer,
+        "reviewer": job.reviewer,
+        "reviewed_at": job.reviewed_at,
+        "final_answer": job.given_answer,
+    }
 
 
 class BatchView(BaseModel):
@@ -281,17 +293,13 @@ class RowView(BaseModel):
             expected=item.expected,
             correct=correct,
             audit_agrees=job.audit_agrees,
-            reviewed_answer=job.reviewed_answer,
-            reviewer=job.reviewer,
-            reviewed_at=job.reviewed_at,
-            final_answer=job.given_answer,
+            **reviewed(job),
             why=why,
         )
 
 
-class RowsPage(BaseModel):
-    data: list[RowView]
-    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
+class RowsPage(Page[RowView]):
+    """A batch's rows, in their order in the batch."""
 
 
 class BatchLineView(BaseModel):
@@ -316,14 +324,12 @@ class BatchLineView(BaseModel):
         )
 
 
-class BatchesPage(BaseModel):
-    data: list[BatchLineView]
-    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
+class BatchesPage(Page[BatchLineView]):
+    """The caller's batches, newest first."""
 
 
-class JobsPage(BaseModel):
-    data: list[JobView]
-    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
+class JobsPage(Page[JobView]):
+    """The caller's jobs, newest first."""
 
 
 class EndpointSpec(BaseModel):
@@ -409,6 +415,5 @@ class DeliveryView(BaseModel):
         )
 
 
-class DeliveriesPage(BaseModel):
-    data: list[DeliveryView]
-    next_cursor: str | None = Field(description="pass as ?after= for the next page; null: last")
+class DeliveriesPage(Page[DeliveryView]):
+    """Webhook deliveries, newest first."""

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,18 +168,36 @@ def test_a_readme_example_runs_as_written(command: str, corpus: Path):
 
 
 def _run(command: str, folder: Path) -> None:
-    done = subprocess.run(
-        ["bash", "-c", command],
-        cwd=folder,
-        env=_env(folder),
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+    code, stdout, stderr = _shell(command, folder, _env(folder), timeout_s=280)
     # 0: every job done; 1: some failed (a synth model on photos of nothing it knows)
-    assert done.returncode in (0, 1), (command, done.stderr[-3000:])
-    assert "Traceback" not in done.stderr, (command, done.stderr[-3000:])
-    assert "batch " in done.stdout and "jobs " in done.stdout, (command, done.stdout)
+    assert code in (0, 1), (command, stderr[-3000:])
+    assert "Traceback" not in stderr, (command, stderr[-3000:])
+    assert "batch " in stdout and "jobs " in stdout, (command, stdout)
+
+
+def _shell(script: str, folder: Path, env: dict[str, str], timeout_s: float) -> tuple:
+    """``script`` run by bash in ``folder``, in a session of its own: whatever it starts in
+    the background is stopped with it, whatever happens. Its exit status (None: still
+    running after ``timeout_s``), then what it printed on stdout and on stderr."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        run = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=folder,
+            env=env,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            code: int | None = run.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None  # (what it printed says where it stood)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read()
 
 
 def test_the_apis_examples_run_as_written(tmp_path: Path):
@@ -202,28 +221,10 @@ def test_the_apis_examples_run_as_written(tmp_path: Path):
             ]
         )
         (tmp_path / "samples").symlink_to(ROOT / "samples")
-        output, errors = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-        with output.open("w") as out, errors.open("w") as err:
-            # its own session: the server the example starts in the background is stopped
-            # with it, whatever happens
-            shell_run = subprocess.Popen(
-                ["bash", "-c", script],
-                cwd=tmp_path,
-                env=_env(tmp_path),
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-            try:
-                code: int | None = shell_run.wait(timeout=240)
-            except subprocess.TimeoutExpired:
-                code = None  # still running: its output says where it stands
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(shell_run.pid, signal.SIGKILL)
-        said = f"stdout:\n{output.read_text()[-3000:]}\nstderr:\n{errors.read_text()[-3000:]}"
+        code, stdout, stderr = _shell(script, tmp_path, _env(tmp_path), timeout_s=240)
+        said = f"stdout:\n{stdout[-3000:]}\nstderr:\n{stderr[-3000:]}"
         assert code == 0, said
-        lines = output.read_text().splitlines()
+        lines = stdout.splitlines()
         job = json.loads(next(line for line in lines if '"created"' in line))
         assert job["created"] is True
         # it leaves nothing where it is run (the store and uploads are this test's)
@@ -322,24 +323,16 @@ def test_the_one_machine_distributed_example_runs_as_written(
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     try:
-        done = subprocess.run(
-            ["bash", "-e", "-c", script],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=280,
-            start_new_session=True,
-        )
+        code, stdout, stderr = _shell(f"set -e\n{script}", tmp_path, env, timeout_s=280)
     finally:  # (what the queues left under this test's prefix)
         for key in redis_client.scan_iter(f"{prefix}*"):
             redis_client.delete(key)
-    said = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    assert done.returncode == 0, said
-    assert "sent 16 jobs to the fast queue" in done.stdout, said
+    said = f"stdout:\n{stdout[-3000:]}\nstderr:\n{stderr[-3000:]}"
+    assert code == 0, said
+    assert "sent 16 jobs to the fast queue" in stdout, said
     rows = [json.loads(line) for line in (tmp_path / "distributed.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and all(row["status"] == "done" for row in rows), said
-    assert "stopped 3 worker(s)" in done.stdout, said
+    assert "stopped 3 worker(s)" in stdout, said
 
 
 def code_blocks_of(text: str) -> list[tuple[str, str]]:

@@ -8,7 +8,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import cli.follow
 from cli.main import main
 from tests.helpers.images import png, write_images
 from tests.helpers.sandbox import bubblewrap_or_skip
+from tests.helpers.serving import SPECEYES
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,9 +183,7 @@ def _annotate_in_background(
         "SPECEYES_SCRIPTED__AGENT_STEP_S": str(agent_step_s),
     }
     command = [
-        sys.executable,
-        "-m",
-        "cli.main",
+        *SPECEYES,
         "annotate",
         str(tmp_path / "c"),
         "-q",
@@ -333,7 +331,7 @@ def test_the_default_models_offline_fail_fast_before_any_job(tmp_path: Path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPECEYES_")}
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # no hub, here or on a machine with a network
-    speceyes = [sys.executable, "-m", "cli.main", "annotate"]
+    speceyes = [*SPECEYES, "annotate"]
 
     def timed(*args: str) -> tuple[subprocess.CompletedProcess, float]:
         started = time.monotonic()

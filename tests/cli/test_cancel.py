@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 from cli.main import main
 from tests.helpers.images import write_images
+from tests.helpers.serving import SPECEYES
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_a_running_annotate_is_cancelled_from_elsewhere_then_resumed(tmp_path: P
         "SPECEYES_SCRIPTED__TOOL_FREE": "0.0",  # every job goes to the agent: one at a time
         "SPECEYES_SCRIPTED__AGENT_STEP_S": "2.5",  # (15 s of work: time to cancel)
     }
-    command = [sys.executable, "-m", "cli.main", "annotate", str(tmp_path / "c"), "-q", "Q?"]
+    command = [*SPECEYES, "annotate", str(tmp_path / "c"), "-q", "Q?"]
     running = subprocess.Popen(
         [*command, *SCRIPTED, *store, "--no-progress"],
         cwd=ROOT,

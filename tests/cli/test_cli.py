@@ -13,6 +13,7 @@ from PIL import Image
 from cli.bench import COMMANDS as BENCH_KINDS
 from cli.main import COMMANDS, main
 from common.config import without_password
+from tests.helpers.serving import SPECEYES
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "images"
 SAMPLE, OTHER_SAMPLE = sorted(SAMPLES.glob("*.png"))[:2]
@@ -174,7 +175,7 @@ def test_every_command_has_its_own_help(command, capsys):
 def test_config_into_a_pipe_closed_early_ends_quietly():
     """`speceyes config | head`: the reader leaves first; no BrokenPipeError traceback."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "config"],
+        [*SPECEYES, "config"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

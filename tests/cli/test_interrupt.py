@@ -9,14 +9,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.helpers.images import png, write_images
-from tests.helpers.serving import served
+from tests.helpers.serving import SPECEYES, served
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,9 +45,7 @@ class Annotate:
         self.stderr_path = tmp_path / "stderr.txt"
         env = {**os.environ, "SPECEYES_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1"}
         command = [
-            sys.executable,
-            "-m",
-            "cli.main",
+            *SPECEYES,
             "annotate",
             str(tmp_path / "c"),
             "-q",

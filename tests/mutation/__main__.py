@@ -177,13 +177,8 @@ def recheck(module: Module) -> int:
             continue
         if result["test_outcome"] != "survived":
             continue
-        mutation = item["mutations"][0]
-        row = mutation["start_pos"][0]
-        # the line as the mutant changed it (its diff's), not whatever is at that row now
-        text = _changed_line(result["diff"]) or (
-            source[row - 1].strip() if row <= len(source) else ""
-        )
-        if _equivalent(module.name, mutation["operator_name"], text):
+        row, operator, text = _mutated_line(item, result, source)
+        if _equivalent(module.name, operator, text):
             continue
         applied = subprocess.run(
             ["git", "apply", "-p1", "-"],
@@ -201,9 +196,18 @@ def recheck(module: Module) -> int:
             subprocess.run(["git", "checkout", "--", module.path], cwd=REPO, check=True)
         verdict = "killed" if done.returncode else "SURVIVED"
         alive += verdict == "SURVIVED"
-        print(f"  {verdict:8s} line {row} {mutation['operator_name']}: {text}", flush=True)
+        print(f"  {verdict:8s} line {row} {operator}: {text}", flush=True)
     print(f"{module.name}: {alive} survivor(s) still alive")
     return 1 if alive else 0
+
+
+def _mutated_line(item: dict, result: dict, source: list[str]) -> tuple[int, str, str]:
+    """Where a mutant is (its row), its operator, and the line as the mutant changed it
+    (its diff's), not whatever stands at that row now."""
+    mutation = item["mutations"][0]
+    row = mutation["start_pos"][0]
+    text = _changed_line(result["diff"]) or (source[row - 1].strip() if row <= len(source) else "")
+    return row, mutation["operator_name"], text
 
 
 def _changed_line(diff: str) -> str:
@@ -249,17 +253,12 @@ def _outcomes(module: Module, session: Path) -> tuple[Counter[str], list[str]]:
         if outcome == "killed":
             counts["timeout" if "timeout" in (result.get("output") or "") else "killed"] += 1
             continue
-        mutation = item["mutations"][0]
-        row = mutation["start_pos"][0]
-        # the line as the mutant changed it (its diff's), not whatever is at that row now
-        text = _changed_line(result["diff"]) or (
-            source[row - 1].strip() if row <= len(source) else ""
-        )
-        if _equivalent(module.name, mutation["operator_name"], text):
+        row, operator, text = _mutated_line(item, result, source)
+        if _equivalent(module.name, operator, text):
             counts["equivalent"] += 1
             continue
         counts["survived"] += 1
-        survivors.append(f"line {row} {mutation['operator_name']}: {text}")
+        survivors.append(f"line {row} {operator}: {text}")
     return counts, survivors
 
 

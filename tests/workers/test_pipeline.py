@@ -24,6 +24,7 @@ from tests.helpers.deployment import Deployment
 from tests.helpers.images import write_images
 from tests.helpers.routes import ROUTES
 from tests.helpers.sandbox import bubblewrap_or_skip
+from tests.helpers.serving import SPECEYES
 from tests.helpers.thyme_steps import ANSWER, CROP, LOOPS, RAISES
 from tests.helpers.waiting import wait_until
 from workers.queues import SLOW_PACK, priority_keys
@@ -264,7 +265,6 @@ def test_the_tiny_checkpoints_run_through_the_workers(tmp_path, deployment, tiny
 
 def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_path, deployment):
     import subprocess
-    import sys
     import urllib.request
 
     setup = deployment(fast_batch_size="4", fast_max_wait_s="0.2")
@@ -276,9 +276,7 @@ def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_pa
 
     run = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "cli.main",
+            *SPECEYES,
             "annotate",
             str(folder),
             "-q",
@@ -307,15 +305,12 @@ def test_annotate_distributed_follows_the_workers_and_they_export_metrics(tmp_pa
 
 def test_distributed_without_a_broker_is_a_usage_error(tmp_path):
     import subprocess
-    import sys
 
     write_images(tmp_path / "corpus", 1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECEYES_")}
     run = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "cli.main",
+            *SPECEYES,
             "annotate",
             str(tmp_path / "corpus"),
             "-q",

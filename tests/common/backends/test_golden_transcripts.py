@@ -259,8 +259,6 @@ def test_thyme_phases_i_and_ii_see_the_question_before_its_please(tiny_paths):
 
 @pytest.mark.sandbox
 def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
-    from common.agents.thyme import run_thyme
-
     bubblewrap_or_skip()
     code = (
         "<think>crop</think><code>\n```python\nfrom PIL import Image\n"
@@ -268,11 +266,7 @@ def test_thyme_turns_before_and_after_its_code_runs(tiny_paths):
         'processed_path = "/mnt/data/temp_processed_images/crop.png"\n'
         "image.crop((x1, y1, x2, y2)).save(processed_path)\nprint(processed_path)\n```\n</code>"
     )
-    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
-    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
-    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
-
-    assert trajectory.answer == "B", trajectory
+    _, sent = _thyme_answers_b_after(tiny_paths, code)
     # utils.py generate_prompt_final_qa
     user = (
         f"<image>\n{THYME_QUESTION}\n\n"
@@ -294,18 +288,12 @@ def test_thyme_printed_text_comes_back_inside_its_sandbox_output(tiny_paths):
     """utils.py run_evaluation: code that saves no image hands back its printed text
     (``first_path``, not a file) between ``<sandbox_output>`` and ``</sandbox_output>``,
     in the same assistant turn."""
-    from common.agents.thyme import run_thyme
-
     bubblewrap_or_skip()
     code = (
         "<think>measure</think><code>\n```python\nfrom PIL import Image\n"
         "image = Image.open(image_path)\nprint(image.size[0] * 2)\n```\n</code>"
     )
-    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
-    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
-    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
-
-    assert trajectory.answer == "B", trajectory
+    _, sent = _thyme_answers_b_after(tiny_paths, code)
     assert sent[1].text.endswith(f"{code}<sandbox_output>896</sandbox_output>")
 
 
@@ -315,15 +303,9 @@ def test_thyme_after_a_failed_first_execution_the_user_turn_is_continued(tiny_pa
     ``continue``s with the failed segment dropped. Every iteration after the first renders
     without a generation prompt and cuts the final ``<|im_end|>\n``: with no assistant
     turn yet, that continues the USER turn (the evaluation's quirk, kept)."""
-    from common.agents.thyme import run_thyme
-
     bubblewrap_or_skip()
     failing = "<think>try</think><code>\n```python\nprint(1 / 0)\n```\n</code>"
-    large, sent = forced_agent(tiny_paths, [failing, "<answer>B</answer>"], THYME)
-    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
-    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
-
-    assert trajectory.answer == "B", trajectory
+    _, sent = _thyme_answers_b_after(tiny_paths, failing)
     assert len(sent) == 2
     assert sent[1].text == sent[0].text.removesuffix("<|im_end|>\n<|im_start|>assistant\n")
     assert sent[1].text.endswith("goes here.</answer>\n") and "1 / 0" not in sent[1].text
@@ -381,8 +363,6 @@ def test_thyme_keeps_the_whole_token_that_completed_its_stop_string(tiny_paths):
     """The stop overrun: transformers' stop_strings fire on the token that completes
     "</code>", and the evaluation decodes every generated token, so a last token ">\n"
     leaves "</code>\n" in the turn, and the next prompt reads "</code>\n<sandbox_output>"."""
-    from common.agents.thyme import run_thyme
-
     bubblewrap_or_skip()
     body = '<think>count</think><code>\n```python\nprint("one, two")\n```\n'
     probe = TransformersModel(str(tiny_paths["large"]), device="cpu", dtype="float32")
@@ -391,11 +371,7 @@ def test_thyme_keeps_the_whole_token_that_completed_its_stop_string(tiny_paths):
         ">\n", add_special_tokens=False
     )
     assert probe.tokenizer.decode(cut[-1:]) == ">\n"  # the token that completes "</code>"
-    large, sent = forced_agent(tiny_paths, [cut, "<answer>B</answer>"], THYME)
-    query = Query("q", Image.new("RGB", (448, 336), (0, 0, 255)), CHOICE.question, CHOICE.options)
-    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
-
-    assert trajectory.answer == "B", trajectory
+    trajectory, sent = _thyme_answers_b_after(tiny_paths, cut)
     assert trajectory.steps[0].text == body + "</code>\n"
     assert sent[1].text.endswith(f"{body}</code>\n<sandbox_output>one, two</sandbox_output>")
 
@@ -406,19 +382,13 @@ def test_thyme_names_a_benchmark_image_by_the_evaluation_s_own_path(tiny_paths, 
     re-saved as ./eval_code_thyme/_tmp_hr_images/SPLIT/{idx:08d}.jpg and
     generate_prompt_final_qa names that path; the code opens it as written (relative to
     its working folder), and is handed it as image_path."""
-    from common.agents.thyme import run_thyme
-
     bubblewrap_or_skip()
     path = "./eval_code_thyme/_tmp_hr_images/hr_bench_4k/00000000.jpg"
     code = (
         "<think>size</think><code>\n```python\nfrom PIL import Image\n"
         f'print(Image.open("{path}").size, image_path)\n```\n</code>'
     )
-    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
-    query = _hr_query(tmp_path, for_thyme=True)
-    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
-
-    assert trajectory.answer == "B", trajectory
+    _, sent = _thyme_answers_b_after(tiny_paths, code, _hr_query(tmp_path, for_thyme=True))
     user = (
         f"<image>\n{THYME_QUESTION}\n\n"
         f'### User Image Path:** "{path}"\n'
@@ -434,7 +404,6 @@ def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
     """eval_code_thyme/SpecEyes.py: a V* image's own file is the code's image_path and
     the first turn's image: not re-saved (a quality-95 copy of a quality-60 JPEG has
     other pixels)."""
-    from common.agents.thyme import run_thyme
     from common.pipeline.funnel import prepare_query
 
     bubblewrap_or_skip()
@@ -447,10 +416,7 @@ def test_thyme_hands_a_jpeg_file_to_the_code_as_it_is(tiny_paths, tmp_path):
         "<think>check</think><code>\n```python\nimport hashlib\n"
         "print(hashlib.sha256(open(image_path, 'rb').read()).hexdigest())\n```\n</code>"
     )
-    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
-    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
-
-    assert trajectory.answer == "B", trajectory
+    _, sent = _thyme_answers_b_after(tiny_paths, code, query)
     digest = hashlib.sha256(original.read_bytes()).hexdigest()
     assert sent[1].text.endswith(f"<sandbox_output>{digest}</sandbox_output>")  # the file
     shown = sent[0].images[0]
@@ -500,3 +466,18 @@ def test_specreason_shows_each_model_the_kept_steps_and_asks_a_new_turn(tiny_pat
         f"{start}{first}<|im_end|>\n<|im_start|>assistant\n{second}<|im_end|>\n"
         f"<|im_start|>user\n{VERIFY_PROMPT}<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def _thyme_answers_b_after(tiny_paths, code: str | list[int], query: Query | None = None):
+    """Thyme with the model forced to write ``code`` (text or token ids), then answer B;
+    by default on a 448 x 336 blue image. The trajectory and what the model was sent at
+    each turn."""
+    from common.agents.thyme import run_thyme
+
+    large, sent = forced_agent(tiny_paths, [code, "<answer>B</answer>"], THYME)
+    if query is None:
+        image = Image.new("RGB", (448, 336), (0, 0, 255))
+        query = Query("q", image, CHOICE.question, CHOICE.options)
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=5, max_new_tokens=200))
+    assert trajectory.answer == "B", trajectory
+    return trajectory, sent
