@@ -18,6 +18,32 @@ class Equivalent:
 
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
+        "submission",
+        "*,",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller passes keywords",
+    ),
+    Equivalent(
+        "submission",
+        "@dataclass(frozen=True)",
+        r"core/ReplaceTrueWithFalse",
+        "a result nobody assigns to: frozen only forbids what no code does",
+    ),
+    Equivalent(
+        "submission",
+        "if held.before != 0:",
+        r"core/NumberReplacer",
+        "(the mutant != -1) before is never negative: the lookup a new batch skips finds "
+        "nothing anyway",
+    ),
+    Equivalent(
+        "submission",
+        "for start in range(0, len(ids), 500):",
+        r"core/NumberReplacer",
+        "(the step 499) lookups that overlap by one id read a row twice; the second copy "
+        "is left, as the row was taken",
+    ),
+    Equivalent(
         "reconcile",
         "*,",
         r"core/ReplaceBinaryOperator_Mul_Div",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sqlalchemy import inspect, select
 
@@ -132,3 +134,126 @@ def test_a_bulk_submission_analyzes_the_job_tables_as_they_grow(database_url):
             assert analyzed is not None
     finally:
         sessions.close()
+
+
+def test_held_marks_each_position_it_took_and_no_other():
+    held = submission.Held(before=None)
+    taken = {0, 7, 8, 9, 15, 16, 63, 64, 200}
+    for position in sorted(taken):
+        held.take(position)
+    assert [p for p in range(260) if held.taken(p)] == sorted(taken)
+
+
+def test_the_default_statistics_analyze_after_the_first_thousand_jobs(postgres_url):
+    from common.store.db import open_store
+
+    sessions = open_store(postgres_url)
+    try:
+        statistics = submission.Statistics()
+        assert not statistics.grown(sessions, 999) and statistics.grown(sessions, 1000)
+    finally:
+        sessions.close()
+
+
+def test_job_tables_locked_by_maintenance_are_not_waited_for(postgres_url):
+    """A table another transaction holds (a VACUUM FULL, an index being built) is skipped
+    after the lock timeout: the submission goes on, analyzed at the next doubling."""
+    from sqlalchemy import text
+
+    from common.store.db import open_store
+
+    sessions = open_store(postgres_url)
+    try:
+        with sessions.begin() as holder:
+            holder.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))
+            assert submission.Statistics(first=10).grown(sessions, 10) is False
+    finally:
+        sessions.close()
+
+
+def test_a_one_row_batch_submitted_again_adds_nothing(sessions):
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x"), "cfg")
+    with sessions.begin() as session:
+        again = submission.submit_items(
+            session, new_batch(session), items("x"), "cfg", held=submission.Held(before=1)
+        )
+        assert again == (0, 0)
+
+
+def test_rows_with_one_id_each_keep_their_own_job_when_submitted_again(sessions):
+    """Two items of a corpus with the same id (and other questions) take the held rows in
+    order: the first item the first row, the second the second; nothing is re-pointed."""
+    first, second = items("x", question="First?")[0], items("x", question="Second?")[0]
+    twins = [first, replace(second, position=1)]
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), twins, "cfg")
+    with sessions() as session:
+        before = [(row.position, row.job_id) for row in session.scalars(select(BatchItem))]
+    with sessions.begin() as session:
+        assert submission.submit_items(session, new_batch(session), twins, "cfg") == (0, 0)
+    with sessions() as session:
+        rows = session.scalars(select(BatchItem).order_by(BatchItem.position))
+        assert [(row.position, row.job_id) for row in rows] == sorted(before)
+
+
+def test_a_held_row_whose_item_changed_points_at_its_new_job_and_a_broken_one_keeps_its_own(
+    sessions,
+):
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x", "y"), "cfg")
+    with sessions() as session:
+        old = dict(session.execute(select(BatchItem.item_id, BatchItem.job_id)).all())
+    mended = items("x", question="Another question?")[0]
+    broken = new_jobs.NewItem(1, "y", "", error=("image_error", "y.png: unreadable"))
+    with sessions.begin() as session:
+        assert submission.submit_items(session, new_batch(session), [mended, broken], "cfg") == (
+            1,
+            0,
+        )
+    with sessions() as session:
+        now = dict(session.execute(select(BatchItem.item_id, BatchItem.job_id)).all())
+        assert now["y"] == old["y"]  # (broken for now: the answer it has is kept)
+        assert now["x"] != old["x"]
+        assert session.get(Job, now["x"]).question == "Another question?"
+
+
+def test_a_corpus_of_more_ids_than_one_lookup_holds_is_matched_whole(sessions):
+    """The held rows are read 500 ids a query: 1,001 ids take three, and none is missed."""
+    names = [f"i{n:04d}" for n in range(1001)]
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items(*names), "cfg")
+    with sessions.begin() as session:
+        assert submission.submit_items(session, new_batch(session), items(*names), "cfg") == (
+            0,
+            0,
+        )
+
+
+def test_a_tenant_appends_a_job_to_its_own_batch(sessions):
+    (item,) = items("x")
+    with sessions.begin() as session:
+        batch = submission.submit_batch(session, items("a"), name="n", client_key=None, tenant="t")
+        job = submission.submit_job(session, item, client_key=None, batch_id=batch.id, tenant="t")
+        assert session.get(BatchItem, (batch.id, 1)).job_id == job.id
+        with pytest.raises(NotFound):
+            submission.submit_job(session, item, client_key=None, batch_id=batch.id, tenant="u")
+
+
+def test_an_api_batchs_job_keys_are_the_funnels_as_they_always_were(sessions):
+    """An upgrade must not change a key: the same request then finds its job again. The
+    funnel's job key names no method; another method's does."""
+    from common.store.ids import idempotency_key
+
+    (item,) = items("x")
+    with sessions.begin() as session:
+        funnel = submission.submit_batch(session, [item], name="n", client_key=None, tenant="t")
+        other = submission.submit_batch(
+            session, [item], name="n", client_key=None, tenant="t", method="specreason"
+        )
+        keys = [session.get(Job, made.job_ids[0]).idempotency_key for made in (funnel, other)]
+    facts = (item.image_hash, item.question, item.options)
+    assert keys == [
+        idempotency_key(*facts, idempotency_key("api", "tenant:t")),
+        idempotency_key(*facts, idempotency_key("api", "tenant:t", "specreason")),
+    ]
