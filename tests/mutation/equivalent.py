@@ -19,6 +19,12 @@ class Equivalent:
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
         "submission",
+        "self.matched.extend(bytes(byte + 1 - len(self.matched)))",
+        r"core/NumberReplacer",
+        "(the mutant + 2) one zero byte more than needed: no position reads it as taken",
+    ),
+    Equivalent(
+        "submission",
         "*,",
         r"core/ReplaceBinaryOperator_Mul_Div",
         "the keyword-only marker made positional-only ('/'): every caller passes keywords",

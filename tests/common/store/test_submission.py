@@ -252,8 +252,29 @@ def test_an_api_batchs_job_keys_are_the_funnels_as_they_always_were(sessions):
             session, [item], name="n", client_key=None, tenant="t", method="specreason"
         )
         keys = [session.get(Job, made.job_ids[0]).idempotency_key for made in (funnel, other)]
+        # (and the batch's config names the method where it is not the funnel: the report)
+        configs = [session.get(Batch, made.id).config for made in (funnel, other)]
+    assert configs == [{}, {"method": "specreason"}]
     facts = (item.image_hash, item.question, item.options)
     assert keys == [
         idempotency_key(*facts, idempotency_key("api", "tenant:t")),
         idempotency_key(*facts, idempotency_key("api", "tenant:t", "specreason")),
     ]
+
+
+def test_a_job_appended_without_an_item_id_is_its_rows_id(sessions):
+    with sessions.begin() as session:
+        batch = submission.submit_batch(session, items("a"), name="n", client_key=None)
+        loose = new_jobs.NewItem(0, "", "Q?", ["a", "b"], "/img/l.png", image_hash="hash-l")
+        job = submission.submit_job(session, loose, client_key=None, batch_id=batch.id)
+        assert session.get(BatchItem, (batch.id, 1)).item_id == job.id
+
+
+def test_a_batch_whose_rows_all_fail_at_intake_is_stopped_by_its_budget_at_once(sessions):
+    broken = [
+        new_jobs.NewItem(n, f"r{n}", "", error=("invalid_input", "no question")) for n in range(3)
+    ]
+    with sessions.begin() as session:
+        made = submission.submit_batch(session, broken, name="n", client_key=None, budget=(0.5, 2))
+    with sessions() as session:
+        assert session.get(Batch, made.id).stopped.startswith("failure_budget: 3 of 3")
