@@ -19,9 +19,28 @@ class Equivalent:
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
         "submission",
-        "self.matched.extend(bytes(byte + 1 - len(self.matched)))",
+        "for item, key in zip(items, keys, strict=True):",
+        r"core/ReplaceTrueWithFalse",
+        "the keys are made one per item just before: the lengths are always equal",
+    ),
+    Equivalent(
+        "submission",
+        ".where(BatchItem.batch_id == batch_id, BatchItem.item_id.in_(ids[start : start + 500]))",
         r"core/NumberReplacer",
-        "(the mutant + 2) one zero byte more than needed: no position reads it as taken",
+        "(501) lookups that overlap by one id read a row twice; the copy is left unused",
+    ),
+    Equivalent(
+        "submission",
+        "if new_rows and is_postgres(session):",
+        r"core/AddNot",
+        "PostgreSQL then writes the rows with the portable insert instead of the unnest: "
+        "the same rows (the unnest is a speed path, docs/benchmarks.md)",
+    ),
+    Equivalent(
+        "submission",
+        "self.matched.extend(bytes(byte + 1 - len(self.matched)))",
+        r"core/(NumberReplacer|ReplaceBinaryOperator_Sub_Add)",
+        "(+ 2, or + len) zero bytes more than needed: no position reads them as taken",
     ),
     Equivalent(
         "submission",

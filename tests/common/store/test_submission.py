@@ -278,3 +278,29 @@ def test_a_batch_whose_rows_all_fail_at_intake_is_stopped_by_its_budget_at_once(
         made = submission.submit_batch(session, broken, name="n", client_key=None, budget=(0.5, 2))
     with sessions() as session:
         assert session.get(Batch, made.id).stopped.startswith("failure_budget: 3 of 3")
+
+
+def test_a_run_in_chunks_matches_only_the_rows_held_before_it(sessions):
+    """A grown corpus sent in chunks: an id seen twice in this run (twins) is two new rows,
+    not one, though the first twin's row exists by the time the second chunk comes."""
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x"), "cfg")
+    held = submission.Held(before=1)
+    first, twin = items("x", "y")[1], replace(items("y", question="Other?")[0], position=2)
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        assert submission.submit_items(session, batch, [first], "cfg", held=held) == (1, 1)
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        assert submission.submit_items(session, batch, [twin], "cfg", held=held) == (1, 1)
+
+
+def test_a_job_sent_alone_announces_its_end_and_one_in_a_batch_leaves_it_to_the_batch(
+    sessions,
+):
+    (item,) = items("x")
+    with sessions.begin() as session:
+        batch = submission.submit_batch(session, items("a"), name="n", client_key=None)
+        alone = submission.submit_job(session, item, client_key=None, batch_id=None)
+        joined = submission.submit_job(session, item, client_key=None, batch_id=batch.id)
+        assert [session.get(Job, made.id).announces for made in (alone, joined)] == [True, False]
