@@ -18,6 +18,31 @@ class Equivalent:
 
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
+        "dispatch",
+        "*,",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller passes the "
+        "options by keyword and the ids by position",
+    ),
+    Equivalent(
+        "dispatch",
+        "@dataclass(frozen=True)",
+        r"core/ReplaceTrueWithFalse",
+        "a Delivery is made and read, never assigned to: frozen only forbids what no code does",
+    ),
+    Equivalent(
+        "dispatch",
+        "def message_ids(self, *, held: bool = True)",
+        r"core/ReplaceTrueWithFalse",
+        "the base answers None whatever is asked; each broker's own says what it holds",
+    ),
+    Equivalent(
+        "dispatch",
+        "sent_s: float = 0.0",
+        r"core/NumberReplacer",
+        "a start value the transaction overwrites in its finally, before anyone reads it",
+    ),
+    Equivalent(
         "submission",
         "for item, key in zip(items, keys, strict=True):",
         r"core/ReplaceTrueWithFalse",

@@ -145,3 +145,30 @@ def test_a_send_that_fails_after_the_commit_is_handed_on_or_raised(sessions):
 
 def test_an_in_process_dispatcher_delivers_no_audit(sessions):
     assert dispatch.StoreOnly().send_audit(["a"]) == 0
+
+
+def test_a_dispatcher_that_does_not_order_messages_sends_again_without_the_store():
+    """The in-process runner claims in priority order itself: sending again reads nothing
+    (the store may be why the jobs are sent again)."""
+
+    def untouchable():
+        raise AssertionError("the store was read")
+
+    in_process = dispatch.StoreOnly()
+    assert in_process.send_again(untouchable, Queue.FAST, ["a", "b"]) == 2
+    assert in_process.sent_fast == ["a", "b"]
+
+
+def test_a_transaction_says_how_long_its_sends_took(sessions):
+    (job,) = _jobs(sessions, 1)
+    with _Recording().transaction(sessions) as tx:
+        tx.to_fast([job])
+    assert 0.0 <= tx.sent_s < 60.0
+
+
+def test_a_dispatcher_must_say_how_it_delivers():
+    class Silent(dispatch.Dispatcher):
+        pass
+
+    with pytest.raises(TypeError, match="deliver"):
+        Silent()  # type: ignore[abstract]
