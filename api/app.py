@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import docs, ui
+from api import docs, openai, ui
 from api.access_log import AccessLog
 from api.deps import Limiters, require_key
 from api.errors import install_handlers
@@ -86,6 +86,7 @@ def create_app(
     v1.include_router(batches.router)
     v1.include_router(webhooks.router)
     app.include_router(v1)
+    app.include_router(openai.router())  # (OpenAI's shapes, under /openai/v1)
     app.include_router(health.router)
     ui.install(app, settings)  # the review pages under /ui, on the same store and keys
     docs.install(app)  # /docs, whole from this server

@@ -1,4 +1,5 @@
-"""Every error answer has one shape: ``{"error": "<code>", "detail": "<what to do>"}``.
+"""Every error answer has one shape: ``{"error": "<code>", "detail": "<what to do>"}``,
+but under /openai/v1, which speaks OpenAI's (``openai_error_response``).
 
 Routes raise ``ApiError`` (or let the domain's ``NotFound`` / ``IdempotencyConflict``
 through); the handlers here turn those, FastAPI's validation errors and Starlette's own
@@ -104,6 +105,8 @@ def answer(
             REFUSED.labels(error).inc()
         response: Response = page(request, error, detail, status, headers)
         return response
+    if request.url.path.startswith("/openai/"):
+        return openai_error_response(error, detail, status, headers)
     return error_response(error, detail, status, headers)
 
 
@@ -113,6 +116,23 @@ def error_response(
     if 400 <= status < 500:
         REFUSED.labels(error).inc()
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+# OpenAI's error types by status (what its SDK reads into its exceptions)
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def openai_error_response(
+    error: str, detail: str, status: int, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """The error in OpenAI's shape, for the compatible surface (``api.openai``): a request
+    it cannot read is a 400 there, not our 422."""
+    if 400 <= status < 500:
+        REFUSED.labels(error).inc()
+    status = 400 if status == 422 else status
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    body = {"error": {"message": detail, "type": kind, "param": None, "code": error}}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def summary(errors: Sequence[Any]) -> str:

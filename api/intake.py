@@ -28,14 +28,14 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.deps import Caller, too_many
 from api.errors import ApiError, summary
 from api.metrics import UNSENT
 from api.schemas import JobSpec
-from common.config import Settings
-from common.contracts import Priority, SourceRow
+from common.config import Method, Settings
+from common.contracts import JobStatus, Priority, SourceRow
 from common.errors import ImageError, InvalidInput, RetryableError
 from common.images import (
     PixelBudget,
@@ -46,9 +46,10 @@ from common.images import (
     read_image_bytes,
 )
 from common.limits import OverLimit, check_id, check_name, check_query
+from common.pipeline.dispatch import Dispatcher
 from common.pipeline.notify import check_url
 from common.sources.locations import is_reference
-from common.store import reads
+from common.store import reads, submission
 from common.store.new_jobs import NewItem, storable_item
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,7 @@ async def read_job(request: Request, settings: Settings) -> tuple[JobSpec, Store
         check_spec(spec, settings)
         stored = await run_in_threadpool(image_from_bytes, data, settings)
         return spec, stored
-    spec = validated(JobSpec, await _json(request))
+    spec = validated(JobSpec, await read_json(request))
     return spec, await run_in_threadpool(store_image, spec, settings)
 
 
@@ -229,7 +230,7 @@ async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
         fields = {name: query.get(name) for name in names} | {"jobs": jobs}
         batch = validated(_BatchEnvelope, fields)
     else:
-        batch = validated(_BatchEnvelope, await _json(request))
+        batch = validated(_BatchEnvelope, await read_json(request))
     if batch.name is not None:
         check_name(batch.name, settings.requests)
     if len(batch.jobs) > settings.api.max_batch_jobs:
@@ -241,7 +242,7 @@ async def read_batch(request: Request, settings: Settings) -> _BatchEnvelope:
     return batch
 
 
-async def _json(request: Request) -> Any:
+async def read_json(request: Request) -> Any:
     try:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -340,6 +341,46 @@ def new_item(spec: JobSpec, image: StoredImage, position: int, item_id: str) -> 
         image.digest,
         expected=spec.answer,
     )
+
+
+def enqueue_job(
+    sessions: sessionmaker[Session],
+    dispatcher: Dispatcher,
+    item: NewItem,
+    caller: Caller,
+    settings: Settings,
+    *,
+    client_key: str | None = None,
+    batch_id: str | None = None,
+    callback_url: str | None = None,
+    method: Method | None = None,
+) -> submission.SubmittedJob:
+    """One job committed (or the one ``client_key`` names found), then sent to its stage;
+    within the caller's jobs in flight. ``method``: the server's (``funnel.method``)
+    unless named."""
+
+    def create() -> submission.SubmittedJob:
+        with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:
+            job = submission.submit_job(
+                outbox.session,
+                item,
+                client_key=client_key,
+                batch_id=batch_id,
+                tenant=caller.tenant,
+                method=method or settings.funnel.method,
+                callback_url=callback_url,
+            )
+            if job.created:
+                check_in_flight(outbox.session, caller, settings, adding=1)
+            # a retry sends a waiting job again: its first message may never have left
+            # (a duplicate message changes nothing)
+            if job.status == JobStatus.QUEUED:
+                outbox.to_fast([job.id])
+            elif job.status == JobStatus.DEFERRED:
+                outbox.to_slow([job.id])
+        return job
+
+    return submission.resolving_races(create)
 
 
 def parse_id(value: str, field: str) -> str:

@@ -201,11 +201,12 @@ def _shell(script: str, folder: Path, env: dict[str, str], timeout_s: float) -> 
 
 
 def test_the_apis_examples_run_as_written(tmp_path: Path):
-    """The curl session (a key, the server, one job), then the Python client's batch,
-    in one shell as a user would run them; only the port is this test's own."""
+    """The curl session (a key, the server, one job), then the Python client's batch and
+    the OpenAI SDK's chat, in one shell as a user would run them; only the port is this
+    test's own."""
     blocks = code_blocks(ROOT / "docs" / "api.md")
     shell = next(text for language, text in blocks if language == "sh")
-    python = next(text for language, text in blocks if language == "python")  # (the client)
+    python, _, openai_sdk = [text for language, text in blocks if language == "python"][:3]
     with reserved_port() as port:  # held until the server is gone
         script = "\n".join(
             [
@@ -216,6 +217,9 @@ def test_the_apis_examples_run_as_written(tmp_path: Path):
                 "export KEY",
                 "python3 - <<'PYTHON'",
                 python.replace("127.0.0.1:8000", f"127.0.0.1:{port}"),
+                "PYTHON",
+                "python3 - <<'PYTHON'",  # (the OpenAI SDK's chat)
+                openai_sdk.replace("127.0.0.1:8000", f"127.0.0.1:{port}"),
                 "PYTHON",
                 "kill %1",  # the server the example started
             ]
@@ -234,6 +238,9 @@ def test_the_apis_examples_run_as_written(tmp_path: Path):
         answered = [line.split() for line in lines if line.startswith(("a ", "b "))]
         assert [words[0] for words in answered] == ["a", "b"], lines
         assert all(words[2] in ("small", "large") for words in answered), lines
+        # the OpenAI SDK's chat: the models, then the funnel's answer and how it came
+        assert "['speceyes-deepeyes', 'specreason-deepeyes']" in lines, lines
+        assert any(line.startswith("{'job_id': ") for line in lines), lines
 
 
 def test_the_webhook_receiver_of_the_api_docs_verifies_and_deduplicates(tmp_path: Path):

@@ -24,12 +24,11 @@ from api.browse import (
 )
 from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.errors import ApiError
-from api.intake import check_in_flight, checked_callback, new_item, parse_id, read_job, unsent
+from api.intake import checked_callback, enqueue_job, new_item, parse_id, read_job
 from api.metrics import SUBMITTED
 from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
 from common.contracts import JobStatus, Priority
 from common.pipeline import cancel
-from common.store import submission
 from common.store.listing import jobs_page
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -85,28 +84,17 @@ async def submit_job(
         priority=caller.priority(spec.priority, Priority.HIGH),
     )
 
-    def create() -> submission.SubmittedJob:
-        with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:
-            job = submission.submit_job(
-                outbox.session,
-                item,
-                client_key=spec.idempotency_key,
-                batch_id=batch_id,
-                tenant=caller.tenant,
-                method=settings.funnel.method,
-                callback_url=callback,
-            )
-            if job.created:
-                check_in_flight(outbox.session, caller, settings, adding=1)
-            # a retry sends a waiting job again: its first message may never have left
-            # (a duplicate message changes nothing)
-            if job.status == JobStatus.QUEUED:
-                outbox.to_fast([job.id])
-            elif job.status == JobStatus.DEFERRED:
-                outbox.to_slow([job.id])
-        return job
-
-    job = await run_in_threadpool(submission.resolving_races, create)
+    job = await run_in_threadpool(
+        enqueue_job,
+        sessions,
+        dispatcher,
+        item,
+        caller,
+        settings,
+        client_key=spec.idempotency_key,
+        batch_id=batch_id,
+        callback_url=callback,
+    )
     if job.created:
         SUBMITTED.labels("jobs").inc()
     return JobSubmitted(id=job.id, status=job.status, created=job.created)

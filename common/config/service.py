@@ -147,6 +147,13 @@ class ApiSettings(Group):
         "server processes share the sign-ins.",
     )
 
+    chat_wait_s: float = setting(
+        120.0,
+        "How long POST /openai/v1/chat/completions waits for its job's answer; past it "
+        "the answer is a 504 naming the job, which goes on (read it at /v1/jobs/{id}).",
+        gt=0.0,
+    )
+
     @field_validator("upload_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
