@@ -87,6 +87,7 @@ class CancelReason(StrEnum):
 
     CANCELLED = "cancelled"  # its caller asked (a job's or its batch's cancel)
     FAILURE_BUDGET = "failure_budget"  # its batch failed past its ``max_failure_rate``
+    EXPIRED = "expired"  # its batch's completion window closed first (an OpenAI batch)
 
 
 class Priority(StrEnum):

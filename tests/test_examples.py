@@ -32,6 +32,7 @@ from common.store.tables import WebhookDelivery
 from lab.ports import reserved_port
 from tests.helpers.corpora import object_store, write_parquet, write_saved_dataset, write_shards
 from tests.helpers.images import write_images
+from tests.helpers.serving import served
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,3 +345,37 @@ def test_the_one_machine_distributed_example_runs_as_written(
 
 def code_blocks_of(text: str) -> list[tuple[str, str]]:
     return re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_the_openai_batch_script_annotates_the_sample_corpus_as_written(tmp_path: Path):
+    """docs/examples/openai_batch.py, unchanged: only the SDK's two environment variables
+    point it at a `speceyes serve` of the synth models."""
+    env = {**_env(tmp_path), "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads")}
+    flags = ["--small", "synth", "--large", "synth", "--db", f"sqlite:///{tmp_path / 's.db'}"]
+    with served(tmp_path, env, *flags) as server:
+        sdk = {**env, "OPENAI_BASE_URL": f"{server.base}/openai/v1", "OPENAI_API_KEY": server.key}
+        script = ROOT / "docs" / "examples" / "openai_batch.py"
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(script),
+                str(ROOT / "samples" / "manifest.jsonl"),
+                "speceyes-deepeyes",
+            ],
+            env=sdk,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    rows = [
+        json.loads(line)["id"]
+        for line in (ROOT / "samples" / "manifest.jsonl").read_text().splitlines()
+    ]
+    # each row once: answered, or failed with why (a synth agent may find no answer)
+    said = [line.split()[1] for line in lines if line.startswith(("answer ", "failed "))]
+    assert sorted(said) == sorted(rows), done.stdout
+    answered = sum(line.startswith("answer ") for line in lines)
+    assert answered >= len(rows) // 2, done.stdout
+    assert f"batch completed {answered} of {len(rows)} answered" in lines, done.stdout

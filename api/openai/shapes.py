@@ -8,6 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.contracts import AnsweredBy
+from common.store.tables import Job
+
 
 class ImageUrl(BaseModel):
     url: str
@@ -93,3 +96,20 @@ class Model(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[Model]
+
+
+def completion_of(job: Job, model: str) -> ChatCompletion:
+    """A job that is done, as the ``chat.completion`` that answers its request."""
+    facts = Facts(
+        job_id=job.id,
+        answered_by=job.answered_by,
+        confidence=job.confidence if job.answered_by == AnsweredBy.SMALL else None,
+        trajectory=f"/v1/jobs/{job.id}/trace",
+    )
+    return ChatCompletion(
+        id=f"chatcmpl-{job.id}",
+        created=int(job.created_at.timestamp()),
+        model=model,
+        choices=[Choice(message=AnswerMessage(content=job.given_answer))],
+        speceyes=facts,
+    )

@@ -147,6 +147,11 @@ class ApiSettings(Group):
         "server processes share the sign-ins.",
     )
 
+    max_file_bytes: int = setting(
+        100 * 1024 * 1024,
+        "Largest file of requests (POST /openai/v1/files); its lines are at most max_batch_jobs.",
+        ge=1,
+    )
     chat_wait_s: float = setting(
         120.0,
         "How long POST /openai/v1/chat/completions waits for its job's answer; past it "

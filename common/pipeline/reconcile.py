@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.config import Settings
 from common.contracts import Queue, Stage
 from common.pipeline.dispatch import Dispatcher
-from common.store import audits, claims, liveness
+from common.store import audits, claims, liveness, openai_batches
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class Sweep:
     released: int = 0  # running jobs of dead workers, put back and sent
     resent: dict[Queue, int] = field(default_factory=dict)  # stranded, sent again
     suspects: int = 0  # waiting jobs seen without a message, not yet for long
+    expired: int = 0  # OpenAI batches whose completion window closed, their rest cancelled
 
 
 class Reconciler:
@@ -94,6 +95,8 @@ class Reconciler:
             outbox.to_slow(orphans[Stage.AGENT])
             outbox.to_audit(orphan_audits)
         result.released = len(orphans[Stage.FAST]) + len(orphans[Stage.AGENT])
+        with self.sessions.begin() as session:  # (OpenAI batches past their window)
+            result.expired = len(openai_batches.expire_due(session))
         now = self.clock()
         if result.died or result.released:
             log.warning(

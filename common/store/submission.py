@@ -298,12 +298,14 @@ def submit_batch(
     method: Method = "speceyes",
     budget: tuple[float, int | None] | None = None,
     callback_url: str | None = None,
+    own_jobs: bool = False,
 ) -> SubmittedBatch:
     """A client's batch of jobs (or the one its ``client_key`` already names in ``tenant``).
     Its jobs are the tenant's own: the same request from two tenants is two jobs.
     ``budget``: (max_failure_rate, budget_after), a failure budget (``budgets``); jobs
     that fail at intake count against it at once. ``callback_url``: where its events go
-    (common.store.webhooks), besides the tenant's endpoints."""
+    (common.store.webhooks), besides the tenant's endpoints. ``own_jobs``: its jobs are
+    its own, never one another batch holds (an OpenAI batch runs every request it has)."""
     if client_key:
         batch_key = idempotency_key("client-batch", client_key, *scope(tenant))
     else:
@@ -319,6 +321,8 @@ def submit_batch(
         # (another method answers otherwise: another job; the funnel's keys as they were)
         method_part = [method] if method != "speceyes" else []
         key = idempotency_key("api", *scope(tenant), *method_part)
+        if own_jobs:
+            key = idempotency_key(key, batch.id)
         made: list[tuple[str, str]] = []
         submit_items(session, batch, items, config_key=key, method=method, created_jobs=made)
         budgets.check(session, [job_id for job_id, status in made if status == JobStatus.FAILED])

@@ -304,3 +304,14 @@ def test_a_job_sent_alone_announces_its_end_and_one_in_a_batch_leaves_it_to_the_
         alone = submission.submit_job(session, item, client_key=None, batch_id=None)
         joined = submission.submit_job(session, item, client_key=None, batch_id=batch.id)
         assert [session.get(Job, made.id).announces for made in (alone, joined)] == [True, False]
+
+
+def test_a_batch_with_jobs_of_its_own_shares_none_with_an_earlier_one(sessions):
+    with sessions.begin() as session:
+        first = submission.submit_batch(session, items("a", "b"), name="n", client_key=None)
+        again = submission.submit_batch(
+            session, items("a", "b"), name="n", client_key=None, own_jobs=True
+        )
+        shared = submission.submit_batch(session, items("a", "b"), name="n", client_key=None)
+    assert not set(first.job_ids) & set(again.job_ids) and len(again.queued) == 2
+    assert shared.job_ids == first.job_ids

@@ -1,0 +1,138 @@
+"""``/openai/v1/files``: a caller's JSONL of batch requests, uploaded (``purpose=batch``),
+described and read back; and the output and error files of its batches, made from the
+store when read (``api.openai.output``).
+
+An upload is bounded before it is kept: at most ``api.max_file_bytes`` bytes and
+``api.max_batch_jobs`` lines, UTF-8. Each line is read when a batch is made from the
+file: a line that is wrong fails alone there, in the error file.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from api.deps import Caller, CallerDep, SessionsDep, SettingsDep
+from api.errors import ApiError
+from api.openai import output
+from common.config import Settings
+from common.images import keep_bytes
+from common.store import openai_batches
+from common.store.openai_tables import OpenAIFile
+
+router = APIRouter(prefix="/files", tags=["openai"])
+
+
+class FileObject(BaseModel):
+    id: str
+    object: str = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    status: str = "processed"
+    expires_at: int | None = None
+    status_details: str | None = None
+
+
+def owned_file(session: Session, file_id: str, caller: Caller) -> OpenAIFile:
+    """An uploaded file, if the caller may read it; another tenant's is as absent as one
+    that never was."""
+    row = session.get(OpenAIFile, file_id[:40])
+    if row is None or not caller.may_read(row.tenant):
+        raise ApiError(404, "file_not_found", f"no file {file_id[:60]}")
+    return row
+
+
+@router.post("", response_model=FileObject, summary="Upload a JSONL of batch requests")
+async def upload_file(
+    request: Request, caller: CallerDep, settings: SettingsDep, sessions: SessionsDep
+) -> FileObject:
+    limit = settings.api.max_file_bytes
+    form = await request.form(max_part_size=limit + 1)
+    purpose, upload = form.get("purpose"), form.get("file")
+    if purpose != "batch":
+        raise ApiError(
+            400, "purpose_unsupported", f"purpose {str(purpose)[:40]!r}: only 'batch' files"
+        )
+    if upload is None or isinstance(upload, str):
+        raise ApiError(400, "file_missing", "multipart field 'file' (the JSONL) is required")
+    data = await upload.read(limit + 1)
+    lines = _checked(data, settings)
+    filename = (upload.filename or "batch.jsonl")[:200]
+
+    def keep() -> FileObject:
+        path, _ = keep_bytes(data, settings.api.upload_dir / "openai-files", ".jsonl")
+        with sessions.begin() as session:
+            row = openai_batches.add_file(session, caller.tenant, filename, len(data), lines, path)
+            return _described(row)
+
+    return await run_in_threadpool(keep)
+
+
+def _checked(data: bytes, settings: Settings) -> int:
+    """The file's count of lines, once it is within the limits."""
+    if len(data) > settings.api.max_file_bytes:
+        raise ApiError(
+            413,
+            "max_file_bytes",
+            f"the file is over the limit (api.max_file_bytes) of "
+            f"{settings.api.max_file_bytes} bytes",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "invalid_file", "the file is not UTF-8 text (JSONL)") from None
+    lines = sum(1 for line in text.splitlines() if line.strip())
+    if not lines:
+        raise ApiError(400, "empty_file", "the file holds no request")
+    if lines > settings.api.max_batch_jobs:
+        raise ApiError(
+            413,
+            "max_batch_jobs",
+            f"{lines} requests; the limit (api.max_batch_jobs) is {settings.api.max_batch_jobs}",
+        )
+    return lines
+
+
+@router.get("/{file_id}", response_model=FileObject, summary="A file: its size and purpose")
+def get_file(file_id: str, caller: CallerDep, sessions: SessionsDep) -> FileObject:
+    with sessions.begin() as session:
+        made = output.made_file(session, file_id, caller)
+        if made is not None:
+            return FileObject(
+                id=file_id,
+                bytes=len(made.content),
+                created_at=made.created_at,
+                filename=made.filename,
+                purpose="batch_output",
+            )
+        return _described(owned_file(session, file_id, caller))
+
+
+@router.get("/{file_id}/content", summary="A file's bytes (an output or error file: JSONL)")
+def file_content(file_id: str, caller: CallerDep, sessions: SessionsDep) -> Response:
+    with sessions.begin() as session:
+        made = output.made_file(session, file_id, caller)
+        if made is not None:
+            return Response(made.content, media_type="application/jsonl")
+        row = owned_file(session, file_id, caller)
+        path = row.path
+    try:
+        with open(path, "rb") as kept:
+            return Response(kept.read(), media_type="application/jsonl")
+    except OSError:
+        raise ApiError(404, "file_unavailable", f"file {file_id[:60]} cannot be read now") from None
+
+
+def _described(row: OpenAIFile) -> FileObject:
+    return FileObject(
+        id=row.id,
+        bytes=row.bytes,
+        created_at=int(row.created_at.timestamp()),
+        filename=row.filename,
+        purpose=row.purpose,
+    )
