@@ -18,6 +18,19 @@ class Equivalent:
 
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
+        "work",
+        "if not rate or not accepted:",
+        r"core/(ReplaceUnaryOperator_Delete_Not|ReplaceOrWithAnd)",
+        "either way a rate of 0 samples nothing and no accepted answer is nothing to sample: "
+        "only a read of no keys is added",
+    ),
+    Equivalent(
+        "work",
+        "self._lone_failure(group[0], exc, report)",
+        r"core/NumberReplacer",
+        "(group[-1]) the group here holds one job: its first is its last",
+    ),
+    Equivalent(
         "dispatch",
         "*,",
         r"core/ReplaceBinaryOperator_Mul_Div",

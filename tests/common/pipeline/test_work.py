@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -224,3 +225,59 @@ def test_a_trajectory_cancelled_while_it_runs_stops_before_its_next_step(session
     job = jobs(sessions)[ids[0]]
     assert (job.status, job.error_code, job.final_answer) == ("cancelled", "cancelled", None)
     assert job.cancel_requested is None and job.worker is None
+
+
+def test_a_restarted_workers_first_batch_is_split_and_each_job_screened_once(sessions, tmp_path):
+    """``split_first`` halves the first group (a crash may have come from it); every
+    group after it runs as it is, and no job is screened twice."""
+    ids = submit(sessions, tmp_path, 6)  # 64 x 48 images: 3,072 pixels each
+    fast, model = stage(sessions, {}, fast_batch_pixels=10_000)  # groups of three
+    fast = FastWork(fast.sessions, fast.models, fast.settings, StoreOnly(), split_first=True)
+    report = fast.run_ids(ids)
+    assert len(report.outcomes) == 6
+    screened = [size for phase, size in model.batch_sizes if phase == "screen"]
+    assert screened == [1, 2, 3]
+    assert {job.status for job in jobs(sessions).values()} == {JobStatus.DONE}
+
+
+def test_a_run_says_how_long_each_part_took(sessions, tmp_path):
+    ids = submit(sessions, tmp_path, 3)
+    fast, _ = stage(sessions, {})
+    started = time.perf_counter()
+    report = fast.run_ids(ids)
+    took = time.perf_counter() - started
+    for part in ("claim", "load", "record", "send"):
+        assert 0.0 <= report.seconds[part] <= took, (part, report.seconds)
+
+
+def test_an_audit_pause_defers_every_job_to_the_agent(sessions, tmp_path):
+    from common.store import audits
+
+    ids = submit(sessions, tmp_path, 3)
+    with sessions.begin() as session:
+        audits.set_control(session, "paused", True)
+    fast, model = stage(sessions, {})
+    report = fast.run_ids(ids)
+    assert sorted(report.to_slow) == sorted(ids) and model.calls["screen"] == 0
+    assert {job.defer_reason for job in jobs(sessions).values()} == {"audit_paused"}
+
+
+def test_the_audit_samples_accepted_answers_at_its_rate(sessions, tmp_path):
+    ids = submit(sessions, tmp_path, 3)
+    fast, _ = stage(sessions, {}, audit_rate=1.0)
+    fast.run_ids(ids)
+    assert {job.audit_status for job in jobs(sessions).values()} == {"pending"}
+    assert sorted(
+        fast.dispatcher.sent_audit if hasattr(fast.dispatcher, "sent_audit") else ids
+    ) == sorted(ids)
+
+
+def test_a_job_that_fails_in_the_fast_stage_is_logged_with_its_reason(sessions, tmp_path, caplog):
+    ids = submit(sessions, tmp_path, 2)
+    with sessions.begin() as session:  # (its file gone: it fails as it loads)
+        session.get(Job, ids[0]).image_path = str(tmp_path / "gone.png")
+    fast, _ = stage(sessions, {})
+    with caplog.at_level("WARNING", logger="speceyes.jobs"):
+        fast.run_ids(ids)
+    failed = [record for record in caplog.records if record.name == "speceyes.jobs"]
+    assert [record.fields["job"] for record in failed] == [ids[0]]
