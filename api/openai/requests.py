@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.errors import ApiError
-from api.intake import check_spec, image_from_base64, validated
+from api.intake import check_spec, image_from_base64, image_from_bytes, validated
+from api.openai import fetch
 from api.openai.shapes import ChatRequest, Message
 from api.schemas import JobSpec
 from common.config import Method, Settings
@@ -26,7 +27,8 @@ class Asked:
     method: Method
     question: str
     options: list[str] | None
-    image_base64: str
+    image_base64: str | None  # a data: URL's payload
+    image_url: str | None = None  # else a URL on an allowed host, fetched with the item
 
 
 def model_names(settings: Settings) -> dict[str, Method]:
@@ -42,12 +44,19 @@ def read_chat(raw: Any, settings: Settings) -> Asked:
     question, url = _question_and_image(body.messages)
     options = body.speceyes.options if body.speceyes else None
     check_spec(JobSpec(question=question, options=options), settings)
-    return Asked(body.model, method, question, options, _data_url_payload(url))
+    payload = _data_url_payload(url)
+    if payload is None:
+        fetch.check_allowed(url, settings)  # (a refused URL makes no job: it is not fetched)
+    return Asked(body.model, method, question, options, payload, None if payload else url)
 
 
 def item_of(asked: Asked, position: int, item_id: str, settings: Settings, rank: int) -> NewItem:
-    """The job's item, its image decoded, checked and kept (``api.intake``)."""
-    stored = image_from_base64(asked.image_base64, settings)
+    """The job's item, its image fetched where it is a URL, decoded, checked and kept
+    (``api.intake``)."""
+    if asked.image_base64 is not None:
+        stored = image_from_base64(asked.image_base64, settings)
+    else:
+        stored = image_from_bytes(fetch.image_bytes(asked.image_url or "", settings), settings)
     return NewItem(
         position, item_id, asked.question, asked.options, stored.path, stored.digest, priority=rank
     )
@@ -113,14 +122,9 @@ def _question_and_image(messages: list[Message]) -> tuple[str, str]:
     return question, images[0]
 
 
-def _data_url_payload(url: str) -> str:
-    """The base64 of a ``data:image/...;base64,`` URL; any other URL is refused."""
+def _data_url_payload(url: str) -> str | None:
+    """The base64 of a ``data:image/...;base64,`` URL; None for any other URL."""
     head, comma, payload = url.partition(",")
-    if not (head.startswith("data:") and head.endswith(";base64") and comma):
-        raise ApiError(
-            400,
-            "image_url_refused",
-            "image_url: this server fetches no URLs; send the image inline as "
-            "data:image/...;base64,...",
-        )
-    return payload
+    if head.startswith("data:") and head.endswith(";base64") and comma:
+        return payload
+    return None

@@ -152,6 +152,15 @@ class ApiSettings(Group):
         "Largest file of requests (POST /openai/v1/files); its lines are at most max_batch_jobs.",
         ge=1,
     )
+    image_url_hosts: list[str] = setting(
+        description="Hosts whose images a request may name by URL (OpenAI's image_url; "
+        "JSON list); empty: every image URL is refused. Fetched from the looked-up address, "
+        "at most max_upload_bytes, no redirects.",
+        factory=list,
+    )
+    image_url_timeout_s: float = setting(
+        10.0, "The whole fetch of an image URL, connecting to the last byte.", gt=0.0
+    )
     chat_wait_s: float = setting(
         120.0,
         "How long POST /openai/v1/chat/completions waits for its job's answer; past it "
