@@ -19,6 +19,13 @@ class Equivalent:
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
         "work",
+        "*, takeover: bool = False",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller passes takeover by "
+        "keyword",
+    ),
+    Equivalent(
+        "work",
         "if not rate or not accepted:",
         r"core/(ReplaceUnaryOperator_Delete_Not|ReplaceOrWithAnd)",
         "either way a rate of 0 samples nothing and no accepted answer is nothing to sample: "

@@ -230,13 +230,14 @@ def test_a_trajectory_cancelled_while_it_runs_stops_before_its_next_step(session
 def test_a_restarted_workers_first_batch_is_split_and_each_job_screened_once(sessions, tmp_path):
     """``split_first`` halves the first group (a crash may have come from it); every
     group after it runs as it is, and no job is screened twice."""
-    ids = submit(sessions, tmp_path, 6)  # 64 x 48 images: 3,072 pixels each
+    ids = submit(sessions, tmp_path, 9)  # 64 x 48 images: 3,072 pixels each
     fast, model = stage(sessions, {}, fast_batch_pixels=10_000)  # groups of three
     fast = FastWork(fast.sessions, fast.models, fast.settings, StoreOnly(), split_first=True)
-    report = fast.run_ids(ids)
+    report = fast.run_ids(ids[:6])
     assert len(report.outcomes) == 6
+    fast.run_ids(ids[6:])  # (only the first batch is split)
     screened = [size for phase, size in model.batch_sizes if phase == "screen"]
-    assert screened == [1, 2, 3]
+    assert screened == [1, 2, 3, 3]
     assert {job.status for job in jobs(sessions).values()} == {JobStatus.DONE}
 
 
