@@ -36,6 +36,7 @@ from api.routes import batches, health, jobs, webhooks
 from common.config import Settings
 from common.pipeline.dispatch import Dispatcher, StoreOnly
 from common.pipeline.notify import Notifier
+from common.pipeline.windows import WindowKeeper
 from common.store.db import open_store
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,10 @@ def create_app(
         app.state.dispatcher.start()
         notifier = Notifier(app.state.sessions, settings.webhooks)  # (webhooks go out)
         notifier.start()
+        windows = WindowKeeper(app.state.sessions)  # (OpenAI batches' completion windows)
+        windows.start()
         yield
+        windows.stop()
         notifier.stop()
         app.state.dispatcher.close()
         if sessions is None:

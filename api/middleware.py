@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import ApiError, error_response
+from api.errors import ApiError, error_response, openai_error_response
 
 CODE = "max_request_bytes"
 
@@ -29,7 +29,9 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
             refusal = self._detail(f"the request has {int(declared)} bytes")
-            await error_response(CODE, refusal, 413)(scope, receive, send)
+            openai = scope.get("path", "").startswith("/openai/")  # (its own error shape)
+            shaped = openai_error_response if openai else error_response
+            await shaped(CODE, refusal, 413)(scope, receive, send)
             return
         received = 0
 

@@ -6,8 +6,11 @@ no ``custom_id``, another endpoint, another model than the batch's, a refused re
 broken image) becomes a failed job with its code and reason, listed in the error file;
 the rest runs. It is one of our batches, named ``openai <filename>``: ``/ui`` and
 ``GET /v1/batches`` show it. Past its completion window what has not finished is
-cancelled (``expired``) and what has is kept, read on every look at the batch and by
-the reconciler's sweep (``common.store.openai_batches.expire_due``).
+cancelled (``expired``) and what has is kept, within seconds: every API process checks
+the windows (``common.pipeline.windows``), the workers' reconciler too, and every look at
+the batch (``common.store.openai_batches.expire_due``). Cancelling an ended batch
+changes nothing; two lines with one custom_id refuse the batch (its output could not
+tell them apart).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from sqlalchemy.orm import Session
 
 from api.browse import owned_batch
@@ -28,11 +31,12 @@ from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.errors import ApiError
 from api.intake import check_in_flight, unsent
 from api.openai import output
-from api.openai.files import owned_file
+from api.openai.files import owned_file, request_lines
 from api.openai.requests import Asked, item_of, model_names, read_chat
 from common.config import Method, Settings
 from common.contracts import Priority, SourceRow
-from common.errors import NotFound
+from common.errors import InvalidInput, NotFound
+from common.limits import OverLimit, check_id
 from common.pipeline.dispatch import send_waiting
 from common.store import openai_batches, reads, submission
 from common.store.new_jobs import NewItem, storable_item
@@ -50,7 +54,20 @@ class BatchSpec(BaseModel):
     input_file_id: str = Field(max_length=60)
     endpoint: str = Field(max_length=100)
     completion_window: str = Field(max_length=16)
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, str] | None = Field(
+        None, description="at most 16 pairs: keys of 64 characters, values of 512 (OpenAI's)"
+    )
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and (
+            len(value) > 16
+            or any(len(key) > 64 or len(text) > 512 for key, text in value.items())
+            or any("\x00" in key + text for key, text in value.items())
+        ):
+            raise ValueError("at most 16 pairs, keys of 64 characters, values of 512")
+        return value
 
 
 @router.post("", summary="Make a batch of an uploaded file's chat requests")
@@ -130,7 +147,10 @@ def list_batches(
     after: str | None = Query(None, max_length=60),
     limit: int = Query(20, ge=1, le=100),
 ) -> dict[str, Any]:
-    last = _batch_key(after) if after else None
+    try:
+        last = _batch_key(after) if after else None
+    except ApiError:
+        raise ApiError(400, "invalid_cursor", "after: the id of a batch of a page") from None
     with sessions.begin() as session:
         found = openai_batches.batches_of(session, caller.tenant, caller.admin, last, limit + 1)
         openai_batches.expire_due(session, [batch.id for batch, _ in found[:limit]])
@@ -160,7 +180,9 @@ def _window(text: str) -> timedelta:
 
 @dataclass(frozen=True)
 class _Request:
-    """A line of the file, read: its request, or the code and reason it is refused."""
+    """A line of the file, read: its request, or the code and reason it is refused. A
+    line with no usable custom_id has "" (which no caller's can be: the error file then
+    says null, and its message names the line)."""
 
     custom_id: str
     asked: Asked | None = None
@@ -169,11 +191,12 @@ class _Request:
 
 def _items(path: str, settings: Settings, rank: int) -> tuple[str, list[NewItem]]:
     """The batch's model (its first readable request's) and a job's item per line: its
-    request, or a failed item that says why."""
-    with open(path, encoding="utf-8") as lines:
-        texts = [line for line in lines if line.strip()]
-    seen: set[str] = set()
-    requests = [_line(text, number, settings, seen) for number, text in enumerate(texts, 1)]
+    request, or a failed item that says why. Two lines with one custom_id refuse the
+    batch (400 ``duplicate_custom_id``): its output could not say which was which."""
+    with open(path, encoding="utf-8-sig") as kept:
+        lines = request_lines(kept.read())
+    requests = [_line(text, number, settings) for number, text in lines]
+    _refuse_duplicates(requests, [number for number, _ in lines])
     model = next((one.asked.model for one in requests if one.asked is not None), "")
     items = []
     for position, one in enumerate(requests):
@@ -184,21 +207,21 @@ def _items(path: str, settings: Settings, rank: int) -> tuple[str, list[NewItem]
     return model, items
 
 
-def _line(text: str, number: int, settings: Settings, seen: set[str]) -> _Request:
+def _line(text: str, number: int, settings: Settings) -> _Request:
+    """Line ``number`` of the file (blank lines counted) read."""
     try:
         raw = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         why = f"line {number}: not JSON ({getattr(exc, 'msg', 'nested too deep')})"
-        return _Request(str(number), error=("invalid_jsonl", why))
+        return _Request("", error=("invalid_jsonl", why))
     line = raw if isinstance(raw, dict) else {}
     custom_id = line.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id.strip() or len(custom_id) > 200:
-        why = f"line {number}: custom_id must be a string of 1 to 200 characters"
-        return _Request(str(number), error=("invalid_custom_id", why))
-    if custom_id in seen:
-        why = f"line {number}: custom_id {custom_id} names an earlier line too"
-        return _Request(f"{custom_id} (line {number})", error=("duplicate_custom_id", why))
-    seen.add(custom_id)
+    try:
+        if not isinstance(custom_id, str) or not custom_id.strip():
+            raise InvalidInput("custom_id must be a non-empty string", code="invalid_custom_id")
+        check_id(custom_id, "custom_id", settings.requests)
+    except (InvalidInput, OverLimit) as exc:
+        return _Request("", error=("invalid_custom_id", f"line {number}: {exc}"))
     if line.get("method") != "POST" or line.get("url") != ENDPOINT:
         why = f"line {number}: method and url must be POST {ENDPOINT}"
         return _Request(custom_id, error=("url_unsupported", why))
@@ -206,6 +229,25 @@ def _line(text: str, number: int, settings: Settings, seen: set[str]) -> _Reques
         return _Request(custom_id, asked=read_chat(line.get("body"), settings))
     except ApiError as exc:
         return _Request(custom_id, error=(exc.error, f"line {number}: {exc.detail}"))
+    except OverLimit as exc:
+        return _Request(custom_id, error=(exc.setting, f"line {number}: {exc.message}"))
+    except InvalidInput as exc:
+        return _Request(custom_id, error=(exc.code, f"line {number}: {exc.message}"))
+
+
+def _refuse_duplicates(requests: list[_Request], numbers: list[int]) -> None:
+    first: dict[str, int] = {}
+    for one, number in zip(requests, numbers, strict=True):
+        if not one.custom_id:
+            continue
+        if one.custom_id in first:
+            raise ApiError(
+                400,
+                "duplicate_custom_id",
+                f"lines {first[one.custom_id]} and {number} have the custom_id "
+                f"{one.custom_id[:80]!r}: each request needs its own",
+            )
+        first[one.custom_id] = number
 
 
 def _item(one: _Request, position: int, settings: Settings, rank: int) -> NewItem:
@@ -213,7 +255,7 @@ def _item(one: _Request, position: int, settings: Settings, rank: int) -> NewIte
     if one.asked is not None:
         try:
             return item_of(one.asked, position, one.custom_id, settings, rank)
-        except ApiError as exc:  # (its image: broken, too large)
+        except ApiError as exc:  # (its image: broken, too large, not fetched)
             error = (exc.error, exc.detail)
     row = SourceRow(position, one.custom_id, "", None, image_path=None)
     return replace(storable_item(row, settings.requests), error=error)
@@ -234,8 +276,15 @@ def _owned(session: Session, batch_id: str, caller: Caller) -> Batch:
     return batch
 
 
+_BATCH_ID = re.compile(r"batch_([0-9a-f]{32})")
+
+
 def _batch_key(batch_id: str) -> str:
-    return batch_id.removeprefix("batch_")[:40]
+    """Our batch's id in an OpenAI batch id (``batch_<32 hex>``); a 404 for any other."""
+    found = _BATCH_ID.fullmatch(batch_id)
+    if found is None:
+        raise ApiError(404, "batch_not_found", f"no batch {batch_id[:60]!r}")
+    return found[1]
 
 
 def _view(session: Session, batch_id: str) -> dict[str, Any]:

@@ -32,6 +32,9 @@ from common.store.tables import Job
 
 router = APIRouter(tags=["openai"])
 
+# An answer about a job that exists: the SDK, which retries a 409 or a 5xx by itself, is
+# told not to (each retry would be a new job); the job is at /v1/jobs/{id}.
+NO_RETRY = {"x-should-retry": "false"}
 _LISTED_AT = int(time.time())  # (a model's "created": when this server started)
 
 
@@ -79,6 +82,7 @@ async def _finished(sessions: sessionmaker[Session], job_id: str, wait_s: float)
                 "answer_timeout",
                 f"job {job_id} has not finished within api.chat_wait_s ({wait_s:g} s); it "
                 f"goes on: GET /v1/jobs/{job_id}",
+                NO_RETRY,
             )
         await asyncio.sleep(min(pause, left))
         pause = min(2 * pause, 0.5)
@@ -94,9 +98,14 @@ def _read(sessions: sessionmaker[Session], job_id: str) -> Job:
 
 def _completion(job: Job, model: str) -> ChatCompletion:
     if job.status == JobStatus.CANCELLED:
-        raise ApiError(409, "job_cancelled", f"job {job.id} was cancelled before it answered")
+        raise ApiError(
+            409, "job_cancelled", f"job {job.id} was cancelled before it answered", NO_RETRY
+        )
     if job.status == JobStatus.FAILED:
         raise ApiError(
-            502, job.error_code or "job_failed", f"job {job.id} failed: {job.error_message}"
+            502,
+            job.error_code or "job_failed",
+            f"job {job.id} failed: {job.error_message}",
+            NO_RETRY,
         )
     return completion_of(job, model)

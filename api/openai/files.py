@@ -9,9 +9,12 @@ file: a line that is wrong fails alone there, in the error file.
 
 from __future__ import annotations
 
+import os
+import re
+
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
@@ -20,10 +23,12 @@ from api.errors import ApiError
 from api.openai import output
 from common.config import Settings
 from common.images import keep_bytes
+from common.limits import printable
 from common.store import openai_batches
 from common.store.openai_tables import OpenAIFile
 
 router = APIRouter(prefix="/files", tags=["openai"])
+_FILE_ID = re.compile(r"file-[0-9a-f]{32}")  # (an uploaded file's; any other is absent)
 
 
 class FileObject(BaseModel):
@@ -41,7 +46,7 @@ class FileObject(BaseModel):
 def owned_file(session: Session, file_id: str, caller: Caller) -> OpenAIFile:
     """An uploaded file, if the caller may read it; another tenant's is as absent as one
     that never was."""
-    row = session.get(OpenAIFile, file_id[:40])
+    row = session.get(OpenAIFile, file_id) if _FILE_ID.fullmatch(file_id) else None
     if row is None or not caller.may_read(row.tenant):
         raise ApiError(404, "file_not_found", f"no file {file_id[:60]}")
     return row
@@ -61,8 +66,8 @@ async def upload_file(
     if upload is None or isinstance(upload, str):
         raise ApiError(400, "file_missing", "multipart field 'file' (the JSONL) is required")
     data = await upload.read(limit + 1)
-    lines = _checked(data, settings)
-    filename = (upload.filename or "batch.jsonl")[:200]
+    lines = await run_in_threadpool(_checked, data, settings)
+    filename = printable(upload.filename or "batch.jsonl", 200)
 
     def keep() -> FileObject:
         path, _ = keep_bytes(data, settings.api.upload_dir / "openai-files", ".jsonl")
@@ -71,6 +76,13 @@ async def upload_file(
             return _described(row)
 
     return await run_in_threadpool(keep)
+
+
+def request_lines(text: str) -> list[tuple[int, str]]:
+    """The file's lines that are not blank, each with its number (blank lines counted).
+    Lines end at a newline only: JSON may hold U+2028 in a string."""
+    numbered = enumerate(re.split(r"\r?\n", text), 1)
+    return [(number, line) for number, line in numbered if line.strip()]
 
 
 def _checked(data: bytes, settings: Settings) -> int:
@@ -83,10 +95,10 @@ def _checked(data: bytes, settings: Settings) -> int:
             f"{settings.api.max_file_bytes} bytes",
         )
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # (a byte-order mark is no request)
     except UnicodeDecodeError:
         raise ApiError(400, "invalid_file", "the file is not UTF-8 text (JSONL)") from None
-    lines = sum(1 for line in text.splitlines() if line.strip())
+    lines = len(request_lines(text))
     if not lines:
         raise ApiError(400, "empty_file", "the file holds no request")
     if lines > settings.api.max_batch_jobs:
@@ -119,13 +131,10 @@ def file_content(file_id: str, caller: CallerDep, sessions: SessionsDep) -> Resp
         made = output.made_file(session, file_id, caller)
         if made is not None:
             return Response(made.content, media_type="application/jsonl")
-        row = owned_file(session, file_id, caller)
-        path = row.path
-    try:
-        with open(path, "rb") as kept:
-            return Response(kept.read(), media_type="application/jsonl")
-    except OSError:
-        raise ApiError(404, "file_unavailable", f"file {file_id[:60]} cannot be read now") from None
+        path = owned_file(session, file_id, caller).path
+    if not os.path.isfile(path):
+        raise ApiError(404, "file_unavailable", f"file {file_id} cannot be read now")
+    return FileResponse(path, media_type="application/jsonl")  # (streamed from disk)
 
 
 def _described(row: OpenAIFile) -> FileObject:

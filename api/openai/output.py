@@ -15,6 +15,7 @@ A file's id names its batch and its kind: ``file-<batch id>-output``, ``-errors`
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from common.store.openai_tables import OpenAIBatch
 from common.store.tables import BatchItem, Job
 
 KINDS = ("output", "errors")
+_MADE_ID = re.compile(r"file-([0-9a-f]{32})-(output|errors)")
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,10 @@ def file_ids(batch_id: str) -> dict[str, str]:
 def made_file(session: Session, file_id: str, caller: Caller) -> MadeFile | None:
     """The output or error file ``file_id`` names, made now; None if it names neither
     (an uploaded file). Another tenant's batch is a 404 (as one that never was)."""
-    head, _, kind = file_id.removeprefix("file-").rpartition("-")
-    if kind not in KINDS or not head:
+    found = _MADE_ID.fullmatch(file_id)
+    if found is None:
         return None
+    head, kind = found[1], found[2]
     try:
         batch = owned_batch(session, head, caller)
     except NotFound:
@@ -66,7 +69,8 @@ def made_file(session: Session, file_id: str, caller: Caller) -> MadeFile | None
 
 
 def _line(item: BatchItem, job: Job, model: str, kind: str) -> dict[str, Any] | None:
-    base = {"id": f"batch_req_{job.id}_{item.position}", "custom_id": item.item_id}
+    # (a line with no usable custom_id has "": null here; its message names the line)
+    base = {"id": f"batch_req_{job.id}_{item.position}", "custom_id": item.item_id or None}
     if job.status == JobStatus.DONE:
         if kind != "output":
             return None

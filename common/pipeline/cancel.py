@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.contracts import CancelReason, JobStatus
 from common.errors import InvalidInput
 from common.pipeline.dispatch import Dispatcher, send_waiting
-from common.store import cancels, webhooks
+from common.store import cancels, openai_batches, webhooks
 from common.store.cancels import CancelResult
 from common.store.reads import batch_jobs
 from common.store.tables import Batch, Job
@@ -51,6 +51,7 @@ def cancel_batch(
     another batch shares (``cancels.batch_own_jobs``). Its listeners are told
     (``batch.cancelled``) when this stopped anything."""
     result = cancels.cancel(session, cancels.batch_own_jobs(batch_id), reason)
+    openai_batches.cancelled_elsewhere(session, batch_id)
     batch = session.get(Batch, batch_id)
     if result.changed and batch is not None:
         webhooks.batch_cancelled(session, batch, reason)
@@ -66,6 +67,7 @@ def resume_batch(
     with dispatcher.transaction(sessions) as outbox:
         ids = cancels.requeue(outbox.session, batch_jobs(batch_id), [JobStatus.CANCELLED])
         _budget_live_again(outbox.session, batch_id)
+        openai_batches.reopened(outbox.session, batch_id)
         send_waiting(outbox, batch_id)
     return Requeued(batch_id, ids)
 
@@ -85,6 +87,7 @@ def retry_batch(
             which = f"with error {code!r} " if code else ""
             raise NothingToRetry(f"batch {batch_id} has no failed or cancelled job {which}to retry")
         _budget_live_again(outbox.session, batch_id)
+        openai_batches.reopened(outbox.session, batch_id)
         send_waiting(outbox, batch_id)
     return Requeued(batch_id, ids)
 

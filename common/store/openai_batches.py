@@ -105,30 +105,53 @@ def status_of(row: OpenAIBatch, requests: Requests) -> str:
 
 
 def cancel(session: Session, row: OpenAIBatch) -> None:
-    """Cancel what has not finished (what has is kept for the output file); again:
-    nothing changes."""
-    if row.cancelled_at is None and row.expired_at is None:
-        row.cancelled_at = utcnow()
+    """Cancel what has not finished (what has is kept for the output file). A batch with
+    nothing unfinished (ended, or cancelled already) stays as it is."""
+    if requests_of(session, row.batch_id).unfinished and row.expired_at is None:
+        row.cancelled_at = row.cancelled_at or utcnow()
         _stop(session, row.batch_id, CancelReason.CANCELLED)
+
+
+def cancelled_elsewhere(session: Session, batch_id: str) -> None:
+    """The batch was cancelled through ``/v1`` (``common.pipeline.cancel``): its OpenAI
+    row, if it has one, says so too."""
+    row = session.get(OpenAIBatch, batch_id)
+    if row is not None and row.cancelled_at is None and row.expired_at is None:
+        row.cancelled_at = utcnow()
+
+
+def reopened(session: Session, batch_id: str) -> None:
+    """The batch's stopped requests run again (``/v1`` resume or retry): it is in
+    progress again, with a completion window as long as its first, from now."""
+    row = session.get(OpenAIBatch, batch_id)
+    batch = session.get(Batch, batch_id)
+    if row is None or batch is None:
+        return
+    window = row.expires_at - batch.created_at
+    row.cancelled_at = row.expired_at = row.swept_at = None
+    row.expires_at = utcnow() + window
 
 
 def expire_due(
     session: Session, batch_ids: list[str] | None = None, now: datetime | None = None
 ) -> list[str]:
     """Expire the batches (of ``batch_ids``, or all) whose completion window closed with
-    requests unfinished: those are cancelled (``expired``), what finished is kept. The
-    ids of the batches expired now."""
+    requests unfinished: those are cancelled (``expired``), what finished is kept. A
+    batch past its window with nothing unfinished is marked swept, not looked at again.
+    The ids of the batches expired now."""
     query = select(OpenAIBatch).where(
         OpenAIBatch.expires_at <= (now or utcnow()),
         OpenAIBatch.expired_at.is_(None),
         OpenAIBatch.cancelled_at.is_(None),
+        OpenAIBatch.swept_at.is_(None),
     )
     if batch_ids is not None:
         query = query.where(OpenAIBatch.batch_id.in_(batch_ids))
     expired = []
     for row in session.scalars(query.with_for_update(skip_locked=True)).all():
+        row.swept_at = utcnow()
         if requests_of(session, row.batch_id).unfinished:
-            row.expired_at = utcnow()
+            row.expired_at = row.swept_at
             _stop(session, row.batch_id, CancelReason.EXPIRED)
             expired.append(row.batch_id)
     return expired

@@ -45,3 +45,6 @@ class OpenAIBatch(Base):
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
     cancelled_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     expired_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # when the expiry sweep found it over (nothing unfinished past its window): it is
+    # not looked at again
+    swept_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

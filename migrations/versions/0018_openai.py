@@ -48,6 +48,7 @@ def upgrade() -> None:
         sa.Column("expires_at", MOMENT, nullable=False),
         sa.Column("cancelled_at", MOMENT, nullable=True),
         sa.Column("expired_at", MOMENT, nullable=True),
+        sa.Column("swept_at", MOMENT, nullable=True),
     )
     op.create_index("ix_openai_batches_expires_at", "openai_batches", ["expires_at"])
 

@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -75,6 +76,16 @@ def test_a_file_of_requests_is_answered_and_each_broken_line_fails_alone(tmp_pat
         _request("a-url", "Q?", "http://169.254.169.254/latest/image.png"),
         _request("broken-image", "Q?", "data:image/png;base64," + base64.b64encode(b"no").decode()),
         {**_request("streamed", "Q?", _image((5, 5, 5))), "url": "/v1/completions"},
+        "\n",  # (a blank line: skipped, and counted in the lines' numbers)
+        {**_request("x", "Q?", _image((6, 6, 6))), "custom_id": "nul\u0000id"},
+        _request("long-question", "Q" * 5000, _image((7, 7, 7))),
+        {
+            **_request("one-option", "Q?", _image((8, 8, 8))),
+            "body": {
+                **_request("o", "Q?", _image((8, 8, 8)))["body"],
+                "speceyes": {"options": ["a"]},
+            },
+        },
     ]
     server, _, env = _server(tmp_path)
     with server as server:
@@ -92,7 +103,7 @@ def test_a_file_of_requests_is_answered_and_each_broken_line_fails_alone(tmp_pat
         assert batch.status == "in_progress" and batch.metadata == {"run": "nightly"}
         batch = _ended(client, batch.id)
         assert batch.status == "completed"
-        assert batch.request_counts.model_dump() == {"total": 11, "completed": 4, "failed": 7}
+        assert batch.request_counts.model_dump() == {"total": 14, "completed": 4, "failed": 10}
         out = [
             json.loads(line)
             for line in client.files.content(batch.output_file_id).text.splitlines()
@@ -110,8 +121,18 @@ def test_a_file_of_requests_is_answered_and_each_broken_line_fails_alone(tmp_pat
             custom_id: line["response"]["body"]["error"]["code"]
             for custom_id, line in errors.items()
         }
+        # (the unreadable line and the unusable custom_id have none: null, and their
+        # messages name their lines)
+        unnamed = sorted(
+            line["response"]["body"]["error"]["message"].split(":")[0]
+            for line in map(json.loads, client.files.content(batch.error_file_id).text.splitlines())
+            if line["custom_id"] is None
+        )
+        assert unnamed == ["line 13", "line 5"]
         assert codes == {
-            "5": "invalid_jsonl",
+            None: "invalid_custom_id",
+            "long-question": "max_question_chars",
+            "one-option": "options_too_few",
             "other-model": "model_mismatch",
             "unknown-model": "model_not_found",
             "two-images": "one_image",
@@ -156,6 +177,44 @@ def test_a_file_of_requests_is_answered_and_each_broken_line_fails_alone(tmp_pat
             stranger.batches.retrieve(batch.id)
         with pytest.raises(openai.NotFoundError):
             stranger.files.content(batch.output_file_id)
+        # an ended batch is not cancelled after the fact
+        assert client.batches.cancel(batch.id).status == "completed"
+        # two lines with one custom_id: which answer is whose? the batch is refused
+        twins = _jsonl([good[0], good[0]])
+        twin_file = client.files.create(file=("t.jsonl", io.BytesIO(twins)), purpose="batch")
+        with pytest.raises(openai.BadRequestError) as twice:
+            client.batches.create(
+                input_file_id=twin_file.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+        assert twice.value.code == "duplicate_custom_id" and "lines 1 and 2" in twice.value.message
+        with pytest.raises(openai.BadRequestError) as labels:
+            client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={f"k{n}": "v" for n in range(17)},
+            )
+        assert labels.value.code == "invalid_request"
+        # ids of other forms, or that the store cannot hold, are absent: 404, not 500
+        raw = httpx.Client(base_url=f"{server.base}/openai/v1", headers=headers)
+        for path in ("/files/%00", "/files/file-%00-output/content", "/batches/batch_%00"):
+            answer = raw.get(path)
+            assert answer.status_code == 404 and answer.json()["error"]["code"], (path, answer.text)
+        assert raw.get("/batches", params={"after": "\x00"}).status_code == 400
+        # a body declared over the limit is refused before it is read, in OpenAI's shape
+        port = int(server.base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(
+                b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Length: 1000000000000\r\n\r\n"
+            )
+            answer = ""
+            while "}}" not in answer:  # (the head and the body may come apart)
+                chunk = connection.recv(65536).decode()
+                assert chunk, answer
+                answer += chunk
+        assert answer.startswith("HTTP/1.1 413"), answer
+        assert json.loads(answer.split("\r\n\r\n", 1)[1])["error"]["code"] == "max_request_bytes"
 
 
 def test_cancel_and_expiry_keep_what_finished(tmp_path: Path):
@@ -198,6 +257,29 @@ def test_cancel_and_expiry_keep_what_finished(tmp_path: Path):
             for line in client.files.content(expired.error_file_id).text.splitlines()
         ]
         assert {line["error"]["code"] for line in stopped} == {"batch_expired"}
+        # no one looks through /openai/v1: the API's own sweep expires it all the same
+        unwatched = client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="2s"
+        ).id.removeprefix("batch_")
+        headers = {"Authorization": f"Bearer {server.key}"}
+        wait_until(
+            lambda: (
+                httpx.get(f"{server.base}/v1/batches/{unwatched}", headers=headers)
+                .json()["by_status"]
+                .get("cancelled", 0)
+                > 0
+            ),
+            deadline_s=60,
+            what="the window's sweep",
+        )
+        # cancelled through /v1, it reads as cancelled through /openai/v1
+        other = client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        httpx.post(
+            f"{server.base}/v1/batches/{other.id.removeprefix('batch_')}/cancel", headers=headers
+        )
+        assert _ended(client, other.id).status == "cancelled"
         with pytest.raises(openai.BadRequestError) as window:
             client.batches.create(
                 input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="48h"
