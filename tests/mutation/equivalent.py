@@ -18,6 +18,19 @@ class Equivalent:
 
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
+        "work-unit",
+        "self.claiming = autocommit(sessions, durable=False)",
+        r"core/ReplaceFalseWithTrue",
+        "claims made durable: slower commits, the same claims (a claim lost to a crash only "
+        "puts its job back to wait)",
+    ),
+    Equivalent(
+        "work-unit",
+        "head = max(1, len(group) // 2)",
+        r"core/NumberReplacer",
+        "(max(0, ...)) a group of one then has an empty first half, which is dropped",
+    ),
+    Equivalent(
         "work",
         "*, takeover: bool = False",
         r"core/ReplaceBinaryOperator_Mul_Div",

@@ -57,7 +57,11 @@ MODULES = (
     Module(
         "work-unit",
         "common/pipeline/work/unit.py",
-        ("tests/common/pipeline/test_work.py", "tests/common/pipeline/test_runner.py"),
+        (
+            "tests/common/pipeline/test_work_unit.py",
+            "tests/common/pipeline/test_work.py",
+            "tests/common/pipeline/test_runner.py",
+        ),
     ),
     Module(
         "export",
