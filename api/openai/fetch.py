@@ -11,15 +11,10 @@ the server sends. The bytes are then checked as an upload's are.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import ssl
-import time
-
 from api.errors import ApiError
 from common.config import Settings
 from common.errors import InvalidInput
-from common.pipeline.notify import Target, check_url, host_of, resolved
+from common.pipeline.notify import Target, check_url, connected, deadline_of, host_of, resolved
 
 MAX_HEAD = 65536
 
@@ -52,19 +47,8 @@ def image_bytes(url: str, settings: Settings) -> bytes:
 
 
 def _get(target: Target, limit: int, timeout_s: float) -> bytes:
-    deadline = time.monotonic() + timeout_s
-
-    def left() -> float:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no whole image within {timeout_s:g} s")
-        return remaining
-
-    raw = socket.create_connection((target.address, target.port), timeout=left())
-    with contextlib.closing(raw):
-        connection: socket.socket = raw
-        if target.tls:
-            connection = ssl.create_default_context().wrap_socket(raw, server_hostname=target.host)
+    left = deadline_of(timeout_s, "image")
+    with connected(target, left) as connection:
         request = f"GET {target.path} HTTP/1.0\r\nHost: {target.netloc}\r\nAccept: image/*\r\n\r\n"
         connection.settimeout(left())
         connection.sendall(request.encode("latin-1"))

@@ -33,7 +33,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -192,6 +192,34 @@ def resolved(url: str, allow_hosts: Iterable[str]) -> Target:
     return Target(str(addresses[0]), port, parts.scheme == "https", host, parts.netloc, path)
 
 
+def deadline_of(timeout_s: float, what: str) -> Callable[[], float]:
+    """The seconds left of ``timeout_s`` from now, each time it is called; a
+    ``TimeoutError`` ("no whole WHAT within ...") once none are."""
+    deadline = time.monotonic() + timeout_s
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no whole {what} within {timeout_s:g} s")
+        return remaining
+
+    return left
+
+
+@contextlib.contextmanager
+def connected(target: Target, left: Callable[[], float]) -> Iterator[socket.socket]:
+    """A connection to the checked address of ``target`` (TLS where it says, verified for
+    its host name), within the time ``left``; closed afterwards."""
+    raw = socket.create_connection((target.address, target.port), timeout=left())
+    with contextlib.closing(raw):
+        if not target.tls:
+            yield raw
+            return
+        context = ssl.create_default_context()
+        with context.wrap_socket(raw, server_hostname=target.host) as wrapped:
+            yield wrapped
+
+
 def post(
     target: Target, body: bytes, headers: dict[str, str], timeout_s: float
 ) -> tuple[int, str, float | None]:
@@ -199,20 +227,8 @@ def post(
     seconds (if a finite number of them). The whole try, connecting
     to the last byte read, ends within ``timeout_s`` (``TimeoutError``), however slowly
     the receiver answers; an answer head over 64 KiB is refused."""
-    deadline = time.monotonic() + timeout_s
-
-    def left() -> float:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no whole answer within {timeout_s:g} s")
-        return remaining
-
-    raw = socket.create_connection((target.address, target.port), timeout=left())
-    with contextlib.closing(raw):
-        connection: socket.socket = raw
-        if target.tls:
-            context = ssl.create_default_context()
-            connection = context.wrap_socket(raw, server_hostname=target.host)
+    left = deadline_of(timeout_s, "answer")
+    with connected(target, left) as connection:
         lines = [f"POST {target.path} HTTP/1.1", f"Host: {target.netloc}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]

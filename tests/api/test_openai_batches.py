@@ -55,6 +55,10 @@ def _server(tmp_path: Path, **scripted: str):
     return served(tmp_path, env, "--backend", "scripted", "--db", db), db, env
 
 
+def _lines(client: openai.OpenAI, file_id: str) -> list[dict]:
+    return [json.loads(line) for line in client.files.content(file_id).text.splitlines()]
+
+
 def _ended(client: openai.OpenAI, batch_id: str):
     ended = ("completed", "cancelled", "expired", "failed")
     wait_until(
@@ -104,19 +108,14 @@ def test_a_file_of_requests_is_answered_and_each_broken_line_fails_alone(tmp_pat
         batch = _ended(client, batch.id)
         assert batch.status == "completed"
         assert batch.request_counts.model_dump() == {"total": 14, "completed": 4, "failed": 10}
-        out = [
-            json.loads(line)
-            for line in client.files.content(batch.output_file_id).text.splitlines()
-        ]
+        out = _lines(client, batch.output_file_id)
         assert sorted(line["custom_id"] for line in out) == [f"good-{n}" for n in range(4)]
         for line in out:
             completion = ChatCompletion.model_validate(line["response"]["body"])
             assert completion.choices[0].message.content and completion.model == MODEL
             assert line["response"]["status_code"] == 200 and line["error"] is None
-        errors = {
-            line["custom_id"]: line
-            for line in map(json.loads, client.files.content(batch.error_file_id).text.splitlines())
-        }
+        failed = _lines(client, batch.error_file_id)
+        errors = {line["custom_id"]: line for line in failed}
         codes = {
             custom_id: line["response"]["body"]["error"]["code"]
             for custom_id, line in errors.items()
@@ -125,7 +124,7 @@ def test_a_file_of_requests_is_answered_and_each_broken_line_fails_alone(tmp_pat
         # messages name their lines)
         unnamed = sorted(
             line["response"]["body"]["error"]["message"].split(":")[0]
-            for line in map(json.loads, client.files.content(batch.error_file_id).text.splitlines())
+            for line in failed
             if line["custom_id"] is None
         )
         assert unnamed == ["line 13", "line 5"]
@@ -240,10 +239,7 @@ def test_cancel_and_expiry_keep_what_finished(tmp_path: Path):
         assert 1 <= counts.completed < 12 and counts.completed + counts.failed == 12
         kept = client.files.content(cancelled.output_file_id).text.splitlines()
         assert len(kept) == counts.completed
-        stopped = [
-            json.loads(line)
-            for line in client.files.content(cancelled.error_file_id).text.splitlines()
-        ]
+        stopped = _lines(client, cancelled.error_file_id)
         assert {line["error"]["code"] for line in stopped} == {"batch_cancelled"}
 
         late = client.batches.create(
@@ -252,10 +248,7 @@ def test_cancel_and_expiry_keep_what_finished(tmp_path: Path):
         expired = _ended(client, late.id)
         assert expired.status == "expired" and expired.expired_at is not None
         assert expired.request_counts.completed < 12
-        stopped = [
-            json.loads(line)
-            for line in client.files.content(expired.error_file_id).text.splitlines()
-        ]
+        stopped = _lines(client, expired.error_file_id)
         assert {line["error"]["code"] for line in stopped} == {"batch_expired"}
         # no one looks through /openai/v1: the API's own sweep expires it all the same
         unwatched = client.batches.create(
