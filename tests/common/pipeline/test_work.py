@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel
@@ -14,35 +13,10 @@ from common.config import Settings
 from common.contracts import CancelReason, JobStatus, Stage
 from common.pipeline.dispatch import StoreOnly
 from common.pipeline.work import AgentWork, FastWork
-from common.store import cancels, new_jobs, submission
-from common.store.tables import BatchItem, Job, utcnow
+from common.store import cancels
+from common.store.tables import Job
 from tests.helpers.images import write_images
-
-
-def submit(sessions, tmp_path, count: int, method: str = "speceyes") -> list[str]:
-    paths = write_images(tmp_path / "images", count)
-    from common.images import content_hash
-
-    hashes = [content_hash(path.read_bytes()) for path in paths]
-    items = [
-        new_jobs.NewItem(i, f"item{i}", "What is it?", image_path=str(path), image_hash=digest)
-        for i, (path, digest) in enumerate(zip(paths, hashes, strict=True))
-    ]
-    with sessions.begin() as session:
-        batch, _ = submission.get_or_create_batch(session, key="b", name="b", source="s", config={})
-        submission.submit_items(session, batch, items, "cfg", method)  # type: ignore[arg-type]
-        return list(session.scalars(select(BatchItem.job_id).order_by(BatchItem.position)))
-
-
-def stage(sessions, scripts: dict[str, JobScript], **settings) -> tuple[FastWork, ScriptedModel]:
-    model = ScriptedModel(scripts)
-    config = Settings(backend="scripted", visibility_timeout_s=60, **settings)
-    return FastWork(sessions, Models(model, model), config, StoreOnly()), model
-
-
-def jobs(sessions) -> dict[str, Job]:
-    with sessions() as session:
-        return {job.id: job for job in session.scalars(select(Job))}
+from tests.helpers.work import jobs, running_since, stage, submit
 
 
 def test_a_second_delivery_changes_nothing_and_passes_deferred_jobs_on(sessions, tmp_path):
@@ -63,22 +37,11 @@ def test_a_second_delivery_changes_nothing_and_passes_deferred_jobs_on(sessions,
     ]
 
 
-def _running_since(sessions, job_id: str, seconds_ago: float, stage_: Stage = Stage.FAST) -> None:
-    started = utcnow() - timedelta(seconds=seconds_ago)
-    column = "fast_started_at" if stage_ == Stage.FAST else "agent_started_at"
-    with sessions.begin() as session:
-        session.execute(
-            update(Job)
-            .where(Job.id == job_id)
-            .values(status=JobStatus.RUNNING, stage=stage_, attempts=1, **{column: started})
-        )
-
-
 def test_running_jobs_are_taken_over_only_when_stale_or_handed_back(sessions, tmp_path):
     ids = submit(sessions, tmp_path, 3)
     fast, _ = stage(sessions, {})
-    _running_since(sessions, ids[0], 5)  # a live worker holds it
-    _running_since(sessions, ids[1], 45)  # its worker died: older than half the timeout
+    running_since(sessions, ids[0], 5)  # a live worker holds it
+    running_since(sessions, ids[1], 45)  # its worker died: older than half the timeout
 
     report = fast.run_ids(ids)
 
@@ -93,12 +56,12 @@ def test_running_jobs_are_taken_over_only_when_stale_or_handed_back(sessions, tm
 def test_a_job_that_keeps_killing_its_worker_runs_alone_then_fails(sessions, tmp_path):
     ids = submit(sessions, tmp_path, 4)
     fast, model = stage(sessions, {}, max_attempts=2)
-    _running_since(sessions, ids[0], 45)  # delivered before: attempts 1 -> 2 on this claim
+    running_since(sessions, ids[0], 45)  # delivered before: attempts 1 -> 2 on this claim
     fast.run_ids(ids)
     # the suspect went in a batch of its own, after the three fresh jobs
     assert [size for phase, size in model.batch_sizes if phase == "screen"] == [3, 1]
 
-    _running_since(sessions, ids[1], 45)
+    running_since(sessions, ids[1], 45)
     with sessions.begin() as session:  # as if its worker died on its 2nd attempt too
         session.execute(update(Job).where(Job.id == ids[1]).values(attempts=2))
     fast.run_ids([ids[1]])

@@ -16,8 +16,8 @@ from common.pipeline.work.unit import (
     pixel_groups,
     record_spent,
 )
-from tests.common.pipeline.test_work import _running_since, jobs, stage, submit
 from tests.helpers.images import write_images
+from tests.helpers.work import jobs, running_since, stage, submit
 
 
 def test_a_report_starts_at_nothing_and_merges_by_adding():
@@ -64,8 +64,8 @@ def test_a_retry_is_news_unless_the_process_is_stopping(caplog):
 def test_a_held_job_is_stale_after_half_the_visibility_timeout(sessions, tmp_path):
     ids = submit(sessions, tmp_path, 2)
     fast, _ = stage(sessions, {})  # visibility_timeout_s=60: stale after 30 s
-    _running_since(sessions, ids[0], 25)
-    _running_since(sessions, ids[1], 35)
+    running_since(sessions, ids[0], 25)
+    running_since(sessions, ids[1], 35)
     claimed = fast._claim_named(ids, takeover=False)
     assert [ticket.job_id for ticket in claimed] == [ids[1]]
 
@@ -95,7 +95,7 @@ def test_a_job_over_its_attempts_is_counted_failed_once(sessions, tmp_path):
 
     ids = submit(sessions, tmp_path, 1)
     fast, _ = stage(sessions, {}, max_attempts=1)
-    _running_since(sessions, ids[0], 45)
+    running_since(sessions, ids[0], 45)
     with sessions.begin() as session:
         session.execute(update(Job).where(Job.id == ids[0]).values(attempts=1))
     report = fast.run_ids(ids)
