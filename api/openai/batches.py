@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -29,9 +31,9 @@ from sqlalchemy.orm import Session
 from api.browse import owned_batch
 from api.deps import Caller, CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.errors import ApiError
-from api.intake import check_in_flight, unsent
+from api.intake import StoredImage, check_in_flight, unsent
 from api.openai import output
-from api.openai.files import owned_file, request_lines
+from api.openai.files import owned_file, request_lines, stored_image
 from api.openai.requests import Asked, item_of, model_names, read_chat
 from common.config import Method, Settings
 from common.contracts import Priority, SourceRow
@@ -87,7 +89,8 @@ async def create_batch(
         source = owned_file(session, spec.input_file_id, caller)
         path, filename = source.path, source.filename
     rank = caller.priority(None, Priority.NORMAL)
-    model, items = await run_in_threadpool(_items, path, settings, rank)
+    uploaded = partial(stored_image, sessions, caller)
+    model, items = await run_in_threadpool(_items, path, settings, rank, uploaded)
 
     def create() -> str:
         with dispatcher.transaction(sessions, on_send_error=unsent) as outbox:
@@ -189,7 +192,9 @@ class _Request:
     error: tuple[str, str] | None = None
 
 
-def _items(path: str, settings: Settings, rank: int) -> tuple[str, list[NewItem]]:
+def _items(
+    path: str, settings: Settings, rank: int, uploaded: Callable[[str], StoredImage]
+) -> tuple[str, list[NewItem]]:
     """The batch's model (its first readable request's) and a job's item per line: its
     request, or a failed item that says why. Two lines with one custom_id refuse the
     batch (400 ``duplicate_custom_id``): its output could not say which was which."""
@@ -203,7 +208,7 @@ def _items(path: str, settings: Settings, rank: int) -> tuple[str, list[NewItem]
         if one.asked is not None and one.asked.model != model:
             why = f"model {one.asked.model}: the batch's is {model} (one model a batch)"
             one = _Request(one.custom_id, error=("model_mismatch", why))
-        items.append(_item(one, position, settings, rank))
+        items.append(_item(one, position, settings, rank, uploaded))
     return model, items
 
 
@@ -250,11 +255,17 @@ def _refuse_duplicates(requests: list[_Request], numbers: list[int]) -> None:
         first[one.custom_id] = number
 
 
-def _item(one: _Request, position: int, settings: Settings, rank: int) -> NewItem:
+def _item(
+    one: _Request,
+    position: int,
+    settings: Settings,
+    rank: int,
+    uploaded: Callable[[str], StoredImage],
+) -> NewItem:
     error = one.error
     if one.asked is not None:
         try:
-            return item_of(one.asked, position, one.custom_id, settings, rank)
+            return item_of(one.asked, position, one.custom_id, settings, rank, uploaded)
         except ApiError as exc:  # (its image: broken, too large, not fetched)
             error = (exc.error, exc.detail)
     row = SourceRow(position, one.custom_id, "", None, image_path=None)

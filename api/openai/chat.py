@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.errors import ApiError
 from api.intake import enqueue_job, read_json
+from api.openai.files import stored_image
 from api.openai.requests import item_of, model_names, read_chat
 from api.openai.shapes import (
     ChatCompletion,
@@ -58,7 +60,8 @@ async def chat_completions(
 ) -> ChatCompletion:
     asked = read_chat(await read_json(request), settings)
     rank = caller.priority(None, Priority.HIGH)
-    item = await run_in_threadpool(item_of, asked, 0, "", settings, rank)
+    uploaded = partial(stored_image, sessions, caller)
+    item = await run_in_threadpool(item_of, asked, 0, "", settings, rank, uploaded)
     made = await run_in_threadpool(
         enqueue_job, sessions, dispatcher, item, caller, settings, method=asked.method
     )

@@ -4,11 +4,19 @@ the chat route answers it, a batch line fails alone with its code and message.""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from api.errors import ApiError
-from api.intake import check_spec, image_from_base64, image_from_bytes, validated
+from api.intake import (
+    StoredImage,
+    check_spec,
+    image_from_base64,
+    image_from_bytes,
+    validated,
+)
 from api.openai import fetch
 from api.openai.shapes import ChatRequest, Message
 from api.schemas import JobSpec
@@ -16,6 +24,7 @@ from common.config import Method, Settings
 from common.store.new_jobs import NewItem
 
 METHODS: tuple[Method, ...] = ("speceyes", "specreason")
+FILE_ID = re.compile(r"file-[0-9a-f]{32}")  # (an uploaded file's id)
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,7 @@ class Asked:
     options: list[str] | None
     image_base64: str | None  # a data: URL's payload
     image_url: str | None = None  # else a URL on an allowed host, fetched with the item
+    image_file: str | None = None  # else an uploaded image's file id (purpose=vision)
 
 
 def model_names(settings: Settings) -> dict[str, Method]:
@@ -45,16 +55,28 @@ def read_chat(raw: Any, settings: Settings) -> Asked:
     options = body.speceyes.options if body.speceyes else None
     check_spec(JobSpec(question=question, options=options), settings)
     payload = _data_url_payload(url)
-    if payload is None:
-        fetch.check_allowed(url, settings)  # (a refused URL makes no job: it is not fetched)
-    return Asked(body.model, method, question, options, payload, None if payload else url)
+    if payload is not None:
+        return Asked(body.model, method, question, options, payload)
+    if FILE_ID.fullmatch(url):
+        return Asked(body.model, method, question, options, None, image_file=url)
+    fetch.check_allowed(url, settings)  # (a refused URL makes no job: it is not fetched)
+    return Asked(body.model, method, question, options, None, image_url=url)
 
 
-def item_of(asked: Asked, position: int, item_id: str, settings: Settings, rank: int) -> NewItem:
-    """The job's item, its image fetched where it is a URL, decoded, checked and kept
-    (``api.intake``)."""
+def item_of(
+    asked: Asked,
+    position: int,
+    item_id: str,
+    settings: Settings,
+    rank: int,
+    uploaded: Callable[[str], StoredImage],
+) -> NewItem:
+    """The job's item, its image decoded, checked and kept (``api.intake``): fetched
+    where it is a URL, found with ``uploaded`` where it is a file id."""
     if asked.image_base64 is not None:
         stored = image_from_base64(asked.image_base64, settings)
+    elif asked.image_file is not None:
+        stored = uploaded(asked.image_file)
     else:
         stored = image_from_bytes(fetch.image_bytes(asked.image_url or "", settings), settings)
     return NewItem(

@@ -76,13 +76,35 @@ class Facts(BaseModel):
     trajectory: str = Field(description="the agent's steps, where it ran: GET this path")
 
 
+class Usage(BaseModel):
+    """Tokens as we count them: the answer's generated tokens (the agent's steps, with a
+    SpecReason round's rejected proposals, as the reference counts them; or the small
+    model's answer). Prompts are not counted: 0."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int
+    total_tokens: int
+
+
+def usage_of(job: Job) -> Usage:
+    steps = (job.trajectory or {}).get("steps") or []
+    if job.answered_by == AnsweredBy.SMALL or not steps:
+        generated = len(job.token_scores or [])
+    else:
+        generated = sum(
+            int(step.get("new_tokens") or 0) + int(step.get("proposal_tokens") or 0)
+            for step in steps
+        )
+    return Usage(completion_tokens=generated, total_tokens=generated)
+
+
 class ChatCompletion(BaseModel):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
     choices: list[Choice]
-    usage: None = Field(None, description="not counted yet: tokens are not kept per job")
+    usage: Usage
     speceyes: Facts
 
 
@@ -111,5 +133,6 @@ def completion_of(job: Job, model: str) -> ChatCompletion:
         created=int(job.created_at.timestamp()),
         model=model,
         choices=[Choice(message=AnswerMessage(content=job.given_answer))],
+        usage=usage_of(job),
         speceyes=facts,
     )

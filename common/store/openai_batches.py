@@ -26,12 +26,18 @@ WAITING_OR_RUNNING = (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.RUNNING)
 
 
 def add_file(
-    session: Session, tenant: str | None, filename: str, size: int, lines: int, path: str
+    session: Session,
+    tenant: str | None,
+    filename: str,
+    size: int,
+    lines: int,
+    path: str,
+    purpose: str = "batch",
 ) -> OpenAIFile:
     row = OpenAIFile(
         id=f"file-{new_id()}",
         tenant=tenant,
-        purpose="batch",
+        purpose=purpose,
         filename=filename,
         bytes=size,
         lines=lines,

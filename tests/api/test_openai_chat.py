@@ -6,6 +6,7 @@ job."""
 from __future__ import annotations
 
 import base64
+import io
 import os
 from pathlib import Path
 
@@ -52,6 +53,22 @@ def test_the_sdk_lists_the_models_and_a_real_server_answers_its_chat(tmp_path: P
         assert (job["priority"], job["options"], job["status"]) == ("high", ["red", "blue"], "done")
         assert job["final_answer"] == choice.message.content
         assert job["question"] == "What colour is the square?"
+        assert completion.usage.prompt_tokens == 0  # (we count what the models generate)
+        assert completion.usage.total_tokens == completion.usage.completion_tokens
+        # an image uploaded once (purpose=vision) and named by its file id
+        uploaded = client.files.create(file=("a.png", io.BytesIO(png())), purpose="vision")
+        by_id = client.chat.completions.create(
+            model="speceyes-deepeyes", messages=_message("What colour is the square?", uploaded.id)
+        )
+        assert by_id.choices[0].message.content
+        shown = by_id.model_extra["speceyes"]["job_id"]
+        shown_job = httpx.get(f"{server.base}/v1/jobs/{shown}", headers=headers).json()
+        assert shown_job["status"] == "done" and shown_job["options"] is None
+        with pytest.raises(openai.NotFoundError) as unknown:
+            client.chat.completions.create(
+                model="speceyes-deepeyes", messages=_message("Q?", "file-" + "0" * 32)
+            )
+        assert unknown.value.code == "file_not_found"
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{server.base}/openai/v1", api_key="nope").models.list()
 

@@ -140,3 +140,66 @@ def test_a_folder_keeps_one_batchs_parts_and_refuses_another_batchs(tmp_path: Pa
 
 def test_the_parts_are_counted_in_words():
     assert [parts_of(n) for n in (1, 2)] == ["1 Parquet file", "2 Parquet files"]
+
+
+def _rows(count: int) -> list[dict]:
+    return [{"id": f"r{n}", "position": n} for n in range(count)]
+
+
+def test_an_export_counts_the_rows_and_the_file_it_wrote_here_or_remote(tmp_path: Path):
+    from common.store.export import Output, export
+    from tests.helpers.corpora import object_store
+
+    assert export(_rows(3), Output(str(tmp_path / "o.jsonl"), "file"), 10, "b") == (3, 1)
+    (tmp_path / "empty").mkdir()
+    with object_store() as store:
+        bucket = store.upload(tmp_path / "empty", "exports")
+        assert export(_rows(4), Output(f"{bucket}/o.jsonl", "file"), 10, "b") == (4, 1)
+
+
+def test_a_smaller_export_to_a_folder_removes_the_parts_it_no_longer_has(tmp_path: Path):
+    from common.store.export import write_parts
+
+    folder = tmp_path / "parts"
+    assert write_parts(_rows(5), f"{folder}/", 2) == (5, 3)
+    assert write_parts(_rows(2), f"{folder}/", 2) == (2, 1)
+    assert sorted(path.name for path in folder.glob("part-*")) == ["part-00000.parquet"]
+
+
+def test_labelled_shards_go_anywhere_but_over_their_sources(tmp_path: Path):
+    import pytest
+
+    from common.errors import InvalidInput
+    from common.store.export import check_labelled
+
+    source = str(tmp_path / "data" / "00000.tar")
+    check_labelled([source], f"{tmp_path}/labelled/")  # (a folder of their own: fine)
+    with pytest.raises(InvalidInput, match="would overwrite the source shard"):
+        check_labelled([source], f"{tmp_path}/data/")
+
+
+def test_a_key_in_two_shards_is_labelled_with_the_answer_to_its_own_image(tmp_path: Path):
+    """Shards made apart may reuse keys: each sample's label is the row of its own image
+    (by its digest), never the other shard's."""
+    import json
+    import tarfile
+
+    from tests.helpers.corpora import Sample, image_bytes, write_shard
+
+    for shard, offset in (("00000", 0), ("00001", 50)):
+        members = {"png": image_bytes(offset), "json": json.dumps({"question": "Q?"}).encode()}
+        write_shard(tmp_path / "shards" / f"{shard}.tar", [Sample("000000", members)])
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    pattern = str(tmp_path / "shards" / "{00000..00001}.tar")
+    flags = ["--backend", "scripted", "--db", db, "--no-progress"]
+    assert main(["annotate", pattern, *flags, "--out", str(tmp_path / "rows.jsonl")]) == 0
+    jobs = [
+        json.loads(line)["job_id"] for line in (tmp_path / "rows.jsonl").read_text().splitlines()
+    ]
+    out = f"{tmp_path}/labelled/"
+    assert main(["annotate", pattern, *flags, "--out", out, "--out-format", "webdataset"]) == 0
+    labels = []
+    for shard in ("00000", "00001"):
+        with tarfile.open(tmp_path / "labelled" / f"{shard}.tar") as tar:
+            labels.append(json.loads(tar.extractfile("000000.speceyes.json").read())["job_id"])  # type: ignore[union-attr]
+    assert labels == jobs and len(set(jobs)) == 2
