@@ -147,6 +147,7 @@ def _question_and_image(messages: list[Message]) -> tuple[str, str]:
 def _data_url_payload(url: str) -> str | None:
     """The base64 of a ``data:image/...;base64,`` URL; None for any other URL."""
     head, comma, payload = url.partition(",")
+    head = head.lower()  # (a scheme and its parameters are case-blind)
     if head.startswith("data:") and head.endswith(";base64") and comma:
         return payload
     return None
