@@ -19,6 +19,19 @@ class Equivalent:
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
         "work-unit",
+        "located_pixels(ticket.image_path, limits or ImageSettings())",
+        r"core/ReplaceOrWithAnd",
+        "the limits bound only how a header is read; with the defaults, or none, the same "
+        "image's header gives the same pixels",
+    ),
+    Equivalent(
+        "work-unit",
+        "*, count_attempt: bool",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller names count_attempt",
+    ),
+    Equivalent(
+        "work-unit",
         "self.claiming = autocommit(sessions, durable=False)",
         r"core/ReplaceFalseWithTrue",
         "claims made durable: slower commits, the same claims (a claim lost to a crash only "

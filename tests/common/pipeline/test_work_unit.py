@@ -35,8 +35,12 @@ def test_pixel_groups_fill_to_the_budget_exactly_and_a_pathless_job_weighs_nothi
     exact = pixel_groups(tickets, budget=20_000)
     assert [[t.job_id for t in group] for group in exact] == [["j0", "j1"], ["j2", "j3"]]
     pathless = Ticket("none", None, None, "Q?", None)
-    grouped = pixel_groups([tickets[0], pathless], budget=10_000)
-    assert [[t.job_id for t in group] for group in grouped] == [["j0", "none"]]
+    (dot,) = write_images(tmp_path / "dot", 1, size=(1, 1))  # one pixel: just over
+    tiny = Ticket("tiny", str(dot), None, "Q?", None)
+    grouped = pixel_groups([tickets[0], pathless, tiny], budget=10_000)
+    assert [[t.job_id for t in group] for group in grouped] == [["j0", "none"], ["tiny"]]
+    full = pixel_groups([*tickets[:2], tiny], budget=20_000)
+    assert [[t.job_id for t in group] for group in full] == [["j0", "j1"], ["tiny"]]
 
 
 def test_a_first_batch_is_halved_its_first_half_the_smaller():
