@@ -349,9 +349,10 @@ def code_blocks_of(text: str) -> list[tuple[str, str]]:
 
 def test_the_openai_batch_script_annotates_the_sample_corpus_as_written(tmp_path: Path):
     """docs/examples/openai_batch.py, unchanged: only the SDK's two environment variables
-    point it at a `speceyes serve` of the synth models."""
+    point it at a `speceyes serve` (the scripted backend: the script is under test, not
+    the models; the API's example above runs the synth models)."""
     env = {**_env(tmp_path), "SPECEYES_UPLOAD_DIR": str(tmp_path / "uploads")}
-    flags = ["--small", "synth", "--large", "synth", "--db", f"sqlite:///{tmp_path / 's.db'}"]
+    flags = ["--backend", "scripted", "--db", f"sqlite:///{tmp_path / 's.db'}"]
     with served(tmp_path, env, *flags) as server:
         sdk = {**env, "OPENAI_BASE_URL": f"{server.base}/openai/v1", "OPENAI_API_KEY": server.key}
         script = ROOT / "docs" / "examples" / "openai_batch.py"
