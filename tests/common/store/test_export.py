@@ -203,3 +203,58 @@ def test_a_key_in_two_shards_is_labelled_with_the_answer_to_its_own_image(tmp_pa
         with tarfile.open(tmp_path / "labelled" / f"{shard}.tar") as tar:
             labels.append(json.loads(tar.extractfile("000000.speceyes.json").read())["job_id"])  # type: ignore[union-attr]
     assert labels == jobs and len(set(jobs)) == 2
+
+
+def test_an_output_is_named_by_its_last_suffix_whatever_its_case(tmp_path: Path):
+    import pytest
+
+    from common.errors import InvalidInput
+    from common.store.export import Output, check_output
+
+    assert check_output(str(tmp_path / "run.v2.JSONL")) == Output(
+        str(tmp_path / "run.v2.JSONL"), "file"
+    )
+    assert check_output(str(tmp_path / "o.jsonl"), "jsonl").layout == "file"
+    with pytest.raises(InvalidInput, match=r"ends in \.jsonl, not \.parquet"):
+        check_output(str(tmp_path / "o.jsonl"), "parquet")
+    (tmp_path / "a.b").mkdir()
+    with pytest.raises(InvalidInput, match="name a file ending in"):
+        check_output(str(tmp_path / "a.b" / "out"))  # (a dot in the folder is no suffix)
+
+
+def test_a_folder_whose_marker_is_not_ours_is_refused(tmp_path: Path):
+    import pytest
+
+    from common.errors import InvalidInput
+    from common.store.export import MARKER, claim_folder
+
+    for marker in (b"{not json", b"[1, 2]"):  # unreadable, or not an object
+        folder = tmp_path / marker.hex()
+        folder.mkdir()
+        (folder / MARKER).write_bytes(marker)
+        (folder / "part-00000.parquet").write_bytes(b"x")
+        with pytest.raises(InvalidInput, match="parts no export of ours named"):
+            claim_folder(f"{folder}/", "b")
+
+
+def test_exports_to_an_object_store_read_back_as_written(tmp_path: Path):
+    import fsspec
+
+    from common.store.export import Output, export, write_parts
+    from tests.helpers.corpora import object_store
+
+    (tmp_path / "empty").mkdir()
+    with object_store() as store:
+        bucket = store.upload(tmp_path / "empty", "results")
+        assert export(_rows(3), Output(f"{bucket}/o.parquet", "file"), 10, "b") == (3, 1)
+        with fsspec.open(f"{bucket}/o.parquet", "rb") as handle:
+            assert pq.read_table(handle).column("id").to_pylist() == ["r0", "r1", "r2"]
+        assert export(_rows(2), Output(f"{bucket}/o.jsonl", "file"), 10, "b") == (2, 1)
+        with fsspec.open(f"{bucket}/o.jsonl", "rt") as handle:
+            assert [line.split('"')[3] for line in handle.read().splitlines()] == ["r0", "r1"]
+        assert write_parts(_rows(5), f"{bucket}/parts/", 2) == (5, 3)
+        assert write_parts(_rows(1), f"{bucket}/parts/", 2) == (1, 1)
+        filesystem, root = fsspec.core.url_to_fs(f"{bucket}/parts")
+        assert [path.rsplit("/", 1)[1] for path in sorted(filesystem.glob(f"{root}/part-*"))] == [
+            "part-00000.parquet"
+        ]
