@@ -34,6 +34,8 @@ FUNNEL_SETTINGS = (
     "funnel.gate.top_k",
     "funnel.gate.threshold",
     "funnel.screener",
+    "funnel.speculation_depth",
+    "funnel.depth_scope",
     "funnel.baseline",
     "funnel.method",
     "funnel.specreason_threshold",

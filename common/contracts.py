@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 
@@ -70,6 +70,11 @@ class DeferReason(StrEnum):
     SPECREASON = "specreason"  # SpecReason's jobs skip phases I-III (common.agents.specreason)
     CALIBRATION = "calibration"  # a calibration run: speculated AND sent to the agent
     AUDIT_PAUSED = "audit_paused"  # an audit alarm paused accepting (common.pipeline.audit)
+    # speculation in depth (common.pipeline.depth): a zoom of the small model's that could
+    # not be carried out (no call or answer, a call that does not parse, a refused box),
+    # or no answer yet after its D zooms
+    ZOOM_INVALID = "zoom_invalid"
+    DEPTH_EXHAUSTED = "depth_exhausted"
 
 
 class FailureCode(StrEnum):
@@ -164,6 +169,7 @@ class Accepted:
     confidence: float
     token_scores: list[float]
     screen: ScreenResult | None
+    zoom_steps: tuple[dict[str, Any], ...] = ()  # the small model's zooms (depth >= 1)
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,7 @@ class Deferred:
     confidence: float | None = None
     detail: str = ""
     replay: TokenScores | None = None  # calibration runs: what replaying any gate needs
+    zoom_steps: tuple[dict[str, Any], ...] = ()  # the small model's zooms (depth >= 1)
 
 
 @dataclass(frozen=True)

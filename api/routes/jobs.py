@@ -128,11 +128,20 @@ def get_job(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> JobV
         return JobView.of(owned_job(session, job_id.hex, caller))
 
 
-@router.get("/{job_id}/trace", summary="A job's agent trajectory (null if none)")
+@router.get(
+    "/{job_id}/trace",
+    summary="A job's agent trajectory (null if none), and the small model's zoom steps "
+    "before the gate (speculation in depth; null if none)",
+)
 def get_trace(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> dict[str, Any]:
     with sessions() as session:
         job = owned_job(session, job_id.hex, caller)
-        return {"id": job.id, "status": job.status, "trajectory": job.trajectory}
+        return {
+            "id": job.id,
+            "status": job.status,
+            "trajectory": job.trajectory,
+            "zoom_steps": job.zoom_steps,
+        }
 
 
 IMAGE_TYPES: dict[str, Any] = {"content": {"image/jpeg": {}, "image/png": {}, "image/webp": {}}}

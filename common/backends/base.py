@@ -5,7 +5,10 @@ A backend wraps one vision-language model and offers three calls:
 - ``screen(queries)``: phase I over a batch; per query, needs-tools yes/no and raw text;
 - ``speculate(queries)``: phase II over a batch; per query, the answer and the per-token
   top-K scores the gate needs;
-- ``generate(conversation, stop=...)``: one agent step over a multi-image chat.
+- ``generate(conversation, stop=...)``: one agent step over a multi-image chat;
+- ``agent_turns(conversations, top_k=...)``: one agent step of many conversations at
+  once (to the protocol's agent stops), each with its tokens' top-K scores (the small
+  model's zooms before the gate, ``common.pipeline.depth``).
 
 Batch calls either return one result per query, in order, or raise; the funnel isolates
 a failing query by splitting the batch, so a backend need not. Tensors never cross this
@@ -44,6 +47,10 @@ class Generation:
     text: str  # decoded, cut right after the stop string when one was hit
     finish_reason: FinishReason
     new_tokens: int
+    # with agent_turns: one row per token, and each token's text (joined, they are
+    # the text as the backend decoded it, which may differ from ``text`` at a stop)
+    scores: TokenScores | None = None
+    pieces: tuple[str, ...] | None = None
 
 
 class VisionLanguageModel(Protocol):
@@ -63,6 +70,13 @@ class VisionLanguageModel(Protocol):
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
     ) -> Generation: ...
 
+    def agent_turns(
+        self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int
+    ) -> list[Generation]:
+        """One step of each conversation, batched, ended at the protocol's ``agent_stop``,
+        with ``scores`` and ``pieces``."""
+        ...
+
     def render(self, chat: Sequence[Message], continue_cut: str | None = None) -> str:
         """The exact text the model is given for ``chat`` (its chat template's output;
         with ``continue_cut``, see ``Conversation.continue_cut``)."""
@@ -76,6 +90,31 @@ def final_answer(text: str, *, strip: bool = True) -> str:
     if "<answer>" in text and "</answer>" in text:
         return text.split("<answer>")[1].split("</answer>")[0].strip()
     return text.strip() if strip else text
+
+
+def answer_scores(generation: Generation) -> TokenScores:
+    """The rows of the tokens that write the answer inside ``<answer>..</answer>`` (the
+    tags, the reasoning before them and anything after are not the answer); all rows
+    where the pieces hold no closed answer."""
+    scores, pieces = generation.scores, generation.pieces
+    if scores is None:
+        return TokenScores([], [])
+    if pieces is None or len(pieces) != len(scores.top_values):
+        return scores
+    joined = "".join(pieces)
+    start = joined.find("<answer>")
+    end = joined.find("</answer>", start + len("<answer>")) if start != -1 else -1
+    if end == -1:
+        return scores
+    start += len("<answer>")
+    rows, offset = [], 0
+    for index, piece in enumerate(pieces):
+        if offset < end and offset + len(piece) > start:
+            rows.append(index)
+        offset += len(piece)
+    return TokenScores(
+        [scores.top_values[i] for i in rows], [scores.log_normalizer[i] for i in rows]
+    )
 
 
 def plain_render(chat: Sequence[Message], continue_cut: str | None = None) -> str:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from common.backends.base import Generation, Speculation, plain_render
+from common.backends.base import FinishReason, Generation, Speculation, plain_render
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import Interrupted, ModelError
@@ -34,7 +35,9 @@ from common.images import ResizeRule
 from common.protocols import REFERENCE, Protocol, get_protocol
 from common.scores import TokenScores, score_for
 
-Phase = str  # "screen" | "speculate" | "generate"
+Phase = str  # "screen" | "speculate" | "zoom" (a step of speculation in depth) | "generate"
+# the scripted model's tokens: a tag, a word, or a run of white space
+_PIECE = re.compile(r"<[^>]*>|[^<\s]+|\s+")
 EVERY_JOB = "*"  # the key of a script every job without its own follows
 
 
@@ -78,6 +81,10 @@ class JobScript:
     # (None: 9, every proposal kept); its corrections are the agent's steps
     proposals: tuple[str, ...] | None = None
     scores: tuple[int | str, ...] | None = None
+    # the small model's turns when it may zoom before the gate (speculation depth >= 1),
+    # step by step (last repeats); None: it answers at once, <answer>{answer}</answer>.
+    # Every token of them scores ``confidence``.
+    zoom_steps: tuple[str, ...] | None = None
     fail: frozenset[Phase] = frozenset()  # phases whose calls raise for this job
     crash: frozenset[Phase] = frozenset()  # phases whose calls kill the process (a segfault)
 
@@ -87,7 +94,7 @@ class JobScript:
         values = dict(fields)
         for name in ("fail", "crash"):
             values[name] = frozenset(values.get(name) or ())  # type: ignore[call-overload]
-        for name in ("agent_steps", "proposals", "scores"):
+        for name in ("agent_steps", "proposals", "scores", "zoom_steps"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
@@ -205,6 +212,25 @@ class ScriptedModel:
         if ends:
             return Generation(text[: min(ends)], "stop", len(text.split()))
         return Generation(text, "eos", len(text.split()))
+
+    def agent_turns(
+        self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int
+    ) -> list[Generation]:
+        scripts = self._call("zoom", [conversation.key for conversation in conversations])
+        generations = []
+        for conversation, script in zip(conversations, scripts, strict=True):
+            steps = script.zoom_steps or (f"<answer>{script.answer}</answer>",)
+            text = steps[min(conversation.generations, len(steps) - 1)]
+            ends = [text.find(s) + len(s) for s in self.protocol.agent_stop if s in text]
+            finish: FinishReason = "stop" if ends else "eos"
+            text = text[: min(ends)] if ends else text
+            pieces = tuple(_PIECE.findall(text))[:max_new_tokens]
+            if len(pieces) == max_new_tokens and "".join(pieces) != text:
+                text, finish = "".join(pieces), "length"
+            row = _speculation("x", script.confidence, top_k).scores
+            scores = TokenScores(row.top_values * len(pieces), row.log_normalizer * len(pieces))
+            generations.append(Generation(text, finish, len(pieces), scores, pieces))
+        return generations
 
     def render(self, chat: Sequence[Message], continue_cut: str | None = None) -> str:
         return plain_render(chat, continue_cut)

@@ -40,7 +40,7 @@ import io
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -131,13 +131,26 @@ class ServerModel:
         proceed = conversation.continue_cut is not None
         body = self._body(conversation.messages, max_new_tokens, stops, proceed=proceed)
         (reply,) = self._all([body])
-        choice = reply["choices"][0]
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        text = _text(reply, stops)
-        if finish == "stop" and not any(text.endswith(s) for s in stop):
-            finish = "eos"
-        tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
-        return Generation(text, finish, tokens)  # type: ignore[arg-type]
+        return _generation(reply, stop, stops)
+
+    def agent_turns(
+        self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int
+    ) -> list[Generation]:
+        stop = self.protocol.agent_stop
+        stops = self._stops(stop)
+        bodies = [
+            self._body(conversation.messages, max_new_tokens, stops)
+            | {"logprobs": True, "top_logprobs": top_k}
+            for conversation in conversations
+        ]
+        generations = []
+        for reply in self._all(bodies):
+            rows, pieces = _scored_tokens(reply, top_k)
+            scores = TokenScores(rows, [0.0] * len(rows))
+            generations.append(
+                replace(_generation(reply, stop, stops), scores=scores, pieces=pieces)
+            )
+        return generations
 
     def render(self, chat: Sequence[Message], continue_cut: str | None = None) -> str:
         """What is sent: the request's messages as JSON (the server renders them with the
@@ -247,10 +260,30 @@ def _text(reply: dict[str, Any], stop: Sequence[str]) -> str:
     return text[: min(ends)] if ends else text
 
 
+def _generation(reply: dict[str, Any], stop: Sequence[str], stops: Sequence[str]) -> Generation:
+    """An agent step's reply: its text cut at its stop, why it ended, its token count."""
+    choice = reply["choices"][0]
+    finish = "length" if choice.get("finish_reason") == "length" else "stop"
+    text = _text(reply, stops)
+    if finish == "stop" and not any(text.endswith(s) for s in stop):
+        finish = "eos"
+    tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
+    return Generation(text, finish, tokens)  # type: ignore[arg-type]
+
+
 def _speculation(reply: dict[str, Any], top_k: int, strip: bool) -> Speculation:
     choice = reply["choices"][0]
     text = str((choice.get("message") or {}).get("content") or "")
-    content = (choice.get("logprobs") or {}).get("content") or []
+    rows, _ = _scored_tokens(reply, top_k)
+    answer = final_answer(text, strip=strip)
+    scores = TokenScores(rows, [0.0] * len(rows))  # log-probabilities: normalised already
+    return Speculation(answer, None, scores)  # (a server tells no token ids)
+
+
+def _scored_tokens(reply: dict[str, Any], top_k: int) -> tuple[list[list[float]], tuple[str, ...]]:
+    """Each token's top-K log-probabilities, descending (the server's placeholders left
+    out), and each token's text; a server that returns fewer than K is refused."""
+    content = (reply["choices"][0].get("logprobs") or {}).get("content") or []
     rows: list[list[float]] = []
     for entry in content:
         values = sorted(
@@ -269,6 +302,4 @@ def _speculation(reply: dict[str, Any], top_k: int, strip: bool) -> Speculation:
                 "lower SPECEYES_GATE_TOP_K"
             )
         rows.append(values)
-    answer = final_answer(text, strip=strip)
-    scores = TokenScores(rows, [0.0] * len(rows))  # log-probabilities: normalised already
-    return Speculation(answer, None, scores)  # (a server tells no token ids)
+    return rows, tuple(str(entry.get("token") or "") for entry in content)

@@ -210,6 +210,27 @@ class TransformersModel:
         )
         return Generation(row.text, row.finish_reason, len(row.token_ids))
 
+    def agent_turns(
+        self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int
+    ) -> list[Generation]:
+        rows = self._generate(
+            [conversation.messages for conversation in conversations],
+            max_new_tokens=max_new_tokens,
+            stop=self.protocol.agent_stop,
+            top_k=top_k,
+            end_ids=self.turn_end_ids,
+        )
+        return [
+            Generation(
+                row.text,
+                row.finish_reason,
+                len(row.token_ids),
+                row.scores,
+                self._pieces(row.token_ids),
+            )
+            for row in rows
+        ]
+
     # -- the one generation path --------------------------------------------------------
     @torch.inference_mode()
     def _generate(
@@ -261,6 +282,19 @@ class TransformersModel:
             self._row(tokens, stop, top_values, log_norm, index, max_new_tokens, set(ends))
             for index, tokens in enumerate(new_tokens)
         ]
+
+    def _pieces(self, tokens: list[int]) -> tuple[str, ...]:
+        """Each token's text: what it adds to the decoded prefix before it (a token
+        that ends inside a character adds nothing until the one that completes it)."""
+        pieces, before = [], ""
+        for length in range(1, len(tokens) + 1):
+            text = str(self.tokenizer.decode(tokens[:length], skip_special_tokens=True))
+            if text.endswith("\ufffd") or not text.startswith(before):
+                pieces.append("")  # (a character not yet whole)
+                continue
+            pieces.append(text[len(before) :])
+            before = text
+        return tuple(pieces)
 
     def _check_stop(self) -> None:
         if self.stop.is_set():

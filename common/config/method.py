@@ -7,7 +7,7 @@ from typing import Literal, Self
 
 from pydantic import SecretStr, model_validator
 
-from common.config.base import GateMode, Group, Method, Screener, group, setting
+from common.config.base import DepthScope, GateMode, Group, Method, Screener, group, setting
 
 
 class GateSettings(Group):
@@ -71,6 +71,25 @@ class FunnelSettings(Group):
     )
     screen_max_new_tokens: int = setting(10, "New tokens of a phase-I answer (yes/no).", ge=1)
     speculate_max_new_tokens: int = setting(20, "New tokens of the small model's answer.", ge=1)
+    speculation_depth: int = setting(
+        0,
+        "D: zooms the small model may make before it answers (the DeepEyes zoom tool, "
+        "the agent's crop rules); 0: none, the paper's method exactly "
+        "(docs/protocols.md, 'Speculation in depth').",
+        flag="--speculation-depth",
+        metavar="D",
+        ge=0,
+        le=4,
+    )
+    depth_scope: DepthScope = setting(
+        "tool_free",
+        "At D >= 1, which jobs the small model may zoom for: 'tool_free' (those the "
+        "screen let through, as at D = 0) or 'all' (those it sent to the agent too).",
+        flag="--depth-scope",
+    )
+    zoom_max_new_tokens: int = setting(
+        256, "At D >= 1, new tokens of each of the small model's turns.", ge=16
+    )
     fast_batch_size: int = setting(
         32, "Largest micro-batch of phases I-III.", flag="--batch-size", metavar="N", ge=1
     )
@@ -93,6 +112,11 @@ class FunnelSettings(Group):
             raise ValueError(
                 "method 'specreason' runs no funnel: it cannot be a baseline or a "
                 "calibration run as well"
+            )
+        if self.speculation_depth and (self.calibrate or self.method == "specreason"):
+            raise ValueError(
+                "speculation_depth >= 1 speculates in the funnel's phase II: a calibration "
+                "run or method 'specreason' cannot use it (yet)"
             )
         return self
 

@@ -5,7 +5,9 @@ of them holds model math of its own. In order:
 
 1. ``prepare_query``: decode and validate a job's image (a bad image fails that job);
 2. ``screen_stage`` (phase I): does the job need tools? one batched call of the screener;
-3. ``speculate_stage`` (phase II): the small model answers the tool-free jobs, batched;
+3. ``speculate_stage`` (phase II): the small model answers the tool-free jobs, batched
+   (at ``speculation_depth`` D >= 1 it may zoom up to D times first:
+   ``common.pipeline.depth``);
 4. ``gate_stage`` (phase III): answer separability accepts or defers each answer;
 5. ``run_fast_stage`` chains 2-4 over one micro-batch: each job ends ``Accepted``,
    ``Deferred`` (with the reason) or ``Failed``;
@@ -23,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any
 
 from common.agents.deepeyes import run_deepeyes
 from common.agents.specreason import run_specreason
@@ -44,15 +46,14 @@ from common.contracts import (
 )
 from common.errors import ImageError, ModelError, RetryableError, StopRequested
 from common.images import content_hash, decode_image
+from common.pipeline.depth import speculate_in_depth
 from common.pipeline.gate import score_answers
+from common.pipeline.isolation import per_job
 from common.scores import REPLAY_K, GateResult
 from common.sources.locations import describe
 from common.sources.reading import read_located
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
@@ -88,26 +89,6 @@ def prepare_query(
         return Failed(job_id, exc.code, f"{where}: {exc}")
     options_ = tuple(options) if options else None
     return Query(job_id, image, question, options_, image_path, shown_path)
-
-
-def per_job(call: Callable[[list[T]], list[R]], items: list[T]) -> list[R | ModelError]:
-    """``call`` over ``items``; on failure, bisect until each failing item stands alone."""
-    if not items:
-        return []
-    try:
-        results = call(items)
-    except RetryableError:
-        raise
-    except Exception as exc:
-        if len(items) == 1:
-            log.warning("model call failed for one job: %s", exc)
-            log.info("the model call's traceback", exc_info=True)  # (with -v)
-            return [ModelError(f"{type(exc).__name__}: {exc}")]
-        middle = len(items) // 2
-        return per_job(call, items[:middle]) + per_job(call, items[middle:])
-    if len(results) != len(items):
-        raise ModelError(f"backend returned {len(results)} results for {len(items)} jobs")
-    return list(results)
 
 
 def screen_stage(
@@ -151,6 +132,8 @@ def run_fast_stage(
     result = FastBatchResult([])
     outcomes: dict[str, FastOutcome] = {}
     screens: dict[str, ScreenResult] = {}
+    # at depth >= 1 with scope 'all', a job the screen says needs tools zooms as well
+    zoom_all = settings.speculation_depth > 0 and settings.depth_scope == "all"
     if settings.screener != "none":
         started = time.perf_counter()
         screener = large if settings.screener == "large" else small
@@ -162,7 +145,7 @@ def run_fast_stage(
                 )
                 continue
             screens[query.job_id] = screen
-            if screen.needs_tools:
+            if screen.needs_tools and not zoom_all:
                 outcomes[query.job_id] = Deferred(query.job_id, DeferReason.TOOLS_NEEDED, screen)
         result.seconds["screen"] = time.perf_counter() - started
         early = [o for o in outcomes.values() if isinstance(o, Deferred)]
@@ -171,12 +154,17 @@ def run_fast_stage(
 
     tool_free = [q for q in queries if q.job_id not in outcomes]
     started = time.perf_counter()
-    speculations = speculate_stage(
-        tool_free,
-        small,
-        max_new_tokens=settings.speculate_max_new_tokens,
-        top_k=settings.gate.top_k,
-    )
+    speculations: Sequence[Speculation | ModelError | None]
+    if settings.speculation_depth:
+        speculations, traces = _speculate_in_depth(tool_free, small, settings, outcomes, screens)
+    else:
+        speculations = speculate_stage(
+            tool_free,
+            small,
+            max_new_tokens=settings.speculate_max_new_tokens,
+            top_k=settings.gate.top_k,
+        )
+        traces = {}
     result.seconds["speculate"] = time.perf_counter() - started
     answered: list[tuple[Query, Speculation]] = []
     for query, speculation in zip(tool_free, speculations, strict=True):
@@ -186,8 +174,9 @@ def run_fast_stage(
                 DeferReason.SMALL_MODEL_ERROR,
                 screens.get(query.job_id),
                 detail=str(speculation),
+                zoom_steps=traces.get(query.job_id, ()),
             )
-        else:
+        elif speculation is not None:
             answered.append((query, speculation))
 
     started = time.perf_counter()
@@ -195,9 +184,15 @@ def run_fast_stage(
     result.seconds["gate"] = time.perf_counter() - started
     for (query, speculation), verdict in zip(answered, verdicts, strict=True):
         screened = screens.get(query.job_id)
+        zoomed = traces.get(query.job_id, ())
         outcomes[query.job_id] = (
             Accepted(
-                query.job_id, speculation.answer, verdict.confidence, verdict.token_scores, screened
+                query.job_id,
+                speculation.answer,
+                verdict.confidence,
+                verdict.token_scores,
+                screened,
+                zoomed,
             )
             if verdict.accepted
             else Deferred(
@@ -206,10 +201,43 @@ def run_fast_stage(
                 screened,
                 speculation.answer,
                 verdict.confidence,
+                zoom_steps=zoomed,
             )
         )
     result.outcomes = [outcomes[q.job_id] for q in queries]
     return result
+
+
+def _speculate_in_depth(
+    queries: list[Query],
+    small: VisionLanguageModel,
+    settings: FunnelSettings,
+    outcomes: dict[str, FastOutcome],
+    screens: dict[str, ScreenResult],
+) -> tuple[list[Speculation | ModelError | None], dict[str, tuple[dict[str, Any], ...]]]:
+    """Phase II at depth D >= 1 (``common.pipeline.depth``): each job's answer, its error,
+    or None where it was deferred (its outcome is set here); and each job's zoom steps."""
+    speculations: list[Speculation | ModelError | None] = []
+    traces = {}
+    zoomed = speculate_in_depth(
+        queries,
+        small,
+        depth=settings.speculation_depth,
+        max_new_tokens=settings.zoom_max_new_tokens,
+        top_k=settings.gate.top_k,
+    )
+    for query, found in zip(queries, zoomed, strict=True):
+        traces[query.job_id] = found.trace
+        if found.defer is not None:
+            outcomes[query.job_id] = Deferred(
+                query.job_id,
+                found.defer,
+                screens.get(query.job_id),
+                detail=found.detail,
+                zoom_steps=found.trace,
+            )
+        speculations.append(found.error or found.speculation)
+    return speculations, traces
 
 
 def _calibration_batch(

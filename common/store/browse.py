@@ -190,7 +190,7 @@ def results_page(
     ``after`` (from a previous page), and the cursor of the next page."""
     listing = as_rows(scope)
     query = listing.select(*wanted.conditions(listing)).options(
-        defer(Job.trajectory), defer(Job.replay), defer(Job.token_scores)
+        defer(Job.trajectory), defer(Job.replay), defer(Job.token_scores), defer(Job.zoom_steps)
     )
     query = _ordered(query, wanted.sort, listing)
     chunk_rows = CHUNK_ROWS if wanted.wrong else limit + 1

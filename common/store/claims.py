@@ -297,7 +297,11 @@ def _fast_values(outcome: FastOutcome, gate_used: dict[str, Any], now: Any) -> d
             "error_message": outcome.message,
             "finished_at": now,
         }
-    common = {"gated_at": now, **_screen_values(outcome.screen)}
+    common = {
+        "gated_at": now,
+        **_screen_values(outcome.screen),
+        **({"zoom_steps": list(outcome.zoom_steps)} if outcome.zoom_steps else {}),
+    }
     if isinstance(outcome, Accepted):
         return {
             "status": JobStatus.DONE,

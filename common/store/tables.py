@@ -167,6 +167,8 @@ class Job(Base):
     gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # mode, top_k, threshold
     defer_reason: Mapped[str | None] = mapped_column(String(32))
     replay: Mapped[str | None] = mapped_column(Text)  # calibration runs (common.scores)
+    # speculation in depth (common.pipeline.depth): the small model's steps, as AgentStep's
+    zoom_steps: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     # phase IV
     trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # outcome

@@ -611,3 +611,33 @@ def test_the_bar_counts_as_the_summary_does_and_says_what_a_stall_waits_for(
         assert sum(map(int, answered)) == number, (number, words)
     assert shown[-1] == (3, "small 0 | agent 3 | failed 0 | running 0 | waiting 0")
     assert "done         3: small model 0 (0.0% of jobs), agent 3" in captured.out
+
+
+def test_speculation_in_depth_keeps_each_jobs_zooms_and_defers_with_its_reason(
+    tmp_path: Path, capsys, monkeypatch
+):
+    """``--speculation-depth 2`` through annotate (embedded, SQLite): an answer after a
+    zoom is accepted with its steps kept; a job still zooming after two is deferred to the
+    agent (depth_exhausted), its steps kept too."""
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [4, 4, 20, 20]}}
+    zoom = f"<think>closer</think><tool_call>{json.dumps(call)}</tool_call>"
+    scripts = tmp_path / "scripts.json"
+    scripts.write_text(json.dumps({"*": {"zoom_steps": [zoom, "<answer>B</answer>"]}}))
+    monkeypatch.setenv("SPECEYES_SCRIPTED__SCRIPTS_FILE", str(scripts))
+    write_images(tmp_path / "c", 2)
+    db = tmp_path / "s.db"
+    flags = ("-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}", "--speculation-depth")
+    assert annotate(str(tmp_path / "c"), *flags, "2") == 0, capsys.readouterr().err
+    rows = db_rows(db, "SELECT answered_by, final_answer, defer_reason, zoom_steps FROM jobs")
+    assert [row[:3] for row in rows] == [("small", "B", None)] * 2
+    for row in rows:
+        zoomed, answered = json.loads(row[3])
+        assert zoomed["box_original"] is not None and answered["observation"] == "answered"
+
+    scripts.write_text(json.dumps({"*": {"zoom_steps": [zoom]}}))  # zooms, never answers
+    db = tmp_path / "again.db"
+    flags = ("-q", "Q?", *SCRIPTED, "--db", f"sqlite:///{db}", "--speculation-depth")
+    assert annotate(str(tmp_path / "c"), *flags, "2") == 0, capsys.readouterr().err
+    rows = db_rows(db, "SELECT answered_by, defer_reason, error_message, zoom_steps FROM jobs")
+    for by, reason, _, steps in rows:
+        assert (by, reason) == ("large", "depth_exhausted") and len(json.loads(steps)) == 3

@@ -117,15 +117,16 @@ def _complete(model: TransformersModel, body: dict[str, Any]) -> dict[str, Any]:
         "stop_reason": stop_reason,
     }
     if top_k is not None and row.scores is not None:
+        pieces = model._pieces(row.token_ids)  # (each token's text, as vLLM's "token")
         choice["logprobs"] = {
             "content": [
                 {
-                    "token": "",
+                    "token": piece,
                     "logprob": values[0] - norm,
                     "top_logprobs": [{"token": "", "logprob": v - norm} for v in values],
                 }
-                for values, norm in zip(
-                    row.scores.top_values, row.scores.log_normalizer, strict=True
+                for values, norm, piece in zip(
+                    row.scores.top_values, row.scores.log_normalizer, pieces, strict=True
                 )
             ]
         }

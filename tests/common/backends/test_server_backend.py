@@ -216,3 +216,26 @@ def test_micro_batches_reuse_the_endpoints_connections(models):
             model.screen(queries()[:2], max_new_tokens=2)
         ports = {request["port"] for request in running.requests}
     assert len(running.requests) == 6 and len(ports) <= 2
+
+
+def test_speculation_in_depth_on_a_server_matches_the_in_process_one(models, server):
+    from common.pipeline.depth import speculate_in_depth
+
+    small = models["small"]
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [20, 20, 220, 180]}}
+    texts = [f"<think>z</think><tool_call>{json.dumps(call)}</tool_call>", "<answer>red</answer>"]
+    gate = GateSettings(mode="min", top_k=16, threshold=0.5)
+
+    def run(model):
+        # one job: a forced text goes to each generate call, and a server's are per job
+        found = speculate_in_depth(queries()[:1], model, depth=2, max_new_tokens=48, top_k=16)
+        steps = [[(s.text, s.box_original) for s in zoomed.steps] for zoomed in found]
+        scores = [zoomed.speculation.scores for zoomed in found]  # type: ignore[union-attr]
+        return steps, [verdict.confidence for verdict in score_answers(scores, gate)]
+
+    local_steps, local_confidence = _forced_run(small, texts, lambda: run(small))
+    served_steps, served_confidence = _forced_run(
+        small, texts, lambda: run(remote(server, "small"))
+    )
+    assert served_steps == local_steps and len(local_steps[0]) == 2
+    assert served_confidence == pytest.approx(local_confidence, abs=1e-5)

@@ -191,3 +191,47 @@ def test_only_the_end_of_turn_ends_a_reference_screen(tiny_paths, protocol, expe
     large.logits_processors = [ForceText(large.tokenizer, forced, large.eos_ids[0])]
     (screen,) = large.screen(sample_queries()[:1], max_new_tokens=12)
     assert screen.raw_text == expected
+
+
+def test_many_conversations_zoom_in_one_generate_with_each_tokens_scores(tiny_paths):
+    """Speculation in depth on the real small architecture: a batch of two zooms, then
+    answers; each turn's tokens carry their scores and their text, and the gate reads
+    the answer's tokens alone."""
+    from common.backends.base import answer_scores
+    from common.pipeline.depth import speculate_in_depth
+
+    small = TransformersModel(str(tiny_paths["small"]), device="cpu")
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 64, 64]}}
+    steps = [
+        f"<think>zoom</think><tool_call>{json.dumps(call)}</tool_call>",
+        "<think>it is red</think><answer>red</answer>",
+    ]
+    small.logits_processors = [ForceText(small.tokenizer, steps, small.eos_ids[0])]
+    calls = []
+    real = small.agent_turns
+
+    def spy(conversations, **kwargs):
+        generations = real(conversations, **kwargs)
+        calls.append(generations)
+        return generations
+
+    small.agent_turns = spy  # type: ignore[method-assign]
+    images = [Image.new("RGB", (448, 336), (255, 0, 0)), Image.new("RGB", (300, 500))]
+    found = speculate_in_depth(
+        [Query(f"q{n}", image, "Colour?") for n, image in enumerate(images)],
+        small,
+        depth=1,
+        max_new_tokens=64,
+        top_k=8,
+    )
+    assert [len(generations) for generations in calls] == [2, 2]
+    for zoomed in found:
+        assert zoomed.speculation is not None and zoomed.speculation.answer == "red"
+        assert zoomed.steps[0].box_original is not None
+    for generation in calls[1]:
+        assert generation.scores is not None and generation.pieces is not None
+        assert len(generation.pieces) == len(generation.scores.top_values) == generation.new_tokens
+        assert "".join(generation.pieces) == generation.text
+        answer = answer_scores(generation).top_values
+        assert 0 < len(answer) < generation.new_tokens
+        assert all(len(row) == 8 for row in answer)

@@ -11,7 +11,8 @@ from common.backends.scripted import JobScript, ScriptedModel, mixture
 from common.config import FunnelSettings, GateSettings
 from common.contracts import Accepted, Deferred, Failed, Query
 from common.errors import BackendUnavailable, ModelError
-from common.pipeline.funnel import per_job, prepare_query, run_agent_stage, run_fast_stage
+from common.pipeline.funnel import prepare_query, run_agent_stage, run_fast_stage
+from common.pipeline.isolation import per_job
 
 SCRIPTS = {
     "tools": JobScript(needs_tools=True),

@@ -222,6 +222,23 @@ def test_a_deferred_job_keeps_the_gate_only_where_the_gate_judged_it_and_its_det
     assert gated.error_message == "below tau"
 
 
+def test_the_small_models_zoom_steps_are_kept_with_its_job_accepted_or_deferred(sessions):
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session), items("x", "y", "z"), "cfg")
+    x, y, z = claim_all(sessions)
+    zoomed = ({"index": 0, "box_original": [1, 2, 30, 40]}, {"index": 1, "text": "<answer>"})
+    outcomes = [
+        Accepted(x.job_id, "A", 0.99, [7.0], None, zoomed),
+        Deferred(y.job_id, "depth_exhausted", None, detail="no answer", zoom_steps=zoomed[:1]),
+        Accepted(z.job_id, "B", 0.99, [7.0], None),  # (depth 0: nothing to keep)
+    ]
+    with sessions.begin() as session:
+        assert claims.record_fast(session, outcomes, GATE) == 3
+    with sessions() as session:
+        kept = [session.get(Job, ticket.job_id).zoom_steps for ticket in (x, y, z)]
+    assert kept == [list(zoomed), list(zoomed[:1]), None]
+
+
 def test_a_job_handed_back_is_taken_over_at_once_and_a_stale_age_of_zero_takes_any(sessions):
     with sessions.begin() as session:
         submission.submit_items(session, new_batch(session), items("x", "y"), "cfg")

@@ -1,0 +1,168 @@
+"""Speculation in depth (``common.pipeline.depth``) on the scripted backend: the small
+model's zooms in lockstep, what each turn leads to, and what hostile turns can cost."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from common.backends.base import Generation, answer_scores
+from common.backends.scripted import JobScript, ScriptedModel
+from common.config import FunnelSettings
+from common.contracts import Accepted, DeferReason, Deferred, Query
+from common.pipeline.depth import speculate_in_depth
+from common.pipeline.funnel import run_fast_stage
+from common.scores import TokenScores
+
+
+def zoom(box: list[float] | str) -> str:
+    arguments = {"bbox_2d": box}
+    call = {"name": "image_zoom_in_tool", "arguments": arguments}
+    return f"<think>closer</think><tool_call>{json.dumps(call)}</tool_call>"
+
+
+ANSWER = "<think>seen</think><answer>B</answer>"
+SCRIPTS = {
+    "at-once": JobScript(answer="A"),
+    "one-zoom": JobScript(zoom_steps=(zoom([10, 10, 40, 40]), ANSWER)),
+    "two-zooms": JobScript(zoom_steps=(zoom([0, 0, 30, 30]), zoom([5, 5, 25, 25]), ANSWER)),
+    "never-answers": JobScript(zoom_steps=(zoom([10, 10, 40, 40]),)),
+    "tools": JobScript(needs_tools=True, zoom_steps=(zoom([10, 10, 40, 40]), ANSWER)),
+    "unsure": JobScript(confidence=0.6, zoom_steps=(zoom([10, 10, 40, 40]), ANSWER)),
+}
+
+
+def queries(*job_ids: str, size: tuple[int, int] = (64, 64)) -> list[Query]:
+    return [Query(job_id, Image.new("RGB", size), "What is it?") for job_id in job_ids]
+
+
+def fast(model: ScriptedModel, job_ids: tuple[str, ...], **settings) -> dict[str, object]:
+    result = run_fast_stage(
+        queries(*job_ids), large=model, small=model, settings=FunnelSettings(**settings)
+    )
+    return {outcome.job_id: outcome for outcome in result.outcomes}
+
+
+def test_depth_zero_is_the_paper_no_zoom_is_asked_for():
+    model = ScriptedModel(SCRIPTS)
+    outcomes = fast(model, ("at-once", "one-zoom", "tools"))
+    assert model.calls["zoom"] == 0 and model.calls["speculate"] == 1
+    assert isinstance(outcomes["one-zoom"], Accepted) and outcomes["one-zoom"].zoom_steps == ()
+    assert isinstance(outcomes["tools"], Deferred)
+
+
+def test_the_zooms_of_a_batch_run_in_lockstep_one_call_a_round():
+    model = ScriptedModel(SCRIPTS)
+    outcomes = fast(model, ("at-once", "one-zoom", "two-zooms"), speculation_depth=2)
+    # round 1: all three; round 2: the two still zooming; round 3: the last
+    assert [size for phase, size in model.batch_sizes if phase == "zoom"] == [3, 2, 1]
+    assert model.calls["speculate"] == 0
+    answers = {job_id: outcome.answer for job_id, outcome in outcomes.items()}  # type: ignore[union-attr]
+    assert answers == {"at-once": "A", "one-zoom": "B", "two-zooms": "B"}
+    steps = outcomes["two-zooms"].zoom_steps  # type: ignore[union-attr]
+    assert len(steps) == 3 and steps[-1]["observation"] == "answered"
+    assert steps[0]["box_original"] is not None and steps[1]["tool_call"] is not None
+
+
+def test_a_zoom_is_cropped_from_the_original_as_the_agents_are():
+    model = ScriptedModel(SCRIPTS)
+    (found,) = speculate_in_depth(
+        queries("one-zoom", size=(640, 480)), model, depth=1, max_new_tokens=256, top_k=8
+    )
+    # the scripted model's grid is the default rule's: the 640x480 image is seen whole
+    step = found.steps[0]
+    assert step.box_model == [10.0, 10.0, 40.0, 40.0]
+    width, height = model.resize_rule.size_for(640, 480)
+    scale_x, scale_y = 640 / width, 480 / height
+    assert step.box_original == [
+        int(10 * scale_x),
+        int(10 * scale_y),
+        int(40 * scale_x),
+        int(40 * scale_y),
+    ]
+    assert found.speculation is not None and found.speculation.answer == "B"
+
+
+def test_no_answer_after_d_zooms_defers_the_job_with_its_reason():
+    model = ScriptedModel(SCRIPTS)
+    outcomes = fast(model, ("never-answers", "one-zoom"), speculation_depth=1)
+    late = outcomes["never-answers"]
+    assert isinstance(late, Deferred) and late.reason == DeferReason.DEPTH_EXHAUSTED
+    assert late.detail == "no answer after 1 zoom(s)" and len(late.zoom_steps) == 2
+    assert isinstance(outcomes["one-zoom"], Accepted)
+
+
+def test_the_gate_still_decides_after_a_zoom():
+    model = ScriptedModel(SCRIPTS)
+    outcomes = fast(model, ("unsure",), speculation_depth=1)
+    unsure = outcomes["unsure"]
+    assert isinstance(unsure, Deferred) and unsure.reason == DeferReason.LOW_CONFIDENCE
+    assert unsure.small_answer == "B" and len(unsure.zoom_steps) == 2
+
+
+def test_which_jobs_may_zoom_is_a_setting():
+    model = ScriptedModel(SCRIPTS)
+    only_tool_free = fast(model, ("tools",), speculation_depth=1)
+    assert only_tool_free["tools"].reason == DeferReason.TOOLS_NEEDED  # type: ignore[union-attr]
+    sent_early: list[str] = []
+    everyone = run_fast_stage(
+        queries("tools"),
+        large=model,
+        small=model,
+        settings=FunnelSettings(speculation_depth=1, depth_scope="all"),
+        on_screened=lambda deferred: sent_early.extend(d.job_id for d in deferred),
+    ).outcomes
+    assert not sent_early  # (it is not on its way to the agent: it zooms first)
+    everyone = {outcome.job_id: outcome for outcome in everyone}
+    assert isinstance(everyone["tools"], Accepted) and everyone["tools"].screen.needs_tools  # type: ignore[union-attr]
+
+
+HOSTILE = {
+    "huge-box": zoom([-1e9, -1e9, 1e9, 1e9]),  # clamped to the image: a crop of it all
+    "negative-box": zoom([-50, -50, -10, -10]),
+    "no-numbers": zoom("everything"),
+    "not-json": "<tool_call>{bbox_2d: [1, 2</tool_call>",
+    "thousand-calls": zoom([10, 10, 40, 40]) * 1000,
+    "open-answer": "<think>hm</think><answer>B and on and on",
+    "other-tool": '<tool_call>{"name": "rm", "arguments": {"bbox_2d": [1, 1, 9, 9]}}</tool_call>',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_turns_cost_at_most_d_crops_and_defer_only_their_job(name):
+    scripts = {name: JobScript(zoom_steps=(HOSTILE[name], ANSWER)), "one-zoom": SCRIPTS["one-zoom"]}
+    model = ScriptedModel(scripts)
+    outcomes = fast(model, (name, "one-zoom"), speculation_depth=2)
+    assert isinstance(outcomes["one-zoom"], Accepted)
+    hostile = outcomes[name]
+    crops = [step for step in hostile.zoom_steps if step["box_original"] is not None]  # type: ignore[union-attr]
+    assert len(crops) <= 2
+    if name in ("huge-box", "thousand-calls"):  # one crop each, then the answer
+        assert isinstance(hostile, Accepted) and len(crops) == 1
+        if name == "huge-box":
+            assert crops[0]["box_original"] == [0, 0, 64, 64]
+    else:
+        assert isinstance(hostile, Deferred) and hostile.reason == DeferReason.ZOOM_INVALID
+        assert hostile.detail.startswith("zoom 1: ") and not crops
+
+
+def test_a_small_model_error_while_zooming_defers_that_job_alone():
+    scripts = {"breaks": JobScript(fail=frozenset({"zoom"})), "one-zoom": SCRIPTS["one-zoom"]}
+    outcomes = fast(ScriptedModel(scripts), ("breaks", "one-zoom"), speculation_depth=1)
+    assert outcomes["breaks"].reason == DeferReason.SMALL_MODEL_ERROR  # type: ignore[union-attr]
+    assert isinstance(outcomes["one-zoom"], Accepted)
+
+
+def test_the_gate_reads_the_tokens_of_the_answer_alone():
+    pieces = ("<think>", "look", "</think>", "<answer>", "B", "ig", "</answer>", "\n")
+    rows = [[float(n), 0.0] for n in range(len(pieces))]
+    generation = Generation(
+        "".join(pieces), "stop", len(pieces), TokenScores(rows, [0.0] * len(rows)), pieces
+    )
+    assert answer_scores(generation).top_values == [[4.0, 0.0], [5.0, 0.0]]
+    unclosed = Generation(
+        "<answer>B", "length", 2, TokenScores(rows[:2], [0.0, 0.0]), ("<answer>", "B")
+    )
+    assert answer_scores(unclosed).top_values == rows[:2]  # (no closed answer: every row)
