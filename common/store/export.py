@@ -165,20 +165,8 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> int:
 
 
 def _write(rows: Iterable[dict[str, Any]], suffix: str, partial: Path) -> int:
-    if suffix == ".parquet":
-        count = 0
-        with pq.ParquetWriter(partial, SCHEMA) as writer:
-            iterator = iter(rows)
-            while group := list(islice(iterator, PARQUET_ROWS_PER_GROUP)):
-                writer.write_table(pa.Table.from_pylist(group, schema=SCHEMA))
-                count += len(group)
-    else:
-        count = 0
-        with partial.open("w", encoding="utf-8") as out:
-            for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                count += 1
-    return count
+    with partial.open("wb") as handle:
+        return _write_to(rows, suffix, handle)
 
 
 @dataclass(frozen=True)
@@ -359,7 +347,7 @@ def _remote_file(url: str) -> Iterator[IO[bytes]]:
         with fsspec.open(url, "wb") as handle:
             yield handle
     except (OSError, ValueError) as exc:
-        raise InvalidInput(f"cannot write {url}: {exc}") from None
+        raise InvalidInput(f"cannot write {url}: {str(exc) or type(exc).__name__}") from None
 
 
 def _write_to(rows: Iterable[dict[str, Any]], suffix: str, handle: IO[bytes]) -> int:

@@ -443,4 +443,42 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         r"core/ReplaceComparisonOperator_Gt_GtE",
         "a cache exactly full evicts one more image: what is kept, not what is shown",
     ),
+    Equivalent(
+        "export",
+        "*, audit_disagreements: bool",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller names it",
+    ),
+    Equivalent(
+        "export",
+        "@dataclass(frozen=True)",
+        r"core/ReplaceTrueWithFalse",
+        "an Output no code changes after it is made",
+    ),
+    Equivalent(
+        "export",
+        'rsplit(".", 1)[-1]',
+        r"core/NumberReplacer",
+        "split at two dots from the right instead of one: the last piece is the same",
+    ),
+    Equivalent(
+        "export",
+        'path.rsplit("/", 1)[-1]',
+        r"core/NumberReplacer",
+        "split at two slashes from the right instead of one: the last piece is the same",
+    ),
+    Equivalent(
+        "export",
+        "partial.unlink(missing_ok=True)",
+        r"core/ReplaceTrueWithFalse",
+        "a failed write's partial file is there whenever the failure came after it was "
+        "opened; where opening it failed, the unlink's error replaces that one, and the "
+        "export fails either way",
+    ),
+    Equivalent(
+        "export",
+        "PARQUET_ROWS_PER_GROUP = 10_000",
+        r"core/NumberReplacer",
+        "a row group a row larger or smaller: the same rows, read as one table",
+    ),
 )

@@ -258,3 +258,157 @@ def test_exports_to_an_object_store_read_back_as_written(tmp_path: Path):
         assert [path.rsplit("/", 1)[1] for path in sorted(filesystem.glob(f"{root}/part-*"))] == [
             "part-00000.parquet"
         ]
+
+
+def test_an_error_is_exported_only_for_a_job_that_stopped():
+    """A job deferred by the gate keeps the gate's detail as its message while the agent
+    answers: that is no error of the answer's, and not exported as one."""
+    item = BatchItem(item_id="a", position=0)
+    answered = Job(id="j", question="Q?", status="done", error_message="below tau")
+    failed = Job(id="k", question="Q?", status="failed", error_message="no answer")
+    assert (result_row(item, answered)["error"], result_row(item, failed)["error"]) == (
+        None,
+        "no answer",
+    )
+
+
+def test_only_the_disagreements_are_exported_for_review(sessions):
+    from common.store import submission
+    from common.store.export import batch_rows
+    from tests.helpers.store import items, new_batch
+
+    with sessions.begin() as session:
+        batch = new_batch(session)
+        submission.submit_items(session, batch, items("agrees", "disagrees", "unaudited"), "c")
+        for job in session.query(Job):
+            job.audit_agrees = {"/img/agrees.png": True, "/img/disagrees.png": False}.get(
+                job.image_path
+            )
+        batch_id = batch.id
+    with sessions() as session:
+        every = [row["id"] for row in batch_rows(session, batch_id)]
+        review = [row["id"] for row in batch_rows(session, batch_id, audit_disagreements=True)]
+    assert every == ["agrees", "disagrees", "unaudited"] and review == ["disagrees"]
+
+
+def test_jsonl_is_written_as_utf8_text_not_escapes(tmp_path: Path):
+    from common.store.export import Output, export
+
+    assert write_rows([{"id": "é", "position": 0}], tmp_path / "o.jsonl") == 1
+    assert export([{"id": "é"}], Output(str(tmp_path / "e.jsonl"), "file"), 10, "b") == (1, 1)
+    for name in ("o.jsonl", "e.jsonl"):
+        assert '"é"' in (tmp_path / name).read_text(encoding="utf-8")
+
+
+def test_a_failed_write_leaves_neither_the_file_nor_a_partial(tmp_path: Path):
+    import pytest
+
+    def rows():
+        yield {"id": "a", "position": 0}
+        raise RuntimeError("the database went away")
+
+    for name in ("o.jsonl", "o.parquet"):
+        with pytest.raises(RuntimeError):
+            write_rows(rows(), tmp_path / name)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_two_source_shards_of_one_name_are_refused_by_the_first_name(tmp_path: Path):
+    import pytest
+
+    from common.errors import InvalidInput
+    from common.store.export import check_labelled
+
+    shards = [str(tmp_path / folder / name) for folder in "ab" for name in ("1.tar", "0.tar")]
+    with pytest.raises(InvalidInput, match=r"two source shards are named 0\.tar"):
+        check_labelled(shards, f"{tmp_path}/out/")
+    # a source named another way (through ..) is still the source
+    roundabout = str(tmp_path / "data" / ".." / "data" / "00000.tar")
+    with pytest.raises(InvalidInput, match="would overwrite the source shard"):
+        check_labelled([roundabout], f"{tmp_path}/data/")
+
+
+def _labelled_corpus(tmp_path: Path) -> tuple[str, str]:
+    """Two shards of 2 and 1 samples annotated into a database: (db, batch name)."""
+    import json
+
+    from tests.helpers.corpora import Sample, image_bytes, write_shard
+
+    for shard, count in (("00000", 2), ("00001", 1)):
+        samples = [
+            Sample(
+                f"{shard}-{n}",
+                {"png": image_bytes(n), "json": json.dumps({"question": "Q?"}).encode()},
+            )
+            for n in range(count)
+        ]
+        write_shard(tmp_path / "shards" / f"{shard}.tar", samples)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    pattern = str(tmp_path / "shards" / "{00000..00001}.tar")
+    flags = ["--backend", "scripted", "--db", db, "--no-progress", "--name", "labelled"]
+    assert main(["annotate", pattern, *flags]) == 0
+    return db, "labelled"
+
+
+def test_labelled_shards_are_counted_and_go_to_an_object_store_too(tmp_path: Path):
+    import tarfile
+
+    import fsspec
+    import pytest
+
+    from common.errors import InvalidInput
+    from common.store.db import open_store
+    from common.store.export import Output, export, write_labelled
+    from common.store.tables import Batch
+    from tests.helpers.corpora import Sample, image_bytes, object_store, write_shard
+
+    db, name = _labelled_corpus(tmp_path)
+    shards = [str(tmp_path / "shards" / f"0000{n}.tar") for n in (0, 1)]
+    # since the run: 00001-0's image changed (it keeps its key's label), 00001-7 was
+    # added (not labelled), and 00001-9 has no image (not labelled; no digest to read)
+    added = [Sample(f"00001-{n}", {"png": image_bytes(n + 5)}) for n in (0, 7)]
+    added.append(Sample("00001-9", {"json": b"{}"}))
+    write_shard(tmp_path / "shards" / "00001.tar", added)
+    sessions = open_store(db)
+    try:
+        with sessions() as session:
+            batch_id = session.query(Batch).filter_by(name=name).one().id
+            assert write_labelled(session, batch_id, shards, f"{tmp_path}/here/") == (2, 5, 3)
+            # into a folder not made yet, and again into the same one
+            for _ in range(2):
+                deeper = f"{tmp_path}/new/deeper/"
+                assert write_labelled(session, batch_id, shards, deeper) == (2, 5, 3)
+            (tmp_path / "empty").mkdir()
+            with object_store() as store:
+                bucket = store.upload(tmp_path / "empty", "labelled")
+                assert write_labelled(session, batch_id, shards, f"{bucket}/out/") == (2, 5, 3)
+                remote = fsspec.open(f"{bucket}/out/00001.tar", "rb")
+                with remote as handle, tarfile.open(fileobj=handle) as tar:
+                    assert "00001-0.speceyes.json" in tar.getnames()
+                # buckets S3 cannot create: one clear error
+                for bad in ("s3://Bad_Bucket!/", "s3://b/"):  # (refused here; by S3)
+                    with pytest.raises(InvalidInput, match=f"cannot write {bad}"):
+                        write_labelled(session, batch_id, shards, f"{bad}out/")
+                with pytest.raises(InvalidInput, match=r"cannot write s3:///o\.jsonl: ValueError"):
+                    export(_rows(1), Output("s3:///o.jsonl", "file"), 10, "b")  # (no bucket)
+            broken = tmp_path / "broken" / "00000.tar"
+            broken.parent.mkdir()
+            broken.write_bytes(b"not a tar at all" * 100)
+            with pytest.raises(Exception):  # noqa: B017 (whatever the reader raises)
+                write_labelled(session, batch_id, [str(broken)], f"{tmp_path}/out/")
+            assert list((tmp_path / "out").iterdir()) == []  # no partial shard left
+    finally:
+        sessions.close()
+
+
+def test_an_output_is_written_into_folders_made_for_it_and_never_over_a_folder(tmp_path: Path):
+    import pytest
+
+    from common.errors import InvalidInput
+    from common.store.export import check_output
+
+    for _ in range(2):  # (made, then there already)
+        assert write_rows(_rows(1), tmp_path / "new" / "deeper" / "o.jsonl") == 1
+    (tmp_path / "taken.jsonl").mkdir()
+    with pytest.raises(InvalidInput, match="it is a folder"):
+        check_output(str(tmp_path / "taken.jsonl"))
