@@ -129,14 +129,20 @@ def _fraction(value: Mapping[str, str], name: str) -> float | None:
 
 
 def image_response(
-    job: Job, settings: Settings, *, max_side: int | None = None, step: int | None = None
+    job: Job,
+    settings: Settings,
+    *,
+    max_side: int | None = None,
+    step: int | None = None,
+    small: bool = False,
 ) -> Response:
-    """The job's image (or, with ``step``, the crop an agent's zoom at that step returned),
-    decoded and encoded anew, typed as decoded, never sniffed. An image that cannot be
-    read is a 404 that names no path (the reason goes to the log)."""
+    """The job's image (or, with ``step``, the crop an agent's zoom at that step returned;
+    with ``small`` too, the small model's zoom before the gate), decoded and encoded anew,
+    typed as decoded, never sniffed. An image that cannot be read is a 404 that names no
+    path (the reason goes to the log)."""
     if not job.image_path:
         raise NotFound(f"job {job.id} has no image", code="image_not_found")
-    box = None if step is None else _zoom_box(job, step)
+    box = None if step is None else _zoom_box(job, step, small)
     side = None if max_side is None else next((s for s in SIDES if s >= max_side), SIDES[-1])
     if job.tenant is not None and not _accepted_path(job.image_path, settings):
         # a tenant's job holds an upload or a file under image_roots; anything else (a
@@ -222,18 +228,19 @@ def _rendered(
     return found
 
 
-def _zoom_box(job: Job, step: int) -> list[int]:
-    """The box an agent's zoom at ``step`` cut from the original, if it is one."""
-    box = zoom_box_of(job, step)
+def _zoom_box(job: Job, step: int, small: bool) -> list[int]:
+    """The box a zoom at ``step`` cut from the original, if it is one."""
+    box = zoom_box_of(job, step, small=small)
     if box is None:
         raise NotFound(f"job {job.id} has no zoom at step {step}", code="step_not_found")
     return box
 
 
-def zoom_box_of(job: Job, step: int) -> list[int] | None:
-    """The box [x1, y1, x2, y2] an agent's zoom at ``step`` cut from the original image,
-    where the trace holds one (four integers), else None."""
-    steps = job.trace_steps or []
+def zoom_box_of(job: Job, step: int, *, small: bool = False) -> list[int] | None:
+    """The box [x1, y1, x2, y2] an agent's zoom at ``step`` cut from the original image
+    (``small``: the small model's, before the gate), where the steps hold one (four
+    integers), else None."""
+    steps = (job.small_steps if small else job.trace_steps) or []
     found = steps[step].get("box_original") if 0 <= step < len(steps) else None
     if isinstance(found, list) and len(found) == 4 and all(type(v) is int for v in found):
         return found

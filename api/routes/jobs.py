@@ -169,7 +169,8 @@ def get_image(
     "/{job_id}/steps/{step}/crop",
     response_class=Response,
     responses={200: IMAGE_TYPES},
-    summary="What an agent's zoom at this step cut from the image (DeepEyes)",
+    summary="What an agent's zoom at this step cut from the image (DeepEyes); with "
+    "small=true, the small model's zoom before the gate (speculation in depth)",
 )
 def get_crop(
     job_id: uuid.UUID,
@@ -178,10 +179,11 @@ def get_crop(
     settings: SettingsDep,
     sessions: SessionsDep,
     max_side: int | None = Query(None, ge=16),
+    small: bool = Query(False, description="the small model's zoom step, not the agent's"),
 ) -> Response:
     with sessions() as session:
         job = owned_job(session, job_id.hex, caller)
-    return image_response(job, settings, max_side=max_side, step=step)
+    return image_response(job, settings, max_side=max_side, step=step, small=small)
 
 
 @router.post(

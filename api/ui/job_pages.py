@@ -114,6 +114,8 @@ def job_page(
             steps=job.trace_steps or [],
             trajectory_error=_trajectory_error(job),
             zooms=views.zooms(job),
+            small_steps=job.small_steps or [],
+            small_zooms=views.zooms(job, small=True),
             produced=views.produced_images,
             tokens=views.token_bars(job),
             threshold=job.gate_threshold,
@@ -139,11 +141,18 @@ def job_image(
 
 @router.get("/jobs/{job_id}/steps/{step}/crop")
 def job_crop(
-    job_id: str, step: int, ui: UiDep, sessions: SessionsDep, settings: SettingsDep
+    job_id: str,
+    step: int,
+    ui: UiDep,
+    sessions: SessionsDep,
+    settings: SettingsDep,
+    small: bool = False,
 ) -> Response:
+    """What the agent's zoom at ``step`` cut (``small``: the small model's, before the
+    gate)."""
     with sessions() as session:
         job = owned_job(session, job_id, ui.caller)
-    return image_response(job, settings, max_side=PREVIEW_SIDE // 2, step=step)
+    return image_response(job, settings, max_side=PREVIEW_SIDE // 2, step=step, small=small)
 
 
 @router.post("/jobs/{job_id}/review")

@@ -154,10 +154,11 @@ class Zoom:
     height: int
 
 
-def zooms(job: Job) -> dict[int, Zoom]:
+def zooms(job: Job, *, small: bool = False) -> dict[int, Zoom]:
+    """The zoom boxes of the agent's steps (``small``: the small model's), by step."""
     found = {}
-    for index in range(len(job.trace_steps or [])):
-        box = zoom_box_of(job, index)
+    for index in range(len((job.small_steps if small else job.trace_steps) or [])):
+        box = zoom_box_of(job, index, small=small)
         if box is not None:
             (x1, x2), (y1, y2) = sorted((box[0], box[2])), sorted((box[1], box[3]))
             found[index] = Zoom(index, x1, y1, x2 - x1, y2 - y1)

@@ -223,9 +223,13 @@ class Job(Base):
         """The trajectory's steps in order; an entry that is no step reads as an empty one,
         so positions stay the trace's. None: no trajectory, or none with a list of steps."""
         steps = self.trajectory.get("steps") if isinstance(self.trajectory, dict) else None
-        if not isinstance(steps, list):
-            return None
-        return [step if isinstance(step, dict) else {} for step in steps]
+        return _steps(steps)
+
+    @property
+    def small_steps(self) -> list[dict[str, Any]] | None:
+        """The small model's zoom steps before the gate (speculation in depth), read as
+        ``trace_steps`` reads the agent's. None: it took none."""
+        return _steps(self.zoom_steps)
 
     @property
     def given_answer(self) -> str | None:
@@ -387,3 +391,9 @@ class WebhookAttempt(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     seconds: Mapped[float] = mapped_column(Float)
+
+
+def _steps(steps: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(steps, list):
+        return None
+    return [step if isinstance(step, dict) else {} for step in steps]

@@ -86,6 +86,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         fast_batch_size=4,
         gate_threshold=0.9,
         audit_rate=0.0,
+        speculation_depth=1,  # (a job the small model answers at once takes one turn)
     )
     sessions = open_store(url)
 
@@ -101,6 +102,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 needs_tools=True,
                 agent_steps=(ZOOM.format(think=PAYLOAD), f"<answer>{PAYLOAD}</answer>"),
             )
+        if "[zoom-small]" in question:  # the small model zooms once, then answers C
+            steps = (ZOOM.format(think="small zoom"), "<answer>C</answer>")
+            return JobScript(zoom_steps=steps, confidence=0.95)
         if "[long]" in question:  # looks and looks, never answers: a step_limit failure
             return JobScript(needs_tools=True, agent_steps=("<think>still looking</think>",))
         return JobScript(answer="A", confidence=0.95)
@@ -165,18 +169,24 @@ def test_filter_the_grid(page: Page, page_errors, live: Live) -> None:
     assert page_errors == []
 
 
-def test_open_a_job_and_see_its_zoom_box_drawn(page: Page, page_errors, live: Live) -> None:
-    batch_id = live.submit(["[agent] where is it?"], name="zoomed")
+def open_its_job(page: Page, live: Live, question: str) -> str:
+    """Submit ``question`` alone, wait for its end, open its job's page from the grid;
+    the job's id."""
+    batch_id = live.submit([question], name=question)
     live.finished(batch_id)
     sign_in(page, live, then=f"/ui/batches/{batch_id}")
     page.click("table.grid td.question a")
+    return page.url.split("/ui/jobs/")[1].split("?")[0]
+
+
+def test_open_a_job_and_see_its_zoom_box_drawn(page: Page, page_errors, live: Live) -> None:
+    job_id = open_its_job(page, live, "[agent] where is it?")
     box = page.locator("section.picture rect.zoom-box")
     expect(box).to_be_visible()
     drawn = box.bounding_box()
     assert drawn is not None and drawn["width"] > 10 and drawn["height"] > 10
     crop = page.locator("img.crop")
     expect(crop).to_be_visible()
-    job_id = page.url.split("/ui/jobs/")[1].split("?")[0]
     step = live.http.get(f"/v1/jobs/{job_id}/trace").json()["trajectory"]["steps"][0]
     x1, y1, x2, y2 = step["box_original"]  # the box on the original image, as drawn
     assert [float(box.get_attribute(side) or 0) for side in ("x", "y", "width", "height")] == [
@@ -188,6 +198,20 @@ def test_open_a_job_and_see_its_zoom_box_drawn(page: Page, page_errors, live: Li
     assert page.evaluate("img => img.naturalWidth", crop.element_handle()) == x2 - x1
     page.locator("[data-zoomable]").click()  # zooms in place
     expect(page.locator("[data-zoomable]")).to_have_class("zoomable zoomed")
+    assert page_errors == []
+
+
+def test_see_the_small_models_zoom_before_the_gate(page: Page, page_errors, live: Live) -> None:
+    job_id = open_its_job(page, live, "[zoom-small] what is it?")
+    section = page.locator("section.speculation")
+    expect(section.locator("h2")).to_have_text("The small model's zooms before the gate (2 steps)")
+    crop = section.locator("img.crop")
+    expect(crop).to_be_visible()
+    zoomed = live.http.get(f"/v1/jobs/{job_id}/trace").json()["zoom_steps"][0]
+    x1, _, x2, _ = zoomed["box_original"]
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=crop.element_handle())
+    assert page.evaluate("img => img.naturalWidth", crop.element_handle()) == x2 - x1
+    assert page.locator("section.trajectory").count() == 0  # the gate accepted: no agent
     assert page_errors == []
 
 

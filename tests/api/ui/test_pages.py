@@ -276,6 +276,8 @@ def test_the_pages_share_the_keys_rate_limit(api, tmp_path) -> None:
         {"trajectory": {"steps": [{"box_original": ["1", 2, 3, 4], "images": 7}]}},
         {"gate": ["odd"], "confidence": 0.5, "token_scores": ["x", None, True]},
         {"gate": {"threshold": "high"}, "confidence": 0.5, "token_scores": {"a": 1}},
+        {"zoom_steps": {"not": "a list"}},
+        {"zoom_steps": [1, {"box_original": [1, 2], "text": None}]},
     ],
 )
 def test_a_job_page_survives_a_trace_of_any_shape(api, tmp_path, fields: dict) -> None:
@@ -297,6 +299,42 @@ def test_a_zoom_box_given_corner_last_is_drawn_as_the_crop_is_cut(api, tmp_path)
     browser = TestClient(app.http.app)
     sign_in(browser, app.key)
     assert 'x="8" y="6" width="32" height="24"' in browser.get(f"/ui/jobs/{job_id}").text
+
+
+def test_the_small_models_zooms_are_drawn_with_their_crops_and_its_text_escaped(
+    api, tmp_path
+) -> None:
+    """Speculation in depth: the small model's steps before the gate, above the agent's,
+    each zoom with its box and its crop (``?small=true``); none where it took none."""
+    app = api(image_roots=[tmp_path])
+    small = zoom_trajectory("B", text=f"small {XSS}")["steps"]
+    small[0]["box_original"] = [0, 0, 20, 10]
+    rows = [
+        {"answered_by": "small", "final_answer": "B", "confidence": 0.99, "zoom_steps": small},
+        {"answered_by": "large", "final_answer": "A", "trajectory": zoom_trajectory("A")},
+    ]
+    _, (zoomed, agent) = decided_batch(app.sessions, rows, picture(tmp_path), tenant="tests")
+    browser = TestClient(app.http.app)
+    sign_in(browser, app.key)
+    page = browser.get(f"/ui/jobs/{zoomed}").text
+    assert "The small model's zooms before the gate (2 steps)" in page
+    assert f"small {escape(XSS)}" in page and XSS not in page
+    assert 'x="0" y="0" width="20" height="10"' in page
+    assert f"/ui/jobs/{zoomed}/steps/0/crop?small=true" in page and "Trajectory" not in page
+    crop = browser.get(f"/ui/jobs/{zoomed}/steps/0/crop?small=true")
+    assert crop.status_code == 200 and crop.headers["content-type"].startswith("image/")
+    assert browser.get(f"/ui/jobs/{zoomed}/steps/0/crop").status_code == 404  # no agent's
+    assert browser.get(f"/ui/jobs/{zoomed}/steps/1/crop?small=true").status_code == 404
+    other = browser.get(f"/ui/jobs/{agent}").text
+    assert "zooms before the gate" not in other and "Trajectory (2 steps)" in other
+    served = app.http.get(f"/v1/jobs/{zoomed}/steps/0/crop?small=true")
+    assert served.status_code == 200
+    assert app.http.get(f"/v1/jobs/{zoomed}/trace").json()["zoom_steps"][0]["box_original"] == [
+        0,
+        0,
+        20,
+        10,
+    ]
 
 
 def test_a_job_page_survives_an_image_with_broken_exif(api) -> None:
