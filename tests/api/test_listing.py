@@ -43,6 +43,7 @@ def _all_pages(server, path: str, headers: dict[str, str] | None = None, **query
 def test_batches_are_listed_newest_first_a_page_at_a_time(api):
     server = api()
     made = [_batch(server, f"corpus-{i}", jobs=2)["id"] for i in range(5)]
+    assert len(server.http.get("/v1/batches", params={"limit": 1}).json()["data"]) == 1
     first = server.http.get("/v1/batches", params={"limit": 2}).json()
     assert [line["id"] for line in first["data"]] == made[::-1][:2]
     assert first["data"][0]["jobs"] == 2 and first["data"][0]["by_status"] == {"queued": 2}

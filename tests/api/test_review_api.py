@@ -183,3 +183,36 @@ def test_a_referenced_image_is_shown_only_as_its_job_read_it(tmp_path) -> None:
     with pytest.raises(NotFound) as refused:
         image_response(job, Settings(), max_side=64)  # (not the one rendered above)
     assert refused.value.code == "image_unavailable"
+
+
+def test_a_side_asked_beyond_every_rendering_size_gets_the_largest(tmp_path) -> None:
+    """A 5000 px wide image asked at 6000: shown at the largest size (4096), never the
+    original, nor a smaller size."""
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (5000, 400), (200, 30, 30)).save(wide)
+    settings = Settings(image_roots=[tmp_path])
+    job = Job(id="w" * 32, image_path=str(wide), tenant="tests")
+    shown = image_response(job, settings, max_side=6000)
+    assert Image.open(io.BytesIO(shown.body)).size[0] == 4096
+
+
+def test_the_rendered_image_cache_holds_its_bytes_at_most_dropping_the_least_recent(
+    tmp_path, monkeypatch
+) -> None:
+    import api.browse as browse
+
+    settings = Settings(image_roots=[tmp_path])
+    jobs = []
+    for n in range(3):
+        path = tmp_path / f"{n}.png"
+        Image.new("RGB", (64, 48), (200, 30, 30)).save(path)  # (one size of rendering)
+        jobs.append(Job(id=f"{n}" * 32, image_path=str(path), tenant="tests"))
+    monkeypatch.setattr(browse, "_RENDERED", type(browse._RENDERED)())
+    monkeypatch.setattr(browse, "_rendered_bytes", 0)
+    one = len(image_response(jobs[0], settings).body)
+    monkeypatch.setattr(browse, "_RENDERED_MAX_BYTES", 2 * one + one // 2)  # two fit
+    for job in (jobs[1], jobs[0], jobs[2]):  # 0 used again after 1: 1 is the least recent
+        image_response(job, settings)
+    kept = [key[0] for key in browse._RENDERED]
+    assert kept == [jobs[0].image_path, jobs[2].image_path]
+    assert browse._rendered_bytes == sum(len(body) for body, _ in browse._RENDERED.values())

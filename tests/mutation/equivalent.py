@@ -427,12 +427,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     ),
     Equivalent(
         "tenancy",
-        "_rendered_bytes -= len(_RENDERED.popitem(last=False)[1][0])",
-        r"core/NumberReplacer",
-        "the cache's count of an evicted entry: what is kept, not what is shown",
-    ),
-    Equivalent(
-        "tenancy",
         "503,",
         r"core/NumberReplacer",
         "the busy answer's status one off (502, 504): a retryable 5xx either way",
@@ -480,5 +474,18 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "PARQUET_ROWS_PER_GROUP = 10_000",
         r"core/NumberReplacer",
         "a row group a row larger or smaller: the same rows, read as one table",
+    ),
+    Equivalent(
+        "tenancy",
+        "settings: Settings, *, max_side",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller names them",
+    ),
+    Equivalent(
+        "tenancy",
+        "raise ApiError(",
+        r"core/NumberReplacer",
+        "the busy answer's 503 one off, as cosmic-ray writes the call on one line (502, "
+        "504): a retryable 5xx either way",
     ),
 )

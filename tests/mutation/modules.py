@@ -83,6 +83,7 @@ MODULES = (
         "api/browse.py",
         (
             "tests/api/test_result_filter.py",
+            "tests/api/test_listing.py",
             "tests/api/test_hardening.py",
             "tests/api/test_review_api.py",
             "tests/api/ui/test_pages.py",
