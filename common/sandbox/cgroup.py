@@ -78,11 +78,13 @@ def find_hierarchy(mountinfo: str | None = None, own_groups: str | None = None) 
     v1_mounts: dict[str, tuple[Path, str]] = {}  # controller -> (mount point, mount root)
     v2_mount: tuple[Path, str] | None = None
     for line in mountinfo.splitlines():
-        fields = line.split()
-        if " - " not in line or len(fields) < 5:
+        # "ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE OPTIONS"
+        before, separator, after = line.partition(" - ")
+        fields, kinds = before.split(), after.split()
+        if not separator or len(fields) < 5 or len(kinds) < 3:
             continue
         root, point = fields[3], Path(fields[4])
-        fstype, _, options = line.split(" - ", 1)[1].split(" ")[:3]
+        fstype, options = kinds[0], kinds[2]
         if fstype == "cgroup2":
             v2_mount = (point, root)
         elif fstype == "cgroup":

@@ -488,4 +488,65 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "the busy answer's 503 one off, as cosmic-ray writes the call on one line (502, "
         "504): a retryable 5xx either way",
     ),
+    Equivalent(
+        "cgroup",
+        "@dataclass(frozen=True)",
+        r"core/ReplaceTrueWithFalse",
+        "a Usage, Hierarchy or IoLimit no code changes after it is made",
+    ),
+    Equivalent(
+        "cgroup",
+        "*, optional: bool",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "the keyword-only marker made positional-only ('/'): every caller names it",
+    ),
+    Equivalent(
+        "cgroup",
+        "return 1",
+        r"core/NumberReplacer",
+        "a device that took the I/O rule counted 2: only whether any took it is read",
+    ),
+    Equivalent(
+        "cgroup",
+        "def kill(self, timeout_s: float = 5.0)",
+        r"core/NumberReplacer",
+        "how long a kill waits for processes stuck in the kernel, a second more or less",
+    ),
+    Equivalent(
+        "cgroup",
+        "if time.monotonic() > deadline:",
+        r"core/ReplaceComparisonOperator_Gt_GtE",
+        "giving up at the deadline's exact microsecond rather than the next",
+    ),
+    Equivalent(
+        "cgroup",
+        "time.sleep(0.001)",
+        r"core/NumberReplacer",
+        "the pace of the kill loop's look at the group, not what it finds",
+    ),
+    Equivalent(
+        "cgroup",
+        "str(1 << 40)",
+        r"core/NumberReplacer",
+        "the memory asked back from a dying group: 512 GiB, 1 TiB or 2 TiB are all more "
+        "than any group holds, so all of it is given back",
+    ),
+    Equivalent(
+        "cgroup",
+        'folder.name.split("-", 1)[0]',
+        r"core/NumberReplacer",
+        "split at two dashes instead of one: the first piece (the worker's pid) is the same",
+    ),
+    Equivalent(
+        "cgroup",
+        'stat.rsplit(")", 1)[-1]',
+        r"core/NumberReplacer",
+        "split at two parentheses from the right instead of one: the last piece is the same",
+    ),
+    Equivalent(
+        "cgroup",
+        "*,",
+        r"core/ReplaceBinaryOperator_Mul_Div",
+        "create's keyword-only marker made positional-only ('/'): every caller names them",
+    ),
 )
