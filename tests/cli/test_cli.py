@@ -101,14 +101,15 @@ def test_models_build_tiny_writes_both_checkpoints(capsys, tmp_path: Path):
     assert "already built" in capsys.readouterr().out
 
 
-def test_bench_fast_prints_a_row_per_batch_size(capsys, tiny_env):
-    assert (
-        main(["bench", "fast", "--jobs", "4", "--batch-sizes", "1,4", "--image-size", "96x64"]) == 0
-    )
+def test_bench_fast_prints_a_row_per_depth_and_batch_size(capsys, tiny_env, monkeypatch):
+    monkeypatch.setenv("SPECEYES_ZOOM_MAX_NEW_TOKENS", "16")  # (random weights ramble)
+    args = ["--jobs", "4", "--batch-sizes", "1,4", "--image-size", "96x64", "--depths", "0,1"]
+    assert main(["bench", "fast", *args]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     rows = [line.split() for line in lines[2:]]
-    assert [row[0] for row in rows] == ["1", "4"]
+    assert [(row[0], row[1]) for row in rows] == [("0", "1"), ("0", "4"), ("1", "1"), ("1", "4")]
     assert all(float(row[-1]) > 0 for row in rows)
+    assert all(row[-2] == "0" for row in rows[:2])  # (no zoom at depth 0)
 
 
 def test_bench_embedded_prints_the_bound_and_the_overhead_free_replay_of_its_draws(capsys):
