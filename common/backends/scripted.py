@@ -48,7 +48,8 @@ class ScriptedSettings(BaseSettings):
     Jobs are drawn deterministically from their id: a share ``tool_free`` is screened
     tool-free, and of those a share ``confident`` passes the gate. Simulated costs are
     slept: a fast-stage call costs ``fast_batch_s`` + ``fast_job_s`` per job (half in
-    screening, half in speculation), an agent step ``agent_step_s``.
+    screening, half in speculation), an agent step ``agent_step_s``, a round of the small
+    model's zooms (speculation in depth) ``zoom_step_s``.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPECEYES_SCRIPTED__", extra="ignore")
@@ -58,6 +59,7 @@ class ScriptedSettings(BaseSettings):
     fast_batch_s: float = Field(0.0, ge=0.0)
     fast_job_s: float = Field(0.0, ge=0.0)
     agent_step_s: float = Field(0.0, ge=0.0)
+    zoom_step_s: float = Field(0.0, ge=0.0)  # a round of the small model's zooms
     scripts_file: Path | None = Field(
         None,
         description="JSON object: job id -> that job's script (JobScript's fields); the key "
@@ -288,5 +290,6 @@ def scripted_from_settings(settings: ScriptedSettings, protocol: str = "auto") -
             "screen": half_fast,
             "speculate": half_fast,
             "generate": SimulatedCost(settings.agent_step_s),
+            "zoom": SimulatedCost(settings.zoom_step_s),
         },
     )

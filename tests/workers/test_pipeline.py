@@ -85,21 +85,33 @@ def _wait_running(setup: Deployment, stage: str) -> list[str]:
     return wait_until(running, deadline_s=30, what=f"a job running in stage {stage}")
 
 
-@pytest.mark.parametrize("pool", ["fast", "slow"])
+ZOOM = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [2, 2, 30, 30]}})
+ZOOM = f"<tool_call>{ZOOM}</tool_call>"
+
+
+@pytest.mark.parametrize("pool", ["fast", "slow", "fast-zooming"])
 @pytest.mark.faults
 def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deployment, pool):
-    # Each batch / trajectory takes long enough to be killed in the middle of it.
+    # Each batch / trajectory takes long enough to be killed in the middle of it;
+    # "fast-zooming": at speculation depth 2, the small model's second zoom of four jobs
+    zooming = pool == "fast-zooming"
+    pool = "fast" if zooming else pool
     setup = deployment(
         fast_batch_size="4",
         fast_max_wait_s="0.2",
         visibility_timeout_s="6",
         scripted__tool_free="0" if pool == "slow" else "1",
-        scripted__fast_batch_s="2" if pool == "fast" else "0",
+        scripted__fast_batch_s="2" if pool == "fast" and not zooming else "0",
         scripted__agent_step_s="2" if pool == "slow" else "0",
+        scripted__zoom_step_s="1" if zooming else "0",
+        speculation_depth="2" if zooming else "0",
     )
     folder = tmp_path / "corpus"
     write_images(folder, 8)
     batch_id = setup.submit(folder)
+    if zooming:  # two zooms, then the answer: three rounds of a second each
+        script = JobScript(zoom_steps=(ZOOM, ZOOM, "<answer>Z</answer>"))
+        setup.script(batch_id, {f"img{i:03d}.png": script for i in range(8)})
     setup.start("fast")
     setup.start("slow")
     setup.send(batch_id)
@@ -116,6 +128,9 @@ def test_a_killed_worker_loses_nothing_and_records_nothing_twice(tmp_path, deplo
     assert all(job.status == "done" for job in jobs.values())
     expected = "small" if pool == "fast" else "large"
     assert all(job.answered_by == expected for job in jobs.values())
+    if zooming:  # each job's zooms are those of the run that finished it, once
+        assert {len(job.zoom_steps or []) for job in jobs.values()} == {3}
+        assert {job.final_answer for job in jobs.values()} == {"Z"}
     # the killed work was redone once; nothing else ran twice
     assert {jobs[job_id].attempts for job_id in in_flight} == {2}
     assert all(job.attempts == 1 for job_id, job in jobs.items() if job_id not in in_flight)
