@@ -279,7 +279,8 @@ def test_a_process_joins_every_hierarchys_group_before_it_runs(tmp_path):
     group = SessionGroup(Hierarchy(1, folders), "g")
     for folder in group.folders.values():
         folder.mkdir(parents=True)
-    done = subprocess.run([*group.join_command(), "echo", "inside"], capture_output=True, text=True)
+    command = [*group.join_command(), "echo", "inside"]  # (run where a stray write is harmless)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout == "inside\n"
     assert [(f / "cgroup.procs").read_text() for f in group.folders.values()] == ["0\n"] * 3
 
