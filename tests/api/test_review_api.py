@@ -216,3 +216,19 @@ def test_the_rendered_image_cache_holds_its_bytes_at_most_dropping_the_least_rec
     kept = [key[0] for key in browse._RENDERED]
     assert kept == [jobs[0].image_path, jobs[2].image_path]
     assert browse._rendered_bytes == sum(len(body) for body, _ in browse._RENDERED.values())
+
+
+def test_a_tenants_job_shows_no_image_from_outside_its_uploads_and_roots(tmp_path) -> None:
+    """A tenant's job with a path that is no local file (a table row here) shows nothing:
+    only uploads and image roots are served to tenants."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": [image_bytes(1)]}), table)
+    job = Job(
+        id="t" * 32,
+        image_path=parquet_row(str(table), "image", 0, 0),
+        image_hash=content_hash(image_bytes(1)),
+        tenant="tests",
+    )
+    with pytest.raises(NotFound) as refused:
+        image_response(job, Settings(image_roots=[tmp_path]))
+    assert refused.value.code == "image_unavailable"

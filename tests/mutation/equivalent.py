@@ -416,8 +416,9 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(
         "tenancy",
         "_RENDERED_MAX_BYTES = 32 * 1024 * 1024",
-        r"core/NumberReplacer",
-        "the rendered-image cache's size: what is kept, not what is shown",
+        r"core/(NumberReplacer|ReplaceBinaryOperator_Mul_Div)",
+        "the rendered-image cache's size (32 MiB, or 32 bytes: nothing kept): what is "
+        "kept, not what is shown",
     ),
     Equivalent(
         "tenancy",
@@ -548,5 +549,12 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "*,",
         r"core/ReplaceBinaryOperator_Mul_Div",
         "create's keyword-only marker made positional-only ('/'): every caller names them",
+    ),
+    Equivalent(
+        "cgroup",
+        "return int(_read(path).split()[0])",
+        r"core/NumberReplacer",
+        "the last word instead of the first: the files read so (cpuacct.usage, "
+        "memory.peak, memory.max_usage_in_bytes) hold one number",
     ),
 )
