@@ -195,6 +195,9 @@ def test_another_tenants_batch_job_and_image_are_not_found(site) -> None:
         f"/ui/jobs/{ids[0]}",
         f"/ui/jobs/{ids[0]}/image",
         f"/ui/jobs/{ids[1]}/steps/0/crop",
+        f"/ui/jobs/{ids[1]}/steps/0/crop?small=true",
+        "/ui/jobs/not-an-id",  # (no id at all: the same answer)
+        "/ui/batches/not-an-id",
     ):
         answer = other.get(path)
         assert answer.status_code == 404, path
