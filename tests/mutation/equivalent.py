@@ -557,4 +557,17 @@ EQUIVALENT: tuple[Equivalent, ...] = (
         "the last word instead of the first: the files read so (cpuacct.usage, "
         "memory.peak, memory.max_usage_in_bytes) hold one number",
     ),
+    Equivalent(
+        "tenancy",
+        "RENDER_WAIT_S = 10.0",
+        r"core/NumberReplacer",
+        "how long a render waits for a free renderer before the busy answer, a second more or less",
+    ),
+    Equivalent(
+        "tenancy",
+        "number = -1.0",
+        r"core/NumberReplacer",
+        "an unparsable fraction read as -2 rather than -1: out of 0 to 1, refused either "
+        "way (read as -0.0 it would pass: test_result_filter's 'abc' kills that one)",
+    ),
 )
