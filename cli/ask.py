@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             large=models.large,
             small=models.small,
             settings=settings.funnel,
+            limits=settings.agent,
         ).outcomes
         gate = settings.funnel.gate
         report = {"gate": f"{gate.mode}, K={gate.top_k}, tau={gate.threshold}"}

@@ -183,7 +183,7 @@ def _box_of(call: Any) -> list[Any]:
         if not all(isinstance(edge, int | float) for edge in (left, top, right, bottom)):
             raise TypeError(f"bbox_2d must hold numbers, not {box!r}")
         values = [float(left), float(top), float(right), float(bottom)]
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
         raise TrajectoryError(
             f"the tool call cannot be carried out ({type(exc).__name__}: {exc})"
         ) from None
@@ -214,6 +214,8 @@ def parse_tool_call(text: str) -> dict[str, Any]:
         call = json.loads(match.group(1).strip())
     except json.JSONDecodeError as exc:
         raise ToolError(f"the tool call is not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError):  # (an integer of 4,300 digits; 1,000 brackets deep)
+        raise ToolError("the tool call is not JSON this loop reads") from None
     if not isinstance(call, dict):
         raise ToolError("the tool call must be a JSON object with name and arguments")
     if call.get("name") != TOOL_NAME:
@@ -224,10 +226,18 @@ def parse_tool_call(text: str) -> dict[str, Any]:
         isinstance(box, list)
         and len(box) == 4
         and all(isinstance(v, int | float) and not isinstance(v, bool) for v in box)
-        and all(math.isfinite(v) for v in box)
+        and all(_finite(v) for v in box)
     ):
         raise ToolError("bbox_2d must be a list of four numbers [x1, y1, x2, y2]")
     return call
+
+
+def _finite(value: float) -> bool:
+    """A number a box may hold: finite as a float (an integer of 309 digits is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def map_box(
@@ -249,12 +259,17 @@ def map_box(
     width, height = original_size
     view_width, view_height = rule.size_for(width, height)
     scale_x, scale_y = width / view_width, height / view_height
+    # scaled, then held just outside the image as floats: a finite edge may scale past
+    # what a float holds, and int() or floor() of that raises; held so, every edge
+    # clamps and compares as it would have
+    xs = [min(max(value * scale_x, -1.0), width + 1.0) for value in (box[0], box[2])]
+    ys = [min(max(value * scale_y, -1.0), height + 1.0) for value in (box[1], box[3])]
     if protocol.box_rule == "truncate":
-        left, top = max(int(box[0] * scale_x), 0), max(int(box[1] * scale_y), 0)
-        right, bottom = min(int(box[2] * scale_x), width), min(int(box[3] * scale_y), height)
+        left, top = max(int(xs[0]), 0), max(int(ys[0]), 0)
+        right, bottom = min(int(xs[1]), width), min(int(ys[1]), height)
     else:
-        x1, x2 = sorted((box[0] * scale_x, box[2] * scale_x))
-        y1, y2 = sorted((box[1] * scale_y, box[3] * scale_y))
+        x1, x2 = sorted(xs)
+        y1, y2 = sorted(ys)
         left, top = min(max(0, math.floor(x1)), width), min(max(0, math.floor(y1)), height)
         right = min(max(0, math.ceil(x2)), width)
         bottom = min(max(0, math.ceil(y2)), height)

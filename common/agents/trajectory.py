@@ -60,26 +60,33 @@ class Trajectory:
     scored: str | None = None
 
     def conclude(self, answer: str, *, cut: bool = False) -> None:
-        """End with ``answer``; or, where it is not one a reader can take (empty, holding
-        the protocol's tags, or ``cut`` off at the token limit before its closing tag),
-        end as a failure saying why. The text stays in the steps either way."""
-        tag = PROTOCOL_TAG.search(answer)
-        if not answer:
-            problem = "the model's <answer> is empty"
-        elif tag is not None:
-            problem = (
-                f"the model's answer ({len(answer)} characters) holds the protocol's "
-                f"{tag.group()!r} tag: its loop leaked into it, so it is no answer"
-            )
-        elif cut:
-            problem = "the model's <answer> was cut at the token limit before it closed"
-        else:
+        """End with ``answer``; or, where it is not one a reader can take
+        (``answer_problem``), end as a failure saying why. The text stays in the steps
+        either way."""
+        problem = answer_problem(answer, cut=cut)
+        if problem is None:
             self.answer = answer
             return
         self.error_code, self.error = UNREADABLE, problem
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def answer_problem(answer: str, *, cut: bool = False) -> str | None:
+    """Why ``answer`` is not one a reader can take (empty, holding the protocol's tags,
+    or ``cut`` off at the token limit before its closing tag); None if it is."""
+    tag = PROTOCOL_TAG.search(answer)
+    if not answer:
+        return "the model's <answer> is empty"
+    if tag is not None:
+        return (
+            f"the model's answer ({len(answer)} characters) holds the protocol's "
+            f"{tag.group()!r} tag: its loop leaked into it, so it is no answer"
+        )
+    if cut:
+        return "the model's <answer> was cut at the token limit before it closed"
+    return None
 
 
 @contextmanager

@@ -93,9 +93,11 @@ def final_answer(text: str, *, strip: bool = True) -> str:
 
 
 def answer_scores(generation: Generation) -> TokenScores:
-    """The rows of the tokens that write the answer inside ``<answer>..</answer>`` (the
-    tags, the reasoning before them and anything after are not the answer); all rows
-    where the pieces hold no closed answer."""
+    """The rows of the tokens that write the answer after the first ``<answer>``, up to
+    ``</answer>`` or the turn's end (a server may leave the stop string out of its
+    tokens), white space alone left out: the tags, the reasoning before them and
+    anything after are not the answer. All rows where the pieces hold no ``<answer>``
+    or do not match the rows one for one."""
     scores, pieces = generation.scores, generation.pieces
     if scores is None:
         return TokenScores([], [])
@@ -103,13 +105,14 @@ def answer_scores(generation: Generation) -> TokenScores:
         return scores
     joined = "".join(pieces)
     start = joined.find("<answer>")
-    end = joined.find("</answer>", start + len("<answer>")) if start != -1 else -1
-    if end == -1:
+    if start == -1:
         return scores
     start += len("<answer>")
+    end = joined.find("</answer>", start)
+    end = len(joined) if end == -1 else end
     rows, offset = [], 0
     for index, piece in enumerate(pieces):
-        if offset < end and offset + len(piece) > start:
+        if offset < end and offset + len(piece) > start and piece.strip():
             rows.append(index)
         offset += len(piece)
     return TokenScores(

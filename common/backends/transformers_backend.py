@@ -334,9 +334,10 @@ class TransformersModel:
                 text = cut
         scores = None
         if top_values is not None and log_norm is not None:
+            kept = len(answer)  # (a row cut at its stop string: its batch-mates went on)
             scores = TokenScores(
-                [step[index] for step in top_values[:length]],
-                [step[index] for step in log_norm[:length]],
+                [step[index] for step in top_values[:kept]],
+                [step[index] for step in log_norm[:kept]],
             )
         return _Row(answer, text, finish, scores)
 

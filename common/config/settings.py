@@ -100,6 +100,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _zooms_need_deepeyes(self) -> Settings:
+        if self.funnel.speculation_depth and self.agent.kind == "thyme":
+            raise ValueError(
+                "speculation_depth >= 1 gives the small model DeepEyes' zoom tool; Thyme's "
+                "protocol has none (its tool is code): use it with --agent deepeyes"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _agent_defaults(self) -> Settings:
         """Thyme's reference values where the operator set none."""
         if self.agent.kind == "thyme":

@@ -9,7 +9,8 @@ the same box mapping, crop rules and grid). A job leaves the loop:
 - with an answer: the first closed ``<answer>`` before any call, at any round; the gate
   then scores that answer's tokens only (``answer_scores``);
 - deferred ``zoom_invalid``: a turn with neither a call nor an answer, a call that does
-  not parse, a box the agent would refuse, a crop that cannot be shown;
+  not parse, a box the agent would refuse, a crop that cannot be shown, an answer the
+  agent's loop would refuse (empty, or holding the protocol's tags);
 - deferred ``depth_exhausted``: it called the tool again at round D + 1;
 - with the model's error (its call raised for that job alone).
 
@@ -33,7 +34,7 @@ from common.agents.deepeyes import (
     parse_answer,
     parse_tool_call,
 )
-from common.agents.trajectory import AgentStep
+from common.agents.trajectory import AgentStep, answer_problem
 from common.backends.base import Generation, Speculation, VisionLanguageModel, answer_scores
 from common.chat import Conversation
 from common.config import AgentSettings
@@ -136,23 +137,32 @@ def _react(
     zoomed.steps.append(step)
     answer = parse_answer(generation.text)
     if answer is not None:
+        problem = answer_problem(answer)
+        if problem is not None:  # (the agent's rule: empty, or the loop's tags in it)
+            return _defer(zoomed, DeferReason.ZOOM_INVALID, f"turn {step.index + 1}: {problem}")
         zoomed.speculation = Speculation(answer, None, answer_scores(generation))
         step.observation = "answered"
         return False
-    if last:
+    if last and "<tool_call>" in generation.text:
         return _defer(zoomed, DeferReason.DEPTH_EXHAUSTED, f"no answer after {step.index} zoom(s)")
     started = time.perf_counter()
     try:
         call = parse_tool_call(generation.text)
+        if last:  # (the turn after the last zoom must answer)
+            raise ToolError("no closed <answer> in the last turn")
         step.tool_call = call
         box = [float(value) for value in call["arguments"]["bbox_2d"]]
         step.box_model = box
         crop_box = map_box(box, query.image.size, small.resize_rule, small.protocol, limits)
-        step.box_original = list(crop_box)
         crop = small.resize_rule.apply(query.image.crop(crop_box))
     except (ToolError, TrajectoryError, ImageError) as exc:
         step.tool_seconds = time.perf_counter() - started
         return _defer(zoomed, DeferReason.ZOOM_INVALID, f"zoom {step.index + 1}: {exc}")
+    except Exception as exc:  # (model text this loop did not foresee: its job alone)
+        step.tool_seconds = time.perf_counter() - started
+        reason = f"zoom {step.index + 1}: {type(exc).__name__}: {str(exc)[:200]}"
+        return _defer(zoomed, DeferReason.ZOOM_INVALID, reason)
+    step.box_original = list(crop_box)
     step.tool_seconds = time.perf_counter() - started
     step.observation = f"zoomed into {crop_box}, shown at {crop.width}x{crop.height}"
     conversation.add_generation(generation.text)

@@ -119,11 +119,13 @@ def run_fast_stage(
     small: VisionLanguageModel,
     settings: FunnelSettings,
     on_screened: Callable[[list[Deferred]], None] | None = None,
+    limits: AgentSettings | None = None,
 ) -> FastBatchResult:
     """Phases I-III over one micro-batch; one outcome per query, in order.
 
     ``on_screened`` receives the jobs screening sent to the agent as soon as phase I is
-    over, so that they need not wait for phases II-III of their batch-mates.
+    over, so that they need not wait for phases II-III of their batch-mates. ``limits``:
+    the agent's box rules, which the small model's zooms follow (speculation in depth).
     """
     if settings.baseline:
         return FastBatchResult([Deferred(q.job_id, DeferReason.BASELINE) for q in queries])
@@ -156,7 +158,9 @@ def run_fast_stage(
     started = time.perf_counter()
     speculations: Sequence[Speculation | ModelError | None]
     if settings.speculation_depth:
-        speculations, traces = _speculate_in_depth(tool_free, small, settings, outcomes, screens)
+        speculations, traces = _speculate_in_depth(
+            tool_free, small, settings, outcomes, screens, limits
+        )
     else:
         speculations = speculate_stage(
             tool_free,
@@ -214,6 +218,7 @@ def _speculate_in_depth(
     settings: FunnelSettings,
     outcomes: dict[str, FastOutcome],
     screens: dict[str, ScreenResult],
+    limits: AgentSettings | None,
 ) -> tuple[list[Speculation | ModelError | None], dict[str, tuple[dict[str, Any], ...]]]:
     """Phase II at depth D >= 1 (``common.pipeline.depth``): each job's answer, its error,
     or None where it was deferred (its outcome is set here); and each job's zoom steps."""
@@ -225,6 +230,7 @@ def _speculate_in_depth(
         depth=settings.speculation_depth,
         max_new_tokens=settings.zoom_max_new_tokens,
         top_k=settings.gate.top_k,
+        limits=limits,
     )
     for query, found in zip(queries, zoomed, strict=True):
         traces[query.job_id] = found.trace

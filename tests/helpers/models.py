@@ -42,3 +42,22 @@ class ForceText:
         forced = torch.full_like(scores, float("-inf"))
         forced[:, token] = 0.0
         return forced
+
+
+class ForceRows:
+    """A logits processor that makes one batched generate() write a text per row (row i
+    the i-th text, then EOS): rows of different lengths in one batch."""
+
+    def __init__(self, tokenizer, texts: Sequence[str], eos_id: int) -> None:
+        self.targets = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        self.eos_id = eos_id
+        self.prompt_length: int | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]
+        position = input_ids.shape[1] - self.prompt_length
+        forced = torch.full_like(scores, float("-inf"))
+        for row, target in enumerate(self.targets):
+            forced[row, target[position] if position < len(target) else self.eos_id] = 0.0
+        return forced

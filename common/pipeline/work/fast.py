@@ -187,6 +187,7 @@ class FastWork(WorkUnit):
             small=self.models.small,
             settings=funnel,
             on_screened=on_screened,
+            limits=self.settings.agent,
         )
         return outcomes + result.outcomes, {"load": load_s, **result.seconds}, funnel.gate
 

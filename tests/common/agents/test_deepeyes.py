@@ -312,3 +312,14 @@ def test_a_trajectory_stopped_between_steps_leaves_with_the_steps_it_took():
     assert [step.text for step in kept.steps] == [zoom([63, 42, 189, 126])]
     assert kept.steps[0].box_original is not None and kept.answer is None  # (its zoom)
     assert kept.error_code == "cancelled" and "after 1 step" in kept.error
+
+
+def test_a_box_of_numbers_no_float_holds_ends_the_trajectory_as_an_error():
+    """An integer of 400 digits, or an edge that scales past a float's range, is a call
+    that cannot be carried out, never an error outside the job."""
+    import pytest
+
+    from common.agents.deepeyes import TrajectoryError, _box_of
+
+    with pytest.raises(TrajectoryError, match="OverflowError"):
+        _box_of({"arguments": {"bbox_2d": [1, 2, 3, int("9" * 400)]}})

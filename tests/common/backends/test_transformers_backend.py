@@ -20,7 +20,7 @@ from common.config import AgentSettings
 from common.contracts import Query
 from common.errors import ConfigurationError
 from common.protocols import REFERENCE, THYME, V0, Protocol
-from tests.helpers.models import ForceText
+from tests.helpers.models import ForceRows, ForceText
 
 
 def sample_queries() -> list[Query]:
@@ -235,3 +235,30 @@ def test_many_conversations_zoom_in_one_generate_with_each_tokens_scores(tiny_pa
         answer = answer_scores(generation).top_values
         assert 0 < len(answer) < generation.new_tokens
         assert all(len(row) == 8 for row in answer)
+
+
+def test_a_row_that_stops_early_in_a_batch_is_scored_for_its_own_tokens(tiny_paths):
+    """Two turns of different lengths in one generate: the short one's batch-mate goes on
+    (the short row padded); its scores are its own tokens', one per piece."""
+    from common.backends.base import answer_scores
+
+    small = TransformersModel(str(tiny_paths["small"]), device="cpu")
+    texts = [
+        "<answer>red</answer>",
+        "<think>" + "long reasoning " * 6 + "</think><answer>blue</answer>",
+    ]
+    small.logits_processors = [ForceRows(small.tokenizer, texts, small.eos_ids[0])]
+    conversations = []
+    for key in ("short", "long"):
+        conversation = Conversation(key=key)
+        conversation.messages += small.protocol.agent_start(
+            small.protocol.view(Image.new("RGB", (200, 200))), "Colour?", None
+        )
+        conversations.append(conversation)
+    short, long = small.agent_turns(conversations, max_new_tokens=64, top_k=4)
+    for generation, answer in ((short, "red"), (long, "blue")):
+        assert generation.text.endswith(f"<answer>{answer}</answer>")
+        assert generation.scores is not None and generation.pieces is not None
+        assert len(generation.scores.top_values) == len(generation.pieces) == generation.new_tokens
+        rows = answer_scores(generation).top_values
+        assert 0 < len(rows) <= 3  # (the answer's own tokens and a tag's edge, not the turn's)

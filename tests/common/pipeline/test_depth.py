@@ -12,6 +12,7 @@ from common.backends.base import Generation, answer_scores
 from common.backends.scripted import JobScript, ScriptedModel
 from common.config import FunnelSettings
 from common.contracts import Accepted, DeferReason, Deferred, Query
+from common.images import ResizeRule
 from common.pipeline.depth import speculate_in_depth
 from common.pipeline.funnel import run_fast_stage
 from common.scores import TokenScores
@@ -85,6 +86,43 @@ def test_a_zoom_is_cropped_from_the_original_as_the_agents_are():
     assert found.speculation is not None and found.speculation.answer == "B"
 
 
+def test_the_turn_after_the_last_zoom_must_answer_and_says_why_it_did_not():
+    scripts = {
+        "zooms-again": JobScript(zoom_steps=(zoom([10, 10, 40, 40]),)),
+        "rambles": JobScript(zoom_steps=(zoom([10, 10, 40, 40]), "<think>hm</think>")),
+    }
+    outcomes = fast(ScriptedModel(scripts), tuple(scripts), speculation_depth=1)
+    assert outcomes["zooms-again"].reason == DeferReason.DEPTH_EXHAUSTED  # type: ignore[union-attr]
+    rambles = outcomes["rambles"]
+    assert isinstance(rambles, Deferred) and rambles.reason == DeferReason.ZOOM_INVALID
+    assert rambles.detail.startswith("zoom 2: ")
+
+
+def test_the_agents_box_rules_are_the_small_models_too():
+    from common.config import AgentSettings
+
+    model = ScriptedModel(SCRIPTS)
+    result = run_fast_stage(
+        queries("one-zoom"),
+        large=model,
+        small=model,
+        settings=FunnelSettings(speculation_depth=1),
+        limits=AgentSettings(min_box_side=40),  # the 30 px box is refused
+    )
+    (outcome,) = result.outcomes
+    assert isinstance(outcome, Deferred) and outcome.reason == DeferReason.ZOOM_INVALID
+    assert "must be larger than 40" in outcome.detail
+
+
+def test_depth_is_refused_with_thyme_whose_tool_is_code():
+    from pydantic import ValidationError
+
+    from common.config import Settings
+
+    with pytest.raises(ValidationError, match="Thyme's protocol has none"):
+        Settings(speculation_depth=1, agent="thyme")
+
+
 def test_no_answer_after_d_zooms_defers_the_job_with_its_reason():
     model = ScriptedModel(SCRIPTS)
     outcomes = fast(model, ("never-answers", "one-zoom"), speculation_depth=1)
@@ -121,7 +159,13 @@ def test_which_jobs_may_zoom_is_a_setting():
 
 HOSTILE = {
     "huge-box": zoom([-1e9, -1e9, 1e9, 1e9]),  # clamped to the image: a crop of it all
+    "overflowing-box": zoom([0, 0, 1.7e308, 10]),  # finite, infinite once scaled
     "negative-box": zoom([-50, -50, -10, -10]),
+    "huge-integer": zoom("X").replace('"X"', "[1, 2, 3, " + "9" * 400 + "]"),
+    "endless-integer": zoom("X").replace('"X"', "[1, 2, 3, " + "9" * 5000 + "]"),
+    "deep-brackets": "<tool_call>" + "[" * 5000 + "</tool_call>",
+    "empty-answer": "<think>hm</think><answer> </answer>",
+    "tagged-answer": "<think>I write <answer> tags</think><answer>B</answer>",
     "no-numbers": zoom("everything"),
     "not-json": "<tool_call>{bbox_2d: [1, 2</tool_call>",
     "thousand-calls": zoom([10, 10, 40, 40]) * 1000,
@@ -133,19 +177,26 @@ HOSTILE = {
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_turns_cost_at_most_d_crops_and_defer_only_their_job(name):
     scripts = {name: JobScript(zoom_steps=(HOSTILE[name], ANSWER)), "one-zoom": SCRIPTS["one-zoom"]}
-    model = ScriptedModel(scripts)
-    outcomes = fast(model, (name, "one-zoom"), speculation_depth=2)
+    model = ScriptedModel(scripts, resize_rule=ResizeRule(max_pixels=64 * 64))
+    # an image larger than the model's view: boxes are scaled up to the original
+    result = run_fast_stage(
+        queries(name, "one-zoom", size=(8000, 4000)),
+        large=model,
+        small=model,
+        settings=FunnelSettings(speculation_depth=2, zoom_max_new_tokens=100_000),
+    )
+    outcomes = {outcome.job_id: outcome for outcome in result.outcomes}
     assert isinstance(outcomes["one-zoom"], Accepted)
     hostile = outcomes[name]
     crops = [step for step in hostile.zoom_steps if step["box_original"] is not None]  # type: ignore[union-attr]
     assert len(crops) <= 2
-    if name in ("huge-box", "thousand-calls"):  # one crop each, then the answer
+    if name in ("huge-box", "overflowing-box", "thousand-calls"):  # one crop, the answer
         assert isinstance(hostile, Accepted) and len(crops) == 1
-        if name == "huge-box":
-            assert crops[0]["box_original"] == [0, 0, 64, 64]
+        if name != "thousand-calls":  # clamped to the image, however far out
+            assert crops[0]["box_original"][:3] == [0, 0, 8000]
     else:
         assert isinstance(hostile, Deferred) and hostile.reason == DeferReason.ZOOM_INVALID
-        assert hostile.detail.startswith("zoom 1: ") and not crops
+        assert hostile.detail.startswith(("zoom 1: ", "turn 1: ")) and not crops
 
 
 def test_a_small_model_error_while_zooming_defers_that_job_alone():
@@ -162,7 +213,9 @@ def test_the_gate_reads_the_tokens_of_the_answer_alone():
         "".join(pieces), "stop", len(pieces), TokenScores(rows, [0.0] * len(rows)), pieces
     )
     assert answer_scores(generation).top_values == [[4.0, 0.0], [5.0, 0.0]]
-    unclosed = Generation(
-        "<answer>B", "length", 2, TokenScores(rows[:2], [0.0, 0.0]), ("<answer>", "B")
-    )
-    assert answer_scores(unclosed).top_values == rows[:2]  # (no closed answer: every row)
+    # a server that leaves the stop string out of its tokens: to the turn's end
+    served = ("<think>", "long", " reasoning", "</think>", "<answer>", "B")
+    cut = Generation("".join(served), "stop", 6, TokenScores(rows[:6], [0.0] * 6), served)
+    assert answer_scores(cut).top_values == [rows[5]]
+    bare = Generation("B C", "eos", 3, TokenScores(rows[:3], [0.0] * 3), ("B", " ", "C"))
+    assert answer_scores(bare).top_values == rows[:3]  # (no <answer> at all: every row)
