@@ -4,6 +4,7 @@ queue, a review, a job's image and an agent's crop; another tenant's are 404."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -166,16 +167,23 @@ def test_rows_refuse_what_no_column_holds(decided, params: dict) -> None:
     assert answer.status_code == 422 and set(answer.json()) == {"error", "detail"}
 
 
-def test_a_referenced_image_is_shown_only_as_its_job_read_it(tmp_path) -> None:
-    """A job of a corpus read where it lies (a Parquet row here): the page shows those
-    pixels, checked by the job's digest; a table rewritten since shows nothing."""
+def _a_table_rows_job(tmp_path: Path, *, tenant: str | None) -> tuple[Job, Path]:
+    """A job whose image is row 0 of a Parquet table (written here), and the table."""
     table = tmp_path / "t.parquet"
     pq.write_table(pa.table({"image": [image_bytes(1)]}), table)
     job = Job(
         id="j" * 32,
         image_path=parquet_row(str(table), "image", 0, 0),
         image_hash=content_hash(image_bytes(1)),
+        tenant=tenant,
     )
+    return job, table
+
+
+def test_a_referenced_image_is_shown_only_as_its_job_read_it(tmp_path) -> None:
+    """A job of a corpus read where it lies (a Parquet row here): the page shows those
+    pixels, checked by the job's digest; a table rewritten since shows nothing."""
+    job, table = _a_table_rows_job(tmp_path, tenant=None)
     shown = image_response(job, Settings())
     assert shown.status_code == 200 and Image.open(io.BytesIO(shown.body)).size == (40, 30)
     pq.write_table(pa.table({"image": [image_bytes(2)]}), table)  # other rows, same place
@@ -221,14 +229,7 @@ def test_the_rendered_image_cache_holds_its_bytes_at_most_dropping_the_least_rec
 def test_a_tenants_job_shows_no_image_from_outside_its_uploads_and_roots(tmp_path) -> None:
     """A tenant's job with a path that is no local file (a table row here) shows nothing:
     only uploads and image roots are served to tenants."""
-    table = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"image": [image_bytes(1)]}), table)
-    job = Job(
-        id="t" * 32,
-        image_path=parquet_row(str(table), "image", 0, 0),
-        image_hash=content_hash(image_bytes(1)),
-        tenant="tests",
-    )
+    job, _ = _a_table_rows_job(tmp_path, tenant="tests")
     with pytest.raises(NotFound) as refused:
         image_response(job, Settings(image_roots=[tmp_path]))
     assert refused.value.code == "image_unavailable"
