@@ -82,10 +82,11 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        given = getattr(init_settings, "init_kwargs", {})
-        return InitSettingsSource(settings_cls, nest_flat(dict(given))), FlatEnvironment(
-            settings_cls
-        )
+        given = nest_flat(dict(getattr(init_settings, "init_kwargs", {})))
+        stray = sorted(set(given) - set(settings_cls.model_fields))
+        if stray:  # (a mistyped name would otherwise be ignored, its default used)
+            raise TypeError(f"Settings has no setting {', '.join(stray)}")
+        return InitSettingsSource(settings_cls, given), FlatEnvironment(settings_cls)
 
     @model_validator(mode="after")
     def _calibrated_gate(self) -> Settings:

@@ -100,6 +100,13 @@ def test_a_copy_by_a_name_that_is_not_a_field_is_refused(update):
         AgentSettings().model_copy(update={"kindd": "thyme"})
 
 
+def test_settings_made_with_a_name_no_setting_has_are_refused():
+    """A mistyped name would be ignored and its setting left at its default."""
+    with pytest.raises(TypeError, match="Settings has no setting agent_kind"):
+        Settings(agent_kind="thyme")
+    assert Settings(agent="thyme", **{"funnel.screener": "small"}).agent.kind == "thyme"
+
+
 def test_thyme_takes_the_references_values_unless_given(tmp_path):
     thyme = Settings(agent="thyme")
     assert (thyme.funnel.gate.threshold, thyme.agent.max_steps) == (0.95, 5)
