@@ -99,7 +99,9 @@ class FunnelSettings(Group):
     fast_batch_pixels: int = setting(
         256_000_000,
         "Most image pixels a fast micro-batch decodes at once (3-4 bytes each); "
-        "a batch of larger images runs in smaller groups.",
+        "a batch of larger images runs in smaller groups. At speculation depth >= 1, "
+        "also the most a round of zooms shows the small model in one call (each job's "
+        "image and crops so far).",
         ge=1,
     )
     gate: GateSettings = group(

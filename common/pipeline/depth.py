@@ -68,8 +68,13 @@ def speculate_in_depth(
     max_new_tokens: int,
     top_k: int,
     limits: AgentSettings | None = None,
+    max_pixels: int | None = None,
 ) -> list[Zoomed]:
-    """Up to ``depth`` zooms per job, then an answer; one ``Zoomed`` per query, in order."""
+    """Up to ``depth`` zooms per job, then an answer; one ``Zoomed`` per query, in order.
+
+    ``max_pixels``: the most image pixels one call is shown (each conversation's image
+    and its crops so far, as the model sees them); a round whose conversations hold more
+    runs as several calls (a conversation over it alone)."""
     limits = limits or AgentSettings()
     protocol = small.protocol
     results = {query.job_id: Zoomed(query.job_id) for query in queries}
@@ -85,14 +90,17 @@ def speculate_in_depth(
         if not waiting:
             break
         started = time.perf_counter()
-        generations = per_job(
-            lambda batch: small.agent_turns(
-                [talks[query.job_id] for query in batch],
-                max_new_tokens=max_new_tokens,
-                top_k=top_k,
-            ),
-            waiting,
-        )
+        generations: list[Generation | ModelError] = []
+        for group in _groups(waiting, talks, max_pixels):
+            answered = per_job(
+                lambda batch: small.agent_turns(
+                    [talks[query.job_id] for query in batch],
+                    max_new_tokens=max_new_tokens,
+                    top_k=top_k,
+                ),
+                group,
+            )
+            generations.extend(answered)
         seconds = (time.perf_counter() - started) / len(waiting)
         still = []
         for query, generation in zip(waiting, generations, strict=True):
@@ -113,6 +121,25 @@ def speculate_in_depth(
                 still.append(query)
         waiting = still
     return [results[query.job_id] for query in queries]
+
+
+def _groups(
+    waiting: list[Query], talks: dict[str, Conversation], max_pixels: int | None
+) -> list[list[Query]]:
+    """The round's jobs in order, in groups whose conversations' images hold at most
+    ``max_pixels`` together (a job over it alone)."""
+    if max_pixels is None:
+        return [waiting]
+    groups: list[list[Query]] = [[]]
+    held = 0
+    for query in waiting:
+        pixels = sum(image.width * image.height for image in talks[query.job_id].images)
+        if groups[-1] and held + pixels > max_pixels:
+            groups.append([])
+            held = 0
+        groups[-1].append(query)
+        held += pixels
+    return groups
 
 
 def _react(

@@ -231,6 +231,7 @@ def _speculate_in_depth(
         max_new_tokens=settings.zoom_max_new_tokens,
         top_k=settings.gate.top_k,
         limits=limits,
+        max_pixels=settings.fast_batch_pixels,
     )
     for query, found in zip(queries, zoomed, strict=True):
         traces[query.job_id] = found.trace

@@ -219,3 +219,25 @@ def test_the_gate_reads_the_tokens_of_the_answer_alone():
     assert answer_scores(cut).top_values == [rows[5]]
     bare = Generation("B C", "eos", 3, TokenScores(rows[:3], [0.0] * 3), ("B", " ", "C"))
     assert answer_scores(bare).top_values == rows[:3]  # (no <answer> at all: every row)
+
+
+def test_a_round_shows_the_small_model_at_most_its_pixel_budget_in_one_call():
+    """fast_batch_pixels bounds a round as it bounds a micro-batch's decoding: a call
+    holds conversations whose images (each job's image and crops so far) fit it
+    together, or one conversation alone."""
+    model = ScriptedModel(SCRIPTS)
+    shown: list[list[int]] = []
+    real = model.agent_turns
+
+    def spy(conversations, **kwargs):
+        shown.append([sum(i.width * i.height for i in c.images) for c in conversations])
+        return real(conversations, **kwargs)
+
+    model.agent_turns = spy  # type: ignore[method-assign]
+    jobs = ("one-zoom", "two-zooms", "at-once", "unsure")
+    image = model.protocol.view(Image.new("RGB", (64, 64)))
+    budget = int(2.5 * image.width * image.height)  # two first turns fit, not three
+    outcomes = fast(model, jobs, speculation_depth=2, fast_batch_pixels=budget)
+    assert all(len(call) == 1 or sum(call) <= budget for call in shown)
+    assert [len(call) for call in shown][:2] == [2, 2]  # the first round, in two calls
+    assert outcomes["two-zooms"].answer == "B"  # type: ignore[union-attr]
