@@ -28,11 +28,11 @@ import io
 import os
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -274,3 +274,21 @@ def image_size(path: str | Path | IO[bytes], *, rotate: bool = True) -> tuple[in
     except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises
         raise ImageError(f"cannot read the image's header: {exc}") from None
     return (height, width) if rotate and orientation in (5, 6, 7, 8) else (width, height)
+
+
+T = TypeVar("T")
+
+
+def budget_groups(items: Sequence[T], pixels_of: Callable[[T], int], budget: int) -> list[list[T]]:
+    """``items`` in order, in groups whose pixels (``pixels_of`` each) add up to at most
+    ``budget`` (a group holds one item at least: one over the budget stands alone)."""
+    groups: list[list[T]] = []
+    held = budget  # start a new group at the first item
+    for item in items:
+        pixels = pixels_of(item)
+        if held + pixels > budget or not groups:
+            groups.append([])
+            held = 0
+        groups[-1].append(item)
+        held += pixels
+    return groups

@@ -40,6 +40,7 @@ from common.chat import Conversation
 from common.config import AgentSettings
 from common.contracts import DeferReason, Query
 from common.errors import ImageError, ModelError
+from common.images import budget_groups
 from common.pipeline.isolation import per_job
 
 
@@ -130,16 +131,11 @@ def _groups(
     ``max_pixels`` together (a job over it alone)."""
     if max_pixels is None:
         return [waiting]
-    groups: list[list[Query]] = [[]]
-    held = 0
-    for query in waiting:
-        pixels = sum(image.width * image.height for image in talks[query.job_id].images)
-        if groups[-1] and held + pixels > max_pixels:
-            groups.append([])
-            held = 0
-        groups[-1].append(query)
-        held += pixels
-    return groups
+
+    def pixels_of(query: Query) -> int:
+        return sum(image.width * image.height for image in talks[query.job_id].images)
+
+    return budget_groups(waiting, pixels_of, max_pixels)
 
 
 def _react(

@@ -22,6 +22,7 @@ from common.contracts import (
     Ticket,
 )
 from common.errors import Interrupted, RetryableError
+from common.images import budget_groups
 from common.logs import job_failed
 from common.pipeline.dispatch import Dispatcher
 from common.pipeline.funnel import prepare_query
@@ -80,18 +81,12 @@ def pixel_groups(
     """``tickets`` in order, in groups whose images hold at most ``budget`` pixels together
     (read from their headers; a group has one ticket at least), so a batch of large images
     never holds more decoded at once than the budget."""
-    groups: list[list[Ticket]] = []
-    held = budget  # start a new group at the first ticket
-    for ticket in tickets:
-        pixels = (
-            located_pixels(ticket.image_path, limits or ImageSettings()) if ticket.image_path else 0
-        )
-        if held + pixels > budget or not groups:
-            groups.append([])
-            held = 0
-        groups[-1].append(ticket)
-        held += pixels
-    return groups
+    read = limits or ImageSettings()
+
+    def pixels_of(ticket: Ticket) -> int:
+        return located_pixels(ticket.image_path, read) if ticket.image_path else 0
+
+    return budget_groups(tickets, pixels_of, budget)
 
 
 def record_spent(spent: dict[str, float], started: float, sent_s: float) -> None:
