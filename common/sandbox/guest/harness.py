@@ -103,7 +103,7 @@ def _apply_limits(limits: dict[str, Any]) -> None:
     if limits["cpu_after_warm_up"]:
         used = resource.getrusage(resource.RUSAGE_SELF)
         warm_up = math.ceil(used.ru_utime + used.ru_stime)
-    _limit(resource.RLIMIT_CPU, warm_up + limits["cpu_s"])
+    _limit(resource.RLIMIT_CPU, warm_up + limits["cpu_backstop_s"])
     _limit(resource.RLIMIT_AS, limits["memory_bytes"])
     _limit(resource.RLIMIT_NOFILE, limits["open_files"])
     _limit(resource.RLIMIT_FSIZE, limits["file_bytes"])

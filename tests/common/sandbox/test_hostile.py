@@ -158,7 +158,9 @@ def test_an_infinite_loop_is_killed_at_its_cpu_limit(sandbox):
 def test_the_kernels_cpu_limit_leaves_the_code_its_whole_allowance(session):
     """The group counts the code's CPU exactly; the kernel's RLIMIT_CPU, a backstop that
     counts the guest's whole life, adds the warm-up before it (a warm-up that a busy
-    machine made slow once ended a loop before the group's count did: CI, 'killed')."""
+    machine made slow once ended a loop before the group's count did: CI, 'killed'), and
+    stands at twice the allowance (gVisor's kernel counts runnable time as CPU: on a busy
+    host it ended a loop at 1.89 of 2 CPU-s by the group's count, CI, 'killed')."""
     code = (
         "import resource\nsoft, _ = resource.getrlimit(resource.RLIMIT_CPU)\n"
         "used = resource.getrusage(resource.RUSAGE_SELF)\n"
@@ -167,7 +169,7 @@ def test_the_kernels_cpu_limit_leaves_the_code_its_whole_allowance(session):
     execution = run(session, code)
     assert execution.report is not None and execution.report.text, execution
     assert session.group is not None  # (a root worker's session: the group counts)
-    assert float(execution.report.text) >= TEST_LIMITS.cpu_s
+    assert float(execution.report.text) >= 1.5 * TEST_LIMITS.cpu_s
 
 
 def test_sleeping_forever_is_killed_on_the_wall_clock(session):
