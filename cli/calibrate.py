@@ -12,8 +12,10 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from cli.options import add_store_flags, settings_from_args
+from common.config import GateSettings
 from common.errors import InvalidInput
 from common.evaluation.calibration import default_grid, pick_tau, sweep
+from common.evaluation.depth import DepthRow, recorded_depth, replay_depths
 from common.store.analytics import calibration_items, stage_costs
 from common.store.db import open_store
 from common.store.reads import require_batch
@@ -23,7 +25,9 @@ Without --max-error: sweep a calibration run (annotate --calibrate): replay ever
 mode x K x tau, from its recorded logits, and print the share the funnel would accept,
 the accuracy of those answers, the overall accuracy (the agent answering the rest), how
 often the accepted answers agree with the agent's, and the speedup estimated from the
-run's measured stage costs (--json, --plot).
+run's measured stage costs (--json, --plot). A calibration run at speculation depth
+D >= 1 (annotate --calibrate --speculation-depth D) also replays each depth d <= D, at
+its gate's mode and K, for each tau: one run at D = 2 reads D = 0, 1 and 2.
 
 With --max-error: pick the loosest gate threshold tau whose accepted answers are wrong
 at most --max-error of the time, with probability at least 1 - --delta: fixed-sequence
@@ -161,13 +165,43 @@ def _sweep(
             f"{row.accepted_accuracy:>13.1%}  {row.accuracy:>8.1%}  {row.agreement:>6.1%}  "
             f"{row.speedup:>6.2f}x"
         )
+    depths = _depth_sweep(recorded)
     if json_path is not None:
-        json_path.write_text(json.dumps([asdict(row) for row in rows], indent=2) + "\n")
+        found: Any = [asdict(row) for row in rows]
+        if depths:  # (a run without depth keeps the plain list it always wrote)
+            found = {"gates": found, "depths": [asdict(row) | {"tau": t} for t, row in depths]}
+        json_path.write_text(json.dumps(found, indent=2) + "\n")
         print(f"wrote {json_path}")
     if plot is not None:
         _plot(rows, plot)
         print(f"wrote {plot}")
     return 0
+
+
+def _depth_sweep(items: list[Any]) -> list[tuple[float, DepthRow]]:
+    """A calibration run at depth D >= 1: each depth d <= D (and scope) replayed at the
+    run's gate mode and K, for each tau of the sweep, printed; (tau, row) pairs."""
+    depth = recorded_depth(items)
+    if depth == 0:
+        return []
+    gates = {(i.gate.get("mode"), i.gate.get("top_k")) for i in items}
+    if len(gates) > 1:
+        raise InvalidInput(f"the batch mixes gate settings {sorted(gates)}: calibrate one")
+    ((mode, top_k),) = gates
+    print(f"\nspeculation in depth, replayed to D={depth} (gate {mode}, K={top_k}; each job's")
+    print("own measured times; 'all': the jobs the screen sent to the agent zoom too)")
+    print("depth        tau    beta   alpha  accepted  accuracy  tokens/job  speedup (est.)")
+    found = []
+    for tau in SWEEP_TAUS:
+        gate = GateSettings(mode=mode, top_k=top_k, threshold=tau)
+        for row in replay_depths(items, gate, depth):
+            found.append((tau, row))
+            print(
+                f"{row.label:<11}  {tau:<5}  {row.beta:>5.2f}  {row.alpha:>5.2f}  "
+                f"{row.accepted:>8.1%}  {row.accuracy:>8.1%}  {row.tokens:>10.1f}  "
+                f"{row.speedup:>6.2f}x"
+            )
+    return found
 
 
 def _plot(rows: list[Any], path: Path) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
 from cli.output import say
+from common.config import GateSettings
+from common.evaluation.depth import agent_alone, recorded_depth, replay_depths
 from common.pipeline.audit import describe
 from common.store import reads
-from common.store.analytics import SplitRun, split_runs, stage_costs
+from common.store.analytics import SplitRun, calibration_items, split_runs, stage_costs
 from common.store.db import open_store
 from common.store.reads import find_batch, require_batch
 
@@ -28,6 +31,12 @@ batches run with --baseline), each split timed from its first claim to its last 
 model's share (SpecEyes: the answers it gave; SpecReason: the steps kept from it), and
 the tokens generated per item as the reference counts them (every agent step;
 SpecReason's proposals and the large model's corrections, never its scoring calls).
+
+A calibration run at speculation depth D >= 1 (annotate --calibrate --speculation-depth
+D) first gets tables of its own: each depth d <= D, replayed at the run's gate, per split
+beside the agent alone: accuracy / speedup, beta / alpha / accepted share, and tokens per
+job (each job's own measured times; "all": the jobs the screen sent to the agent zoom
+too). One run at D = 2 reads D = 0, 1 and 2.
 
 A batch that is not a benchmark but has known answers (a manifest's "answer" column) is
 one column of its own, named after it, scored by our rules (the reference has none for
@@ -95,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         return found
 
     _print_audits(sessions, args)
+    _print_depths(sessions, args)
     baselines = runs_of(args.baselines or [])
     methods = [("agent alone", baselines)] if baselines else []
     methods.append((args.label, runs_of(args.batches, "speceyes")))
@@ -155,6 +165,65 @@ def run(args: argparse.Namespace) -> int:
             if split in runs:
                 print(f"{bullet}{name:<12} {split}: {_how_scored(runs[split], args.scoring)}")
     return 0
+
+
+def _print_depths(sessions: Any, args: argparse.Namespace) -> None:
+    """Each calibration run at depth D >= 1: every depth d <= D (and scope) replayed at
+    the run's own gate, per split, beside the agent alone (common.evaluation.depth)."""
+    with sessions() as session:
+        for name in args.batches:
+            batch = require_batch(session, name)
+            items = calibration_items(session, batch.id)
+            depth = recorded_depth(items)
+            if depth:
+                say(f"{batch.name} ({batch.id}): speculation in depth, replayed to D={depth}")
+                _depth_tables(items, depth, batch.name, args.markdown)
+
+
+def _depth_tables(items: list[Any], depth: int, unsplit: str, markdown: bool) -> None:
+    splits: dict[str, list[Any]] = {}
+    for item in items:
+        splits.setdefault(item.split or unsplit, []).append(item)
+    order = sorted(splits, key=_paper_position)
+    gate = GateSettings.model_validate(items[0].gate)
+    replayed = {split: replay_depths(splits[split], gate, depth) for split in order}
+    alone = {split: agent_alone(splits[split]) for split in order}
+    print(
+        f"gate {gate.mode}, K={gate.top_k}, tau {gate.threshold:g}; accuracy by our rules; "
+        "speedup over the agent alone from each job's measured times; 'all': the jobs the "
+        "screen sent to the agent zoom too"
+    )
+
+    def line(label: str, cell: Any, rows: dict[str, Any]) -> list[str]:
+        average = cell(_averaged(list(rows.values())))
+        return [label, *(cell(rows[split]) for split in order), average]
+
+    accuracy = [line("agent alone", lambda a: f"{100 * a.accuracy:.2f}/1.00", alone)]
+    funnel, tokens = [], [line("agent alone", lambda a: f"{a.tokens:.1f}", alone)]
+    for index, label in enumerate(row.label for row in replayed[order[0]]):
+        rows = {split: replayed[split][index] for split in order}
+        accuracy.append(line(label, lambda r: f"{100 * r.accuracy:.2f}/{r.speedup:.2f}", rows))
+        funnel.append(
+            line(label, lambda r: f"{r.beta:.2f}/{r.alpha:.2f}/{100 * r.accepted:.1f}", rows)
+        )
+        tokens.append(line(label, lambda r: f"{r.tokens:.1f}", rows))
+    header = ["", *order, "avg"]
+    print("\naccuracy % / speedup x")
+    _print(header, accuracy, markdown)
+    print("\nbeta / alpha / accepted % (reach the small model / of those accepted / of all)")
+    _print(header, funnel, markdown)
+    print("\ntokens per job (the small model's and, where it ran, the agent's)")
+    _print(header, tokens, markdown)
+    print()
+
+
+def _averaged(rows: list[Any]) -> Any:
+    """The mean of each figure over rows of one kind (splits weigh alike, as the paper's
+    average does)."""
+    kind = type(rows[0])
+    names = [n for n in kind.__dataclass_fields__ if isinstance(getattr(rows[0], n), float)]
+    means = {n: sum(getattr(row, n) for row in rows) / len(rows) for n in names}
+    return dataclasses.replace(rows[0], **means)
 
 
 def _print_funnel(sessions: Any, names: list[str], markdown: bool) -> int:

@@ -29,7 +29,7 @@ from PIL import Image
 
 if TYPE_CHECKING:
     from common.agents.trajectory import Trajectory
-    from common.scores import TokenScores
+    from common.scores import DepthReplay, TokenScores
 
 
 class JobStatus(StrEnum):
@@ -184,6 +184,7 @@ class Deferred:
     detail: str = ""
     replay: TokenScores | None = None  # calibration runs: what replaying any gate needs
     zoom_steps: tuple[dict[str, Any], ...] = ()  # the small model's zooms (depth >= 1)
+    depth_replay: DepthReplay | None = None  # calibration runs at depth >= 1: any d <= D
 
 
 @dataclass(frozen=True)

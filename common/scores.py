@@ -19,6 +19,7 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 REPLAY_K = 128  # logits per token a calibration run keeps: any gate with K <= this replays
 SQUASH = 0.6  # confidence = sigmoid(SQUASH * S)
@@ -91,3 +92,63 @@ def decode(record: str) -> TokenScores:
     norm.frombytes(base64.b64decode(data["norm"]))
     rows = [list(top[t * width : (t + 1) * width]) for t in range(tokens)]
     return TokenScores(rows, list(norm))
+
+
+@dataclass(frozen=True)
+class DepthReplay:
+    """What a calibration run at speculation depth D keeps of one job's zooms, so that
+    any depth d <= D replays without a model: a round's prompt does not depend on D (only
+    what a call in the last round means does), so the run's first d + 1 rounds are the
+    rounds a run at d would have made.
+
+    ``zooms``: the zooms made before the answer (None: it never answered, deferred or
+    its call raised); ``scores``: that answer's rows, ``REPLAY_K`` wide; per round the
+    job ran, its share of the round's seconds (generate and crop) and its new tokens;
+    its share of the screen's and of the depth-0 speculation's seconds.
+    """
+
+    depth: int
+    zooms: int | None
+    answer: str | None
+    scores: TokenScores | None
+    round_seconds: list[float]
+    round_tokens: list[int]
+    screen_seconds: float = 0.0
+    speculate_seconds: float = 0.0
+
+    def answers_at(self, depth: int) -> bool:
+        """At depth ``depth``, the job reaches an answer (else it is deferred)."""
+        return self.zooms is not None and self.zooms <= depth <= self.depth
+
+    def seconds_at(self, depth: int) -> float:
+        """Its small model's seconds at depth ``depth`` >= 1 (the rounds it would run)."""
+        return sum(self.round_seconds[: depth + 1])
+
+    def tokens_at(self, depth: int) -> int:
+        return sum(self.round_tokens[: depth + 1])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "depth": self.depth,
+            "zooms": self.zooms,
+            "answer": self.answer,
+            "scores": None if self.scores is None else encode(self.scores),
+            "round_seconds": self.round_seconds,
+            "round_tokens": self.round_tokens,
+            "screen_seconds": self.screen_seconds,
+            "speculate_seconds": self.speculate_seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DepthReplay:
+        scores = data.get("scores")
+        return cls(
+            depth=int(data["depth"]),
+            zooms=None if data.get("zooms") is None else int(data["zooms"]),
+            answer=None if data.get("answer") is None else str(data["answer"]),
+            scores=decode(scores) if isinstance(scores, str) else None,
+            round_seconds=[float(s) for s in data.get("round_seconds") or []],
+            round_tokens=[int(t) for t in data.get("round_tokens") or []],
+            screen_seconds=float(data.get("screen_seconds") or 0.0),
+            speculate_seconds=float(data.get("speculate_seconds") or 0.0),
+        )

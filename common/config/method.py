@@ -66,7 +66,8 @@ class FunnelSettings(Group):
         False,
         "A calibration run: every job is speculated (keeping the top 128 logits per "
         "token) AND runs the agent, so any gate can be replayed later without a model "
-        "(speceyes calibrate).",
+        "(speceyes calibrate); at speculation depth D >= 1 every job also zooms, so "
+        "any depth d <= D replays too (speceyes calibrate, speceyes report).",
         flag="--calibrate",
     )
     screen_max_new_tokens: int = setting(10, "New tokens of a phase-I answer (yes/no).", ge=1)
@@ -115,10 +116,10 @@ class FunnelSettings(Group):
                 "method 'specreason' runs no funnel: it cannot be a baseline or a "
                 "calibration run as well"
             )
-        if self.speculation_depth and (self.calibrate or self.method == "specreason"):
+        if self.speculation_depth and self.method == "specreason":
             raise ValueError(
-                "speculation_depth >= 1 speculates in the funnel's phase II: a calibration "
-                "run or method 'specreason' cannot use it (yet)"
+                "speculation_depth >= 1 speculates in the funnel's phase II: method "
+                "'specreason' runs no funnel"
             )
         return self
 

@@ -49,7 +49,7 @@ from common.images import content_hash, decode_image
 from common.pipeline.depth import speculate_in_depth
 from common.pipeline.gate import score_answers
 from common.pipeline.isolation import per_job
-from common.scores import REPLAY_K, GateResult
+from common.scores import REPLAY_K, DepthReplay, GateResult
 from common.sources.locations import describe
 from common.sources.reading import read_located
 
@@ -130,7 +130,9 @@ def run_fast_stage(
     if settings.baseline:
         return FastBatchResult([Deferred(q.job_id, DeferReason.BASELINE) for q in queries])
     if settings.calibrate:
-        return _calibration_batch(queries, large=large, small=small, settings=settings)
+        return _calibration_batch(
+            queries, large=large, small=small, settings=settings, limits=limits
+        )
     result = FastBatchResult([])
     outcomes: dict[str, FastOutcome] = {}
     screens: dict[str, ScreenResult] = {}
@@ -253,10 +255,15 @@ def _calibration_batch(
     large: VisionLanguageModel,
     small: VisionLanguageModel,
     settings: FunnelSettings,
+    limits: AgentSettings | None = None,
 ) -> FastBatchResult:
     """A calibration run's fast stage: every job is screened (when there is a screener)
     and speculated, keeping the top ``REPLAY_K`` logits per answer token, gated as the
-    settings say (for the record), and then sent to the agent whatever the gate said."""
+    settings say (for the record), and then sent to the agent whatever the gate said.
+
+    At speculation depth D >= 1 every job also speculates in depth, whatever the screen
+    said, and keeps what replaying each depth d <= D needs (``DepthReplay``): the live
+    depth-0 answer above stays the record's depth 0."""
     result = FastBatchResult([])
     screens: dict[str, ScreenResult] = {}
     if settings.screener != "none":
@@ -275,13 +282,22 @@ def _calibration_batch(
         queries, small, max_new_tokens=settings.speculate_max_new_tokens, top_k=top_k
     )
     result.seconds["speculate"] = time.perf_counter() - started
+    depth = _depth_replays(queries, small, settings, limits, result.seconds) or {}
     answered = [s for s in speculations if not isinstance(s, ModelError)]
     verdicts = iter(gate_stage(answered, settings.gate))
     for query, speculation in zip(queries, speculations, strict=True):
         screen = screens.get(query.job_id)
+        zoomed, replayed = depth.get(query.job_id, ((), None))
         if isinstance(speculation, ModelError):
             result.outcomes.append(
-                Deferred(query.job_id, DeferReason.CALIBRATION, screen, detail=str(speculation))
+                Deferred(
+                    query.job_id,
+                    DeferReason.CALIBRATION,
+                    screen,
+                    detail=str(speculation),
+                    zoom_steps=zoomed,
+                    depth_replay=replayed,
+                )
             )
             continue
         verdict = next(verdicts)
@@ -293,9 +309,51 @@ def _calibration_batch(
                 speculation.answer,
                 verdict.confidence,
                 replay=speculation.scores,
+                zoom_steps=zoomed,
+                depth_replay=replayed,
             )
         )
     return result
+
+
+def _depth_replays(
+    queries: list[Query],
+    small: VisionLanguageModel,
+    settings: FunnelSettings,
+    limits: AgentSettings | None,
+    seconds: dict[str, float],
+) -> dict[str, tuple[tuple[dict[str, Any], ...], DepthReplay]] | None:
+    """A calibration run's speculation in depth (None at depth 0): per job, its zoom
+    steps and its ``DepthReplay``; ``seconds`` gains the phase's time ("zoom")."""
+    if not settings.speculation_depth or not queries:
+        return None
+    started = time.perf_counter()
+    zoomed = speculate_in_depth(
+        queries,
+        small,
+        depth=settings.speculation_depth,
+        max_new_tokens=settings.zoom_max_new_tokens,
+        top_k=max(settings.gate.top_k, REPLAY_K),
+        limits=limits,
+        max_pixels=settings.fast_batch_pixels,
+    )
+    seconds["zoom"] = time.perf_counter() - started
+    share = {phase: seconds.get(phase, 0.0) / len(queries) for phase in ("screen", "speculate")}
+    found = {}
+    for query, job in zip(queries, zoomed, strict=True):
+        answer = job.speculation
+        replayed = DepthReplay(
+            depth=settings.speculation_depth,
+            zooms=None if answer is None else len(job.steps) - 1,
+            answer=None if answer is None else answer.answer,
+            scores=None if answer is None else answer.scores,
+            round_seconds=[step.generate_seconds + step.tool_seconds for step in job.steps],
+            round_tokens=[step.new_tokens for step in job.steps],
+            screen_seconds=share["screen"],
+            speculate_seconds=share["speculate"],
+        )
+        found[query.job_id] = (job.trace, replayed)
+    return found
 
 
 def run_agent_stage(

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from common.contracts import DeferReason, JobStatus
 from common.protocols.scoring import is_correct, reference_verdict
+from common.scores import DepthReplay
 from common.store.reads import BatchCounts, batch_jobs, batch_results, counts_of
 from common.store.tables import BatchItem, Job
 
@@ -138,6 +139,13 @@ class CalibrationItem:
     tool_free: bool = True  # the screen's verdict (no screen: every job)
     agent_right: bool | None = None  # calibration runs: the agent's answer, scored
     agrees: bool | None = None  # calibration runs: the small answer matches the agent's
+    # calibration runs at depth D >= 1: the zooms' record, and its answer scored as above
+    depth: DepthReplay | None = None
+    depth_right: bool | None = None
+    # calibration runs: the agent's seconds (claim to result) and tokens; the row's split
+    agent_seconds: float | None = None
+    agent_tokens: int = 0
+    split: str | None = None
 
 
 def stage_costs(session: Session, batch_id: str) -> tuple[float, float]:
@@ -207,14 +215,36 @@ def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
         if label is not None:
             right = is_correct(job.small_answer, label, job.options)
             agent_right = None if agent is None else is_correct(agent, label, job.options)
-        elif agrees is not None:
-            right, agent_right = agrees, None
+        elif agent is not None and agrees is not None:
+            right, agent_right, label = agrees, None, agent  # (the agent's answer is the label)
         else:
             continue
         tool_free = job.screen_needs_tools is not True
         gate = dict(job.gate or {})
+        depth = DepthReplay.from_json(job.zoom_replay) if job.zoom_replay else None
+        depth_right = None
+        if depth is not None and depth.answer is not None:
+            depth_right = is_correct(depth.answer, label, job.options)
+        agent_seconds = None
+        if job.agent_started_at is not None and job.finished_at is not None:
+            agent_seconds = (job.finished_at - job.agent_started_at).total_seconds()
+        tokens = StepTally()
+        tokens.add(job.trajectory)
         found.append(
-            CalibrationItem(job.confidence, right, gate, job.replay, tool_free, agent_right, agrees)
+            CalibrationItem(
+                job.confidence,
+                right,
+                gate,
+                job.replay,
+                tool_free,
+                agent_right,
+                agrees,
+                depth,
+                depth_right,
+                agent_seconds,
+                tokens.tokens,
+                item.split,
+            )
         )
     return found
 

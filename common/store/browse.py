@@ -190,7 +190,11 @@ def results_page(
     ``after`` (from a previous page), and the cursor of the next page."""
     listing = as_rows(scope)
     query = listing.select(*wanted.conditions(listing)).options(
-        defer(Job.trajectory), defer(Job.replay), defer(Job.token_scores), defer(Job.zoom_steps)
+        defer(Job.trajectory),
+        defer(Job.replay),
+        defer(Job.token_scores),
+        defer(Job.zoom_steps),
+        defer(Job.zoom_replay),
     )
     query = _ordered(query, wanted.sort, listing)
     chunk_rows = CHUNK_ROWS if wanted.wrong else limit + 1

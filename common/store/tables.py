@@ -169,6 +169,8 @@ class Job(Base):
     replay: Mapped[str | None] = mapped_column(Text)  # calibration runs (common.scores)
     # speculation in depth (common.pipeline.depth): the small model's steps, as AgentStep's
     zoom_steps: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    # calibration runs at depth >= 1: what replaying each depth needs (common.scores)
+    zoom_replay: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # phase IV
     trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # outcome

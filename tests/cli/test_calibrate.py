@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from cli.main import build_parser, main
@@ -108,3 +109,46 @@ def test_a_calibration_run_is_swept_without_a_model(tmp_path: Path, capsys):
     assert {row["agreement"] for row in rows if row["accepted"]} == {1.0}
     # the scripted agent and small model both answer "A": 4 of 6 right whatever the gate
     assert {round(row["accuracy"], 4) for row in rows} == {round(4 / 6, 4)}
+
+
+def test_one_calibration_run_at_depth_2_reads_depths_0_1_and_2(tmp_path: Path, capsys, monkeypatch):
+    """The small model answers "A" at once and "B" after a zoom; four of six rows are
+    "B": each depth's accuracy, from one run, in calibrate's sweep and in the report."""
+    paths = write_images(tmp_path / "c", 6)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        "".join(
+            json.dumps({"image": str(p), "question": "Q?", "answer": "A" if i < 2 else "B"}) + "\n"
+            for i, p in enumerate(paths)
+        )
+    )
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 40, 40]}}
+    zoom = f"<think>closer</think><tool_call>{json.dumps(call)}</tool_call>"
+    scripts = tmp_path / "scripts.json"
+    scripts.write_text(json.dumps({"*": {"zoom_steps": [zoom, "<answer>B</answer>"]}}))
+    monkeypatch.setenv("SPECEYES_SCRIPTED__SCRIPTS_FILE", str(scripts))
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    argv = ["annotate", str(manifest), "--backend", "scripted", "--calibrate", "--db", db]
+    argv += ["--speculation-depth", "2", "--no-progress", "--name", "cal"]
+    assert main(argv) == 0
+    out = tmp_path / "sweep.json"
+    capsys.readouterr()
+    assert main(["calibrate", "cal", "--json", str(out), "--db", db]) == 0
+    assert "speculation in depth, replayed to D=2" in capsys.readouterr().out
+    depths = json.loads(out.read_text())["depths"]
+    assert len(depths) == 5 * 5  # D=0, 1 and 2 (each scope) at each tau of the sweep
+    accuracy = {(row["depth"], row["scope"]): round(row["accuracy"], 4) for row in depths}
+    assert accuracy == {
+        (0, "tool_free"): round(2 / 6, 4),
+        (1, "tool_free"): round(4 / 6, 4),
+        (1, "all"): round(4 / 6, 4),
+        (2, "tool_free"): round(4 / 6, 4),
+        (2, "all"): round(4 / 6, 4),
+    }
+    assert main(["report", "cal", "--db", db]) == 0
+    printed = capsys.readouterr().out
+    table = printed[printed.index("speculation in depth") : printed.index("beta / alpha / acc")]
+    cells = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines() if "/" in line]
+    rows = {cell[0]: cell[1] for cell in cells if len(cell) > 1}
+    assert rows["agent alone"] == "33.33/1.00"
+    assert rows["D=0"].startswith("33.33/") and rows["D=1 (all)"].startswith("66.67/")

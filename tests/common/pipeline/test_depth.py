@@ -241,3 +241,33 @@ def test_a_round_shows_the_small_model_at_most_its_pixel_budget_in_one_call():
     assert all(len(call) == 1 or sum(call) <= budget for call in shown)
     assert [len(call) for call in shown][:2] == [2, 2]  # the first round, in two calls
     assert outcomes["two-zooms"].answer == "B"  # type: ignore[union-attr]
+
+
+def test_a_calibration_run_at_depth_keeps_what_each_shallower_depth_replays():
+    """Every job zooms in a calibration run, whatever the screen said, and keeps the
+    zooms before its answer, that answer's scores at the replay width, and each round's
+    share of time and tokens; its depth-0 answer stays the record's."""
+    from common.scores import REPLAY_K
+
+    model = ScriptedModel(SCRIPTS)
+    jobs = ("at-once", "one-zoom", "two-zooms", "never-answers", "tools")
+    outcomes = fast(model, jobs, calibrate=True, speculation_depth=2)
+    records = {}
+    for job_id, outcome in outcomes.items():
+        assert isinstance(outcome, Deferred) and outcome.reason == DeferReason.CALIBRATION
+        assert outcome.replay is not None and outcome.depth_replay is not None
+        records[job_id] = outcome.depth_replay
+    assert {job: record.zooms for job, record in records.items()} == {
+        "at-once": 0,
+        "one-zoom": 1,
+        "two-zooms": 2,
+        "never-answers": None,
+        "tools": 1,  # (the screen sent it to the agent: it zooms all the same)
+    }
+    assert records["two-zooms"].answer == "B" and records["never-answers"].answer is None
+    assert len(records["two-zooms"].scores.top_values[0]) == REPLAY_K
+    assert [len(r.round_tokens) for r in records.values()] == [1, 2, 3, 3, 2]
+    assert all(r.depth == 2 for r in records.values())
+    # (replayed at depth 1, the job that zoomed twice is deferred; at depth 2 it answers)
+    assert not records["two-zooms"].answers_at(1) and records["two-zooms"].answers_at(2)
+    assert outcomes["one-zoom"].small_answer == "A"  # (its depth-0 answer)
