@@ -25,6 +25,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     generate.add_argument("--items", type=int, default=200, help="how many (200)")
     generate.add_argument("--seed", type=int, default=2026, help="world seed (2026)")
     generate.add_argument(
+        "--hard-share",
+        type=float,
+        metavar="P",
+        help="the share of hard items, which need a zoom (the world's draw, about half, "
+        "when not given): e.g. 0.8 for a tool-heavy split like V*, 0.2 for one like POPE",
+    )
+    generate.add_argument(
         "--formats",
         default="manifest,vstar,hr,pope",
         help="comma-separated subset of manifest,vstar,hr,pope (all)",
@@ -37,7 +44,9 @@ def run_generate(args: argparse.Namespace) -> int:
     unknown = formats - {"manifest", "vstar", "hr", "pope"}
     if unknown:
         raise InvalidInput(f"unknown format(s) {', '.join(sorted(unknown))}")
-    generated = list(items(args.items, args.seed))
+    if args.hard_share is not None and not 0 <= args.hard_share <= 1:
+        raise InvalidInput(f"--hard-share {args.hard_share}: a share between 0 and 1")
+    generated = list(items(args.items, args.seed, hard_share=args.hard_share))
     written = []
     if "manifest" in formats:
         written.append(str(write_manifest(generated, args.out)))

@@ -171,11 +171,25 @@ def make_item(
     )
 
 
-def items(count: int, seed: int = 0) -> Iterator[SynthItem]:
-    """``count`` items; item i uses its own seed, derived from (seed, i)."""
-    for index in range(count):
+def items(count: int, seed: int = 0, *, hard_share: float | None = None) -> Iterator[SynthItem]:
+    """``count`` items; item i uses its own seed, derived from (seed, i). ``hard_share``:
+    of the same stream, the first hard and easy items in that proportion (a split that
+    needs tools more or less often than the world's half, as V* does more than POPE)."""
+    wanted = None
+    if hard_share is not None:
+        hard = round(count * hard_share)
+        wanted = {"hard": hard, "easy": count - hard}
+    made, index = 0, 0
+    while made < count:
         digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
-        yield make_item(int.from_bytes(digest[:6], "big"))
+        index += 1
+        item = make_item(int.from_bytes(digest[:6], "big"))
+        if wanted is not None:
+            if wanted[item.difficulty] == 0:
+                continue
+            wanted[item.difficulty] -= 1
+        made += 1
+        yield item
 
 
 def render(item: SynthItem) -> Image.Image:

@@ -138,3 +138,14 @@ def test_the_synth_benchmark_files_read_back_through_the_benchmark_readers(tmp_p
     pope = read_source(tmp_path / "POPE", image_store=store)
     assert len(pope) == len(generated) - len(choices)
     assert {row.split for row in pope} == {"pope/random"}
+
+
+def test_a_split_can_need_tools_more_or_less_often_than_the_world():
+    """--hard-share: the same seeded stream, its first hard and easy items in proportion
+    (the world's own draw, about half, when not given)."""
+    heavy = list(items(20, seed=5, hard_share=0.8))
+    assert [item.difficulty for item in heavy].count("hard") == 16
+    world = [item.id for item in items(60, seed=5)]
+    assert all(item.id in world for item in heavy)  # (a subset of the same stream)
+    assert [item.difficulty for item in items(10, seed=5, hard_share=0.0)] == ["easy"] * 10
+    assert [item.id for item in items(12, seed=5)] == world[:12]
