@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any
 
 from cli.options import add_store_flags, settings_from_args
 from cli.output import say
 from common.config import GateSettings
+from common.errors import InvalidInput
 from common.evaluation.depth import agent_alone, recorded_depth, replay_depths
 from common.pipeline.audit import describe
 from common.store import reads
@@ -168,24 +170,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_depths(sessions: Any, args: argparse.Namespace) -> None:
-    """Each calibration run at depth D >= 1: every depth d <= D (and scope) replayed at
-    the run's own gate, per split, beside the agent alone (common.evaluation.depth)."""
+    """The calibration runs at depth D >= 1 among the batches (one a split, or several
+    splits each): every depth d <= D (and scope) replayed at the runs' gate, per split,
+    beside the agent alone (common.evaluation.depth)."""
+    splits: dict[str, list[Any]] = {}
+    names = []
     with sessions() as session:
         for name in args.batches:
             batch = require_batch(session, name)
             items = calibration_items(session, batch.id)
-            depth = recorded_depth(items)
-            if depth:
-                say(f"{batch.name} ({batch.id}): speculation in depth, replayed to D={depth}")
-                _depth_tables(items, depth, batch.name, args.markdown)
+            if recorded_depth(items):
+                names.append(batch.name)
+                for item in items:
+                    splits.setdefault(item.split or batch.name, []).append(item)
+    if not splits:
+        return
+    depth = min(recorded_depth(items) for items in splits.values())
+    say(f"{', '.join(names)}: speculation in depth, replayed to D={depth}")
+    _depth_tables(splits, depth, args.markdown)
 
 
-def _depth_tables(items: list[Any], depth: int, unsplit: str, markdown: bool) -> None:
-    splits: dict[str, list[Any]] = {}
-    for item in items:
-        splits.setdefault(item.split or unsplit, []).append(item)
+def _depth_tables(splits: dict[str, list[Any]], depth: int, markdown: bool) -> None:
     order = sorted(splits, key=_paper_position)
-    gate = GateSettings.model_validate(items[0].gate)
+    gates = {json.dumps(item.gate, sort_keys=True) for items in splits.values() for item in items}
+    if len(gates) > 1:
+        raise InvalidInput(f"the calibration runs mix gates {sorted(gates)}: report one at a time")
+    gate = GateSettings.model_validate(json.loads(gates.pop()))
     replayed = {split: replay_depths(splits[split], gate, depth) for split in order}
     alone = {split: agent_alone(splits[split]) for split in order}
     print(
