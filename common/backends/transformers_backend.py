@@ -284,16 +284,26 @@ class TransformersModel:
         ]
 
     def _pieces(self, tokens: list[int]) -> tuple[str, ...]:
-        """Each token's text: what it adds to the decoded prefix before it (a token
-        that ends inside a character adds nothing until the one that completes it)."""
-        pieces, before = [], ""
+        """Each token's text: what it adds to the decoded text before it (a token that
+        ends inside a character adds nothing until the one that completes it).
+
+        Decoded incrementally, as servers detokenize a stream: only the tokens since the
+        last whole piece, with the piece before them for context, are decoded at each
+        step (a whole turn, decoded prefix by prefix, cost its length squared)."""
+
+        def decode(part: list[int]) -> str:
+            return str(self.tokenizer.decode(part, skip_special_tokens=True))
+
+        pieces: list[str] = []
+        start = read = 0  # tokens[start:read]: the context already given out
         for length in range(1, len(tokens) + 1):
-            text = str(self.tokenizer.decode(tokens[:length], skip_special_tokens=True))
+            before = decode(tokens[start:read])
+            text = decode(tokens[start:length])
             if text.endswith("\ufffd") or not text.startswith(before):
                 pieces.append("")  # (a character not yet whole)
                 continue
             pieces.append(text[len(before) :])
-            before = text
+            start, read = read, length
         return tuple(pieces)
 
     def _check_stop(self) -> None:

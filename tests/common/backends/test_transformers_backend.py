@@ -262,3 +262,27 @@ def test_a_row_that_stops_early_in_a_batch_is_scored_for_its_own_tokens(tiny_pat
         assert len(generation.scores.top_values) == len(generation.pieces) == generation.new_tokens
         rows = answer_scores(generation).top_values
         assert 0 < len(rows) <= 3  # (the answer's own tokens and a tag's edge, not the turn's)
+
+
+def test_a_turns_pieces_are_its_text_token_by_token_whatever_the_characters(tiny_paths):
+    """Each token's piece is what it adds to the decoded text before it (decoded
+    incrementally, not prefix by prefix): a character split over tokens shows whole,
+    on the token that completes it."""
+    small = TransformersModel(str(tiny_paths["small"]), device="cpu")
+    text = "<think>é 日本語 🙂 naïve</think> <answer>B</answer>\u00a0x"
+    tokens = small.tokenizer.encode(text, add_special_tokens=False)
+
+    def prefix_by_prefix() -> list[str]:  # (the definition, at its quadratic cost)
+        pieces, before = [], ""
+        for length in range(1, len(tokens) + 1):
+            now = small.tokenizer.decode(tokens[:length], skip_special_tokens=True)
+            if now.endswith("\ufffd") or not now.startswith(before):
+                pieces.append("")
+                continue
+            pieces.append(now[len(before) :])
+            before = now
+        return pieces
+
+    pieces = small._pieces(tokens)
+    assert list(pieces) == prefix_by_prefix()
+    assert "".join(pieces) == text and "" in pieces  # (the emoji spans tokens)
