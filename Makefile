@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup lock sandbox browser demo browse test test-fast soak mutate mutate-report lint format bench bench-gpu gpu-wheels clean
+.PHONY: help setup lock sandbox browser demo browse test test-fast soak mutate mutate-report lint format bench bench-depth bench-gpu gpu-wheels clean
 
 help:
 	@echo "make demo    set up and annotate the sample corpus with the shipped synth models"
@@ -16,6 +16,7 @@ help:
 	@echo "make docs    the documentation site (MkDocs, --strict) into site/"
 	@echo "make bench   fast stage against batch size, the embedded funnel, the synth report (CPU)"
 	@echo "             (speceyes bench pipeline: the distributed pipeline, needs Redis + PostgreSQL)"
+	@echo "make bench-depth speculation in depth on SpecEyes-Synth: one run at D = 2 a split, read at D = 0, 1, 2"
 	@echo "make bench-gpu  trajectories/s at N = 1, 4, 16 at full size (7B, random weights; CUDA torch)"
 	@echo "make gpu-wheels what a GPU image without network needs for bench-gpu, into .whl/"
 	@echo "make lock    regenerate constraints.txt (the lock make setup and the Dockerfile use)"
@@ -139,6 +140,23 @@ bench: setup
 	$(VENV)/bin/speceyes bench fast --batch-sizes 1,4,16,32 --jobs 64
 	$(VENV)/bin/speceyes bench embedded --jobs 200
 	$(VENV)/bin/speceyes bench synth --json synth-report.json
+
+# Speculation in depth on SpecEyes-Synth with the shipped synth models: one calibration
+# run at D = 2 per split (a tool-heavy V*-like split, 80% hard items; an even HR-like one;
+# a tool-light POPE-like one, 20% hard), then every depth and scope replayed from it
+# (docs/benchmarks.md, "Speculation in depth").
+DEPTH_DIR ?= bench-depth
+DEPTH_RUN = $(VENV)/bin/speceyes annotate --small synth --large synth --threshold 0.9 \
+	--calibrate --speculation-depth 2 --db sqlite:///$(DEPTH_DIR)/depth.db --no-progress
+bench-depth: setup
+	rm -rf $(DEPTH_DIR)
+	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/heavy --items 160 --hard-share 0.8 --formats vstar
+	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/even --items 160 --formats hr
+	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/light --items 160 --hard-share 0.2 --formats pope
+	$(DEPTH_RUN) $(DEPTH_DIR)/heavy/vstar --name depth-heavy
+	$(DEPTH_RUN) $(DEPTH_DIR)/even/hr_bench_synth.tsv --name depth-even
+	$(DEPTH_RUN) $(DEPTH_DIR)/light/POPE --name depth-light
+	$(VENV)/bin/speceyes report depth-heavy depth-even depth-light --db sqlite:///$(DEPTH_DIR)/depth.db
 
 # On a machine with a CUDA GPU whose python3 has torch: many trajectories per agent
 # worker at full size (Qwen2.5-VL-7B's architecture, random weights built on the GPU: no
