@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -285,15 +286,10 @@ class TransformersModel:
 
     def _pieces(self, tokens: list[int]) -> tuple[str, ...]:
         """Each token's text: what it adds to the decoded text before it (a token that
-        ends inside a character adds nothing until the one that completes it).
-
-        Decoded incrementally, as servers detokenize a stream: only the tokens since the
-        last whole piece, with the piece before them for context, are decoded at each
-        step (a whole turn, decoded prefix by prefix, cost its length squared)."""
-
-        def decode(part: list[int]) -> str:
-            return str(self.tokenizer.decode(part, skip_special_tokens=True))
-
+        ends inside a character adds nothing until the one that completes it). Decoded
+        as servers detokenize a stream: at each step only the tokens since the last whole
+        piece, with that piece for context (prefix by prefix cost a turn's length squared)."""
+        decode = partial(self.tokenizer.decode, skip_special_tokens=True)
         pieces: list[str] = []
         start = read = 0  # tokens[start:read]: the context already given out
         for length in range(1, len(tokens) + 1):

@@ -324,11 +324,7 @@ def _fast_values(outcome: FastOutcome, gate_used: dict[str, Any], now: Any) -> d
         "gate": gate_used if outcome.confidence is not None else None,
         "error_message": outcome.detail or None,
         **({"replay": encode(outcome.replay)} if outcome.replay is not None else {}),
-        **(
-            {"zoom_replay": outcome.depth_replay.to_json()}
-            if outcome.depth_replay is not None
-            else {}
-        ),
+        **({"zoom_replay": outcome.depth_replay.to_json()} if outcome.depth_replay else {}),
         **common,
     }
 
