@@ -9,7 +9,7 @@ from pathlib import Path
 from common.config import Settings
 from common.models.full_size import write_random_init
 from common.models.tiny import build_tiny, tiny_root
-from lab.synth.train import train_synth
+from lab.synth.train import SMALL_ZOOM_MINUTES, train_synth
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -90,9 +90,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the agent's budget, trained after the small model (32, of which 6 locate targets)",
     )
     train.add_argument(
+        "--small-zoom-minutes",
+        type=float,
+        default=SMALL_ZOOM_MINUTES,
+        help="then the small model's zooms (speculation in depth), on top of what it "
+        f"learned ({SMALL_ZOOM_MINUTES:g}, of which 3 locate targets)",
+    )
+    train.add_argument(
         "--only",
-        choices=("small", "large"),
-        help="train this model alone, keeping the other in --out",
+        choices=("small", "large", "small-zoom"),
+        help="train this model alone, keeping the other in --out; small-zoom: the small "
+        "model's zoom stage alone, on the small model in --out",
     )
     train.set_defaults(run=run_train_synth)
 
@@ -128,10 +136,11 @@ def run_train_synth(args: argparse.Namespace) -> int:
         seed=args.seed,
         small_minutes=args.small_minutes,
         large_minutes=args.large_minutes,
+        small_zoom_minutes=args.small_zoom_minutes,
         only=args.only,
         on_log=lambda line: print(line, flush=True),
     )
-    for role in (args.only,) if args.only else ("small", "large"):
+    for role in (args.only,) if args.only else ("small", "small-zoom", "large"):
         report = info[role]
         held_out = "  ".join(f"{k} {v:.0%}" for k, v in (report["held_out"] or {}).items())
         print(

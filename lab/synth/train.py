@@ -114,6 +114,23 @@ TAKEOFF = (10.0, 0.6)  # (minutes of the world, share of held-out easy choice it
 
 LAST_STAGE_MINUTES = 1.0  # the least the world stage gets when rendering ate the budget
 
+# The small model's zooms (speculation in depth, common.pipeline.depth) are taught after
+# the world, on top of what it learned there: the DeepEyes steps the agent learns, at the
+# small model's own 128 px view and crops. First where lone targets are (zoom calls only,
+# as the agent's curriculum), then the whole mix, its phase-II examples kept in it so that
+# its depth-0 answers stay what they were. (target side in px, minutes)
+SMALL_ZOOM_CURRICULUM = (((64, 128), 1.5), ((40, 64), 1.5))
+SMALL_ZOOM_MINUTES = 10.0  # the stage's budget, its curriculum and rendering included
+SMALL_ZOOM_WEIGHTS = {
+    "answer": 0.3,
+    "unsure": 0.15,
+    "name": 0.1,
+    "kind": 0.05,
+    "direct": 0.15,
+    "zoom": 0.15,
+    "read": 0.1,
+}
+
 # Training logs held-out progress this often (and at the end of each stage).
 PROBE_SECONDS = 120.0
 HELD_OUT_SEED = 1000  # + the training seed: items apart from training's and the report's
@@ -460,12 +477,14 @@ def train_synth(
     seed: int = 0,
     small_minutes: float = 26.0,
     large_minutes: float = 32.0,
+    small_zoom_minutes: float = SMALL_ZOOM_MINUTES,
     only: str | None = None,
     on_log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train the synth models from the tiny random checkpoints into ``out/{small,large}``
     (``only="small"`` or ``"large"``: that one alone, keeping the other and the rest of
-    ``out/synth-info.json``).
+    ``out/synth-info.json``; ``"small-zoom"``: the small model's zoom stage alone, on the
+    small checkpoint already in ``out``).
 
     The two train one after the other, each on every core. At once, in two processes of
     one thread each, the small model ran as many steps as alone (~4.5 a second) but the
@@ -484,6 +503,10 @@ def train_synth(
     reports: dict[str, TrainReport] = {}
     if "small" in roles:
         reports |= train_small(out, items_count, seed, small_minutes, on_log)
+    if "small" in roles or "small-zoom" in roles:
+        reports |= train_small_zoom(
+            out, items_count, seed, small_zoom_minutes, lambda line: on_log(f"small zoom | {line}")
+        )
     if "large" in roles:
         reports |= train_agent(
             out, items_count, seed, large_minutes, lambda line: on_log(f"agent | {line}")
@@ -502,6 +525,11 @@ def train_synth(
             "small_warmup_minutes": SMALL_WARMUP_MINUTES,
             "small_weights": SMALL_WEIGHTS,
             "small_takeoff": TAKEOFF,
+            "small_zoom_curriculum": [
+                [*sizes, minutes] for sizes, minutes in SMALL_ZOOM_CURRICULUM
+            ],
+            "small_zoom_minutes": small_zoom_minutes,
+            "small_zoom_weights": SMALL_ZOOM_WEIGHTS,
             **{role: report.__dict__ for role, report in reports.items()},
         }
     )
@@ -595,6 +623,62 @@ def small_examples(item: SynthItem, views: Views) -> list[Example]:
         name_example(named, views.small),
         kind_example(item, views.small),
     ]
+
+
+def train_small_zoom(
+    out: Path, items_count: int, seed: int, minutes: float, on_log: Callable[[str], None]
+) -> dict[str, TrainReport]:
+    """The small model's zooms, on top of its checkpoint in ``out/small``: where lone
+    targets are at its view, then the world's DeepEyes steps beside its phase-II ones."""
+    rule = rule_of(out / "small")
+    started = time.monotonic()
+
+    def steps(item: SynthItem, views: Views) -> list[Example]:
+        return [
+            e for e in agent_examples(item, views, rule) if e.kind in ("direct", "zoom", "read")
+        ]
+
+    # (views made with the small model's rule for both: its whole image, its own crop)
+    held_pool = build_pool(96, seed + HELD_OUT_SEED, rule, rule)
+    held_out = [example for item, views in held_pool for example in steps(item, views)]
+    held_out += [
+        replace(small_example(item, views.small), kind=f"{item.difficulty} {item.kind}")
+        for item, views in held_pool
+        if item.difficulty == "easy"
+    ]
+    reports = {}
+    for step, (sizes, stage_minutes) in enumerate(SMALL_ZOOM_CURRICULUM):
+        on_log(f"locating lone targets of {sizes[0]}-{sizes[1]} px for {stage_minutes:g} min")
+        locate = [
+            (item, make_views(item, rule, rule))
+            for item in curriculum_items(400, seed + 11 + step, sizes)
+        ]
+        reports[f"small-zoom-locate-{sizes[0]}-{sizes[1]}"] = train(
+            out / "small",
+            lambda item, views: [steps(item, views)[0]],  # the zoom
+            locate,
+            minutes=stage_minutes,
+            lr=LEARNING_RATES["small"],
+            seed=seed + 11 + step,
+            held_out=[example for example in held_out if example.kind == "zoom"],
+            on_log=on_log,
+        )
+    pool = build_pool(items_count, seed + 7, rule, rule)
+    on_log(f"rendered {len(pool)} training items")
+    remaining = max(LAST_STAGE_MINUTES, minutes - (time.monotonic() - started) / 60)
+    on_log(f"the world's zooms beside its answers for {remaining:.1f} min")
+    reports["small-zoom"] = train(
+        out / "small",
+        lambda item, views: [*small_examples(item, views), *steps(item, views)],
+        pool,
+        minutes=remaining,
+        weights=SMALL_ZOOM_WEIGHTS,
+        lr=LEARNING_RATES["small"],
+        seed=seed + 7,
+        held_out=held_out,
+        on_log=on_log,
+    )
+    return reports
 
 
 def train_agent(
