@@ -45,7 +45,7 @@ from common.config import AgentSettings
 from common.images import ResizeRule
 from common.models.tiny import build_tiny
 from common.protocols import V0
-from lab.synth.world import SIZE, SMALL_VIEW, SynthItem, items, make_item
+from lab.synth.world import CELL, SIZE, SMALL_VIEW, SynthItem, items, make_item
 
 # The wording the shipped synth models learned (and are served with: their speceyes.json).
 PROTOCOL = V0
@@ -65,6 +65,7 @@ class Example:
     # first tokens, not as the right one: what the model cannot see, it must not be sure
     # of (the small model on hard items, see small_example).
     unsure: tuple[str, ...] = ()
+    unsure_after: str = ""  # the target's text before the token taught unsure ("": the first)
 
 
 # How often each kind of agent example is drawn in the main stage. The screen is learned
@@ -119,16 +120,18 @@ LAST_STAGE_MINUTES = 1.0  # the least the world stage gets when rendering ate th
 # small model's own 128 px view and crops. First where lone targets are (zoom calls only,
 # as the agent's curriculum), then the whole mix, its phase-II examples kept in it so that
 # its depth-0 answers stay what they were. (target side in px, minutes)
-SMALL_ZOOM_CURRICULUM = (((64, 128), 1.5), ((40, 64), 1.5))
-SMALL_ZOOM_MINUTES = 10.0  # the stage's budget, its curriculum and rendering included
+SMALL_ZOOM_CURRICULUM = LOCALISATION_CURRICULUM
+SMALL_ZOOM_MINUTES = 16.0  # the stage's budget, its curriculum and rendering included
+SMALL_ZOOM_HELD_OUT = 96  # items whose steps are probed as it learns
 SMALL_ZOOM_WEIGHTS = {
-    "answer": 0.3,
-    "unsure": 0.15,
+    "answer": 0.25,
+    "unsure": 0.1,
     "name": 0.1,
     "kind": 0.05,
     "direct": 0.15,
     "zoom": 0.15,
     "read": 0.1,
+    "misread": 0.1,
 }
 
 # Training logs held-out progress this often (and at the end of each stage).
@@ -288,7 +291,10 @@ class Batcher:
         targets = inputs["input_ids"][positions[0], positions[1]]
         firsts = [0, *itertools.accumulate(target_lengths)][: len(examples)]
         unsure = [
-            (first, sorted({encode(answer)[0] for answer in example.unsure}))
+            (
+                first + len(encode(example.unsure_after)) if example.unsure_after else first,
+                sorted({encode(answer)[0] for answer in example.unsure}),
+            )
             for first, example in zip(firsts, examples, strict=True)
             if example.unsure
         ]
@@ -625,6 +631,30 @@ def small_examples(item: SynthItem, views: Views) -> list[Example]:
     ]
 
 
+def misread_examples(item: SynthItem, rule: ResizeRule) -> list[Example]:
+    """A zoom into the wrong cell (another shape's), then an answer it must not be sure
+    of (its first token taught as an even share of the possible answers): a first run
+    that learned to zoom but not yet where (3% of its boxes on the target's cell) read
+    whatever the crop held as surely as the right crop, and the gate took those guesses
+    (45% right on the tool-heavy split, against 97% at depth 0)."""
+    if not item.others:
+        return []
+    x1, y1, x2, y2 = item.others[0].box
+    col, row = (x1 + x2) // 2 // CELL, (y1 + y2) // 2 // CELL
+    wrong = replace(item, cell=(col * CELL, row * CELL, (col + 1) * CELL, (row + 1) * CELL))
+    views = make_views(wrong, rule, rule)
+    call = zoom_call(item, wrong.view_box(rule.size_for(SIZE, SIZE)[0]))
+    prefix = f"<think>{_asked(item)}the {item.shape} is not here</think> <answer>"
+    messages = [
+        *PROTOCOL.agent_start(views.agent, item.question, item.options),
+        Message("assistant", [call]),
+        PROTOCOL.tool_response(views.crop),
+        Message("assistant", [f"{prefix}{item.answer}</answer>"]),
+    ]
+    unsure = tuple(item.options or ("yes", "no"))
+    return [Example(messages, "misread", unsure=unsure, unsure_after=prefix)]
+
+
 def train_small_zoom(
     out: Path, items_count: int, seed: int, minutes: float, on_log: Callable[[str], None]
 ) -> dict[str, TrainReport]:
@@ -634,12 +664,12 @@ def train_small_zoom(
     started = time.monotonic()
 
     def steps(item: SynthItem, views: Views) -> list[Example]:
-        return [
-            e for e in agent_examples(item, views, rule) if e.kind in ("direct", "zoom", "read")
-        ]
+        kinds = ("direct", "zoom", "read")
+        found = [e for e in agent_examples(item, views, rule) if e.kind in kinds]
+        return found + misread_examples(item, rule) if item.difficulty == "hard" else found
 
     # (views made with the small model's rule for both: its whole image, its own crop)
-    held_pool = build_pool(96, seed + HELD_OUT_SEED, rule, rule)
+    held_pool = build_pool(SMALL_ZOOM_HELD_OUT, seed + HELD_OUT_SEED, rule, rule)
     held_out = [example for item, views in held_pool for example in steps(item, views)]
     held_out += [
         replace(small_example(item, views.small), kind=f"{item.difficulty} {item.kind}")

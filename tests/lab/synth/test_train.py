@@ -223,3 +223,56 @@ def test_a_small_model_that_has_not_taken_off_starts_over(tiny_paths, tmp_path, 
     assert not reports["small"].gave_up  # ... and the last attempt ran to the end
     assert (tmp_path / "small" / "model.safetensors").exists()
     assert not (tmp_path / "small-initial").exists()
+
+
+def test_a_misread_zoom_teaches_the_answer_unsure_after_its_thought(tiny_paths):
+    """The small model's zoom stage: a zoom into another shape's cell, then an answer
+    whose first token is taught as an even share of the possible answers (its thought and
+    the tags before it as written)."""
+    from lab.synth.train import misread_examples
+
+    batcher = Batcher(load_processor(str(tiny_paths["small"])))
+    encode, decode = batcher.processor.tokenizer.encode, batcher.processor.tokenizer.decode
+    item = make_item(7, difficulty="hard", kind="choice")
+    assert item.others
+    (misread,) = misread_examples(item, SMALL_RULE)
+    other = item.others[0].box
+    call = misread.messages[-3].content[0]
+    box = json.loads(call.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]["bbox_2d"]
+    view = SMALL_RULE.size_for(896, 896)[0]  # (the small model's view of the 896 px world)
+    scale = view / 896
+    centre = ((other[0] + other[2]) / 2 * scale, (other[1] + other[3]) / 2 * scale)
+    assert box[0] <= centre[0] < box[2] and box[1] <= centre[1] < box[3]  # the other's cell
+    assert box != item.view_box(view)
+    assert misread.messages[-1].content[0].startswith(misread.unsure_after)
+    batch = batcher([misread])
+    ((index, ids),) = batch.unsure
+    assert index == len(encode(misread.unsure_after)) and ids == sorted(
+        {encode(colour)[0] for colour in item.options}
+    )
+    assert decode(batch.targets[index]) == decode(encode(item.answer)[0])
+    alone = make_item(7, difficulty="hard", kind="choice", others=0)
+    assert misread_examples(alone, SMALL_RULE) == []  # (no other cell to misread)
+
+
+def test_the_zoom_stage_alone_trains_the_small_model_in_place(tiny_paths, tmp_path, monkeypatch):
+    """--only small-zoom: the small checkpoint already there learns its zooms; the agent
+    and what the info file said of the earlier training stay."""
+    from lab.synth import train as training
+
+    for role in ("small", "large"):
+        copy_checkpoint(tiny_paths[role], tmp_path / role)
+    set_view(tmp_path / "small", 128)
+    (tmp_path / "synth-info.json").write_text(json.dumps({"small": {"steps": 6000}}))
+    small_before = (tmp_path / "small" / "model.safetensors").read_bytes()
+    large_before = (tmp_path / "large" / "model.safetensors").read_bytes()
+    monkeypatch.setattr(training, "SMALL_ZOOM_CURRICULUM", (((128, 208), 0.01),))
+    monkeypatch.setattr(training, "LAST_STAGE_MINUTES", 0.01)
+    monkeypatch.setattr(training, "SMALL_ZOOM_HELD_OUT", 6)
+    info = training.train_synth(
+        tmp_path, items_count=4, only="small-zoom", small_zoom_minutes=0.02, on_log=lambda _: None
+    )
+    assert (tmp_path / "small" / "model.safetensors").read_bytes() != small_before
+    assert (tmp_path / "large" / "model.safetensors").read_bytes() == large_before
+    assert info["small"] == {"steps": 6000} and info["small-zoom"]["steps"] > 0
+    assert {"zoom", "read", "misread", "easy choice"} & set(info["small-zoom"]["held_out"])
