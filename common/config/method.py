@@ -83,9 +83,11 @@ class FunnelSettings(Group):
         le=4,
     )
     depth_scope: DepthScope = setting(
-        "tool_free",
-        "At D >= 1, which jobs the small model may zoom for: 'tool_free' (those the "
-        "screen let through, as at D = 0) or 'all' (those it sent to the agent too).",
+        "all",
+        "At D >= 1, which jobs the small model may zoom for: 'all' (those the screen "
+        "sent to the agent too: the ones a zoom helps) or 'tool_free' (those it let "
+        "through, as at D = 0). Measured on SpecEyes-Synth, 'tool_free' only made the "
+        "easy jobs dearer (docs/benchmarks.md, 'Speculation in depth').",
         flag="--depth-scope",
     )
     zoom_max_new_tokens: int = setting(

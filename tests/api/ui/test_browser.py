@@ -87,6 +87,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         gate_threshold=0.9,
         audit_rate=0.0,
         speculation_depth=1,  # (a job the small model answers at once takes one turn)
+        depth_scope="tool_free",  # ("[agent]" jobs go to the agent, as the screen says)
     )
     sessions = open_store(url)
 

@@ -142,8 +142,9 @@ def test_the_gate_still_decides_after_a_zoom():
 
 def test_which_jobs_may_zoom_is_a_setting():
     model = ScriptedModel(SCRIPTS)
-    only_tool_free = fast(model, ("tools",), speculation_depth=1)
+    only_tool_free = fast(model, ("tools",), speculation_depth=1, depth_scope="tool_free")
     assert only_tool_free["tools"].reason == DeferReason.TOOLS_NEEDED  # type: ignore[union-attr]
+    assert FunnelSettings().depth_scope == "all"  # (the default, by measurement)
     sent_early: list[str] = []
     everyone = run_fast_stage(
         queries("tools"),
