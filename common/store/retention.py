@@ -1,0 +1,134 @@
+"""Retention: finished jobs removed after a date, with what only they held.
+
+``prune`` removes, in slices of ``SLICE`` jobs (one transaction each), the jobs that
+finished (done, failed or cancelled) before a date:
+
+- never a job that is not finished, nor one that shares a batch with a job that is not
+  (an open batch keeps every row it counts and exports);
+- with ``keep_reviewed``, never a job a person reviewed (a label is worth keeping);
+- with each job its rows in every batch that holds it, and then the batches left with
+  no rows (their OpenAI batch record goes with them);
+- after each slice commits, the uploaded images (files under ``upload_dir``) that no
+  job left in the store names: a crash between the two leaves a file behind, never a job
+  without its image.
+
+Each slice locks the rows it chose (passing over those another transaction holds): a
+job retried or reviewed meanwhile is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import ColumnElement, delete, exists, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from common.contracts import JobStatus
+from common.store.tables import Batch, BatchItem, Job
+
+FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+SLICE = 1000
+
+
+@dataclass
+class Pruned:
+    """What a prune removed (or, dry, would remove)."""
+
+    jobs: int = 0
+    batch_rows: int = 0
+    batches: int = 0
+    images: int = 0
+    touched: set[str] = field(default_factory=set)  # batches that lost rows
+
+
+def prunable(before: datetime, *, keep_reviewed: bool) -> ColumnElement[bool]:
+    """The jobs a prune may remove, as a condition on ``Job``."""
+    open_batches = (
+        select(BatchItem.batch_id)
+        .join(Job, Job.id == BatchItem.job_id)
+        .where(Job.status.not_in(FINISHED))
+    )
+    in_open_batch = exists().where(BatchItem.job_id == Job.id, BatchItem.batch_id.in_(open_batches))
+    condition = Job.status.in_(FINISHED) & (Job.finished_at < before) & ~in_open_batch
+    if keep_reviewed:
+        condition &= Job.reviewed_at.is_(None)
+    return condition
+
+
+def prune(
+    sessions: sessionmaker[Session],
+    *,
+    before: datetime,
+    keep_reviewed: bool = False,
+    upload_dir: Path | None = None,
+    dry_run: bool = False,
+    on_slice: Callable[[Pruned], None] | None = None,
+) -> Pruned:
+    """Remove what the module's docstring says; ``dry_run``: count it, remove nothing."""
+    condition = prunable(before, keep_reviewed=keep_reviewed)
+    done = Pruned()
+    if dry_run:
+        with sessions() as session:
+            done.jobs = session.scalar(select(func.count()).select_from(Job).where(condition)) or 0
+        return done
+    while True:
+        with sessions.begin() as session:
+            # (locked as chosen: a row another transaction holds, a retry or a review,
+            # is passed over, and one it changed is asked the condition again)
+            chosen_rows = select(Job.id, Job.image_path).where(condition).limit(SLICE)
+            rows = session.execute(chosen_rows.with_for_update(of=Job, skip_locked=True))
+            chosen = {job_id: path for job_id, path in rows}
+            gone = list(chosen)
+            if not gone:
+                break
+            done.touched |= set(
+                session.scalars(select(BatchItem.batch_id).where(BatchItem.job_id.in_(gone)))
+            )
+            removed = session.execute(delete(BatchItem).where(BatchItem.job_id.in_(gone)))
+            done.batch_rows += removed.rowcount  # type: ignore[attr-defined]
+            session.execute(delete(Job).where(Job.id.in_(gone)))
+            done.jobs += len(gone)
+        if upload_dir is not None:
+            done.images += _remove_orphan_images(sessions, [chosen[j] for j in gone], upload_dir)
+        if on_slice is not None:
+            on_slice(done)
+    done.batches = _remove_empty_batches(sessions, done.touched)
+    return done
+
+
+def _remove_orphan_images(
+    sessions: sessionmaker[Session], paths: list[str | None], upload_dir: Path
+) -> int:
+    """Remove the files among ``paths`` that lie under ``upload_dir`` and that no job
+    left in the store names; how many."""
+    root = upload_dir.resolve()
+    ours = {
+        path
+        for path in paths
+        if path and Path(path).resolve().is_relative_to(root) and Path(path).is_file()
+    }
+    if not ours:
+        return 0
+    with sessions() as session:
+        named = set(session.scalars(select(Job.image_path).where(Job.image_path.in_(ours))))
+    removed = 0
+    for path in ours - named:
+        Path(path).unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _remove_empty_batches(sessions: sessionmaker[Session], batch_ids: set[str]) -> int:
+    """Remove the batches among ``batch_ids`` that hold no row now; how many."""
+    removed = 0
+    ids = sorted(batch_ids)
+    for start in range(0, len(ids), SLICE):
+        part = ids[start : start + SLICE]
+        with sessions.begin() as session:
+            holding = exists().where(BatchItem.batch_id == Batch.id)
+            result = session.execute(delete(Batch).where(Batch.id.in_(part), ~holding))
+            removed += result.rowcount  # type: ignore[attr-defined]
+    return removed
