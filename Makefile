@@ -150,9 +150,9 @@ DEPTH_RUN = $(VENV)/bin/speceyes annotate --small synth --large synth --threshol
 	--calibrate --speculation-depth 2 --db sqlite:///$(DEPTH_DIR)/depth.db --no-progress
 bench-depth: setup
 	rm -rf $(DEPTH_DIR)
-	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/heavy --items 160 --hard-share 0.8 --formats vstar
-	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/even --items 160 --formats hr
-	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/light --items 160 --hard-share 0.2 --formats pope
+	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/heavy --items 80 --kind choice --hard-share 0.8 --formats vstar
+	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/even --items 80 --kind choice --hard-share 0.5 --formats hr
+	$(VENV)/bin/speceyes synth generate $(DEPTH_DIR)/light --items 80 --kind yesno --hard-share 0.2 --formats pope
 	$(DEPTH_RUN) $(DEPTH_DIR)/heavy/vstar --name depth-heavy
 	$(DEPTH_RUN) $(DEPTH_DIR)/even/hr_bench_synth.tsv --name depth-even
 	$(DEPTH_RUN) $(DEPTH_DIR)/light/POPE --name depth-light

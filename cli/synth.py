@@ -32,6 +32,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "when not given): e.g. 0.8 for a tool-heavy split like V*, 0.2 for one like POPE",
     )
     generate.add_argument(
+        "--kind",
+        choices=("choice", "yesno"),
+        help="only items of this kind (both when not given): V* and HR-Bench hold the "
+        "multiple-choice ones, POPE the yes/no ones, so --items is then a split's rows",
+    )
+    generate.add_argument(
         "--formats",
         default="manifest,vstar,hr,pope",
         help="comma-separated subset of manifest,vstar,hr,pope (all)",
@@ -46,7 +52,7 @@ def run_generate(args: argparse.Namespace) -> int:
         raise InvalidInput(f"unknown format(s) {', '.join(sorted(unknown))}")
     if args.hard_share is not None and not 0 <= args.hard_share <= 1:
         raise InvalidInput(f"--hard-share {args.hard_share}: a share between 0 and 1")
-    generated = list(items(args.items, args.seed, hard_share=args.hard_share))
+    generated = list(items(args.items, args.seed, hard_share=args.hard_share, kind=args.kind))
     written = []
     if "manifest" in formats:
         written.append(str(write_manifest(generated, args.out)))

@@ -171,10 +171,13 @@ def make_item(
     )
 
 
-def items(count: int, seed: int = 0, *, hard_share: float | None = None) -> Iterator[SynthItem]:
+def items(
+    count: int, seed: int = 0, *, hard_share: float | None = None, kind: str | None = None
+) -> Iterator[SynthItem]:
     """``count`` items; item i uses its own seed, derived from (seed, i). ``hard_share``:
     of the same stream, the first hard and easy items in that proportion (a split that
-    needs tools more or less often than the world's half, as V* does more than POPE)."""
+    needs tools more or less often than the world's half, as V* does more than POPE);
+    ``kind``: of the same stream, only items of that kind (a benchmark split holds one)."""
     wanted = None
     if hard_share is not None:
         hard = round(count * hard_share)
@@ -184,6 +187,8 @@ def items(count: int, seed: int = 0, *, hard_share: float | None = None) -> Iter
         digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
         index += 1
         item = make_item(int.from_bytes(digest[:6], "big"))
+        if kind is not None and item.kind != kind:
+            continue
         if wanted is not None:
             if wanted[item.difficulty] == 0:
                 continue

@@ -149,3 +149,6 @@ def test_a_split_can_need_tools_more_or_less_often_than_the_world():
     assert all(item.id in world for item in heavy)  # (a subset of the same stream)
     assert [item.difficulty for item in items(10, seed=5, hard_share=0.0)] == ["easy"] * 10
     assert [item.id for item in items(12, seed=5)] == world[:12]
+    split = list(items(10, seed=5, hard_share=0.8, kind="yesno"))  # (a POPE-like split)
+    assert {item.kind for item in split} == {"yesno"} and len(split) == 10
+    assert [item.difficulty for item in split].count("hard") == 8
