@@ -30,7 +30,8 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +374,8 @@ class TrainReport:
     loss: float
     token_accuracy: float
     held_out: dict[str, float] | None = None  # probe() at the end
+    # every probe as it learned: [seconds into the stage, probe()], the end's last
+    curve: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     gave_up: bool = False  # stopped early: ``give_up`` said the run would not learn
     attempts: int = 1  # runs started (the small model starts over while it has not learned)
 
@@ -417,9 +420,11 @@ def train(
     warmup, budget = 50, minutes * 60
     started, step, smoothed, accuracy = time.monotonic(), 0, 0.0, 0.0
     next_probe, gave_up = PROBE_SECONDS, False
+    curve: list[tuple[float, dict[str, float]]] = []
     while (elapsed := time.monotonic() - started) < budget:
         if held_out and elapsed >= next_probe:
             shares = probe(model, batcher, held_out)
+            curve.append((round(elapsed), shares))
             on_log(f"  held-out at {elapsed:4.0f} s: {_shares(shares)}")
             next_probe += PROBE_SECONDS
             if give_up and give_up(shares, elapsed):
@@ -446,13 +451,14 @@ def train(
     seconds = time.monotonic() - started
     shares = probe(model, batcher, held_out) if held_out else None
     if shares:
+        curve.append((round(seconds), shares))
         on_log(f"  held-out at the end: {_shares(shares)}")
     model.save_pretrained(checkpoint)
     # served with the protocol it was trained on, never another (common.models.registry)
     (checkpoint / "speceyes.json").write_text(json.dumps({"protocol": PROTOCOL.name}) + "\n")
     for path in checkpoint.iterdir():
         path.chmod(0o644)
-    return TrainReport(step, seconds, smoothed, accuracy, shares, gave_up)
+    return TrainReport(step, seconds, smoothed, accuracy, shares, curve, gave_up)
 
 
 def curriculum_items(count: int, seed: int, sizes: tuple[int, int]) -> list[SynthItem]:
@@ -507,18 +513,25 @@ def train_synth(
                 copy_checkpoint(random_models[role], out / role)
     set_view(out / "small", SMALL_VIEW)
     reports: dict[str, TrainReport] = {}
+    stages: dict[str, float] = {}  # what this run trained: stage -> its budget in minutes
     if "small" in roles:
         reports |= train_small(out, items_count, seed, small_minutes, on_log)
+        stages["small"] = small_minutes
     if "small" in roles or "small-zoom" in roles:
         reports |= train_small_zoom(
             out, items_count, seed, small_zoom_minutes, lambda line: on_log(f"small zoom | {line}")
         )
+        stages["small-zoom"] = small_zoom_minutes
     if "large" in roles:
         reports |= train_agent(
             out, items_count, seed, large_minutes, lambda line: on_log(f"agent | {line}")
         )
+        stages["large"] = large_minutes
     info_path = out / "synth-info.json"
     info = json.loads(info_path.read_text()) if only and info_path.exists() else {}
+    # (a run of one stage keeps the others' figures: the list says which run made which)
+    run = {"date": date.today().isoformat(), "stages": stages, "seed": seed, "items": items_count}
+    info["runs"] = [*info.get("runs", []), run]
     info.update(
         {
             "items": items_count,

@@ -64,3 +64,18 @@ def test_the_funnel_sends_easy_items_to_the_small_model_and_hard_ones_on(synth_m
     assert len(accepted) >= 16
     assert sum(o.answer == right[o.job_id] for o in accepted) >= len(accepted) - 1
     assert all(isinstance(o, Deferred) and o.reason == "tools_needed" for o in hard)
+
+
+def test_the_shipped_small_model_zooms_into_the_targets_cell_on_hard_items(synth_models):
+    """Speculation in depth with the shipped small model, through the serving path
+    (``lab.synth.zoom_report``): on held-out hard items its first turn is a zoom into the
+    target's cell, and the answer after it is right; on easy ones it answers at once."""
+    from lab.synth.zoom_report import zoom_report
+
+    settings = Settings(small_model="synth", large_model="synth", device="cpu")
+    report = zoom_report(synth_models, settings, count=8, seed=78)
+    hard, easy = report["hard"]["depth_1"], report["easy"]["depth_1"]
+    assert report["hard"]["items"] and report["easy"]["items"]
+    assert hard["well_formed_zoom"] == hard["on_target"] == 1.0
+    assert hard["after_zoom"]["right"] == 1.0
+    assert easy["well_formed_zoom"] == 0.0 and easy["answered_without_zoom"] == 1.0

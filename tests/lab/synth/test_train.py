@@ -275,4 +275,6 @@ def test_the_zoom_stage_alone_trains_the_small_model_in_place(tiny_paths, tmp_pa
     assert (tmp_path / "small" / "model.safetensors").read_bytes() != small_before
     assert (tmp_path / "large" / "model.safetensors").read_bytes() == large_before
     assert info["small"] == {"steps": 6000} and info["small-zoom"]["steps"] > 0
+    assert info["runs"][-1]["stages"] == {"small-zoom": 0.02}  # (what this run trained)
+    assert info["small-zoom"]["curve"][-1][1] == info["small-zoom"]["held_out"]
     assert {"zoom", "read", "misread", "easy choice"} & set(info["small-zoom"]["held_out"])
