@@ -121,6 +121,15 @@ LAST_STAGE_MINUTES = 1.0  # the least the world stage gets when rendering ate th
 # small model's own 128 px view and crops. First where lone targets are (zoom calls only,
 # as the agent's curriculum), then the whole mix, its phase-II examples kept in it so that
 # its depth-0 answers stay what they were. (target side in px, minutes)
+#
+# Measured (docs/synth.md, 2026-12-04): a 10-minute stage (lone 64-128 and 40-64 px for
+# 1.5 minutes each, 6.3 of the world, no misread zooms) never found the target, its
+# held-out zoom box at chance (2-8%) while every call parsed and crops were read 100%.
+# The 16-minute stage that made the shipped weights found it after the curriculum (17%)
+# and in the world (35 / 62 / 81 / 100% after 2 / 4 / 6 / 8 minutes); its 128-208 px
+# stage ran only 86 steps on a shared machine, so what it adds is not measured. Its cost:
+# depth-0 hard answers surer (separability AUC easy > hard 0.97, was 1.00), the "unsure"
+# share of the mix below being 0.1 against the world stage's 0.25.
 SMALL_ZOOM_CURRICULUM = LOCALISATION_CURRICULUM
 SMALL_ZOOM_MINUTES = 16.0  # the stage's budget, its curriculum and rendering included
 SMALL_ZOOM_HELD_OUT = 96  # items whose steps are probed as it learns
