@@ -86,11 +86,18 @@ def replay_depths(
             f"replaying depth {depth} needs a calibration run at depth >= {max(depth, 1)} "
             "(annotate --calibrate --speculation-depth D)"
         )
-    direct = _confidences([decode(item.replay) if item.replay else None for item in items], gate)
+    # (what every row reads, found once: each depth-0 answer decoded, each job's agent time)
+    answers = [decode(item.replay) if item.replay else None for item in items]
+    direct_tokens = [answer.num_tokens if answer else 0 for answer in answers]
+    measured = [i.agent_seconds for i in items if i.agent_seconds is not None]
+    mean_agent = sum(measured) / len(measured) if measured else 0.0
+    agent_seconds = [i.agent_seconds if i.agent_seconds is not None else mean_agent for i in items]
+    costs = (direct_tokens, agent_seconds)
+    direct = _confidences(answers, gate)
     deep = _confidences([item.depth.scores for item in items], gate)
-    rows = [_row(items, 0, "tool_free", direct, gate.threshold)]
+    rows = [_row(items, 0, "tool_free", direct, gate.threshold, costs)]
     for d in range(1, depth + 1):
-        rows += [_row(items, d, scope, deep, gate.threshold) for scope in scopes]
+        rows += [_row(items, d, scope, deep, gate.threshold, costs) for scope in scopes]
     return rows
 
 
@@ -105,14 +112,18 @@ def _confidences(answers: list[TokenScores | None], gate: GateSettings) -> list[
 
 
 def _row(
-    items: Sequence[Any], depth: int, scope: str, confidences: list[float | None], tau: float
+    items: Sequence[Any],
+    depth: int,
+    scope: str,
+    confidences: list[float | None],
+    tau: float,
+    costs: tuple[list[int], list[float]],
 ) -> DepthRow:
+    """``costs``: per job, its depth-0 answer's tokens and its agent seconds."""
     reached = taken = 0
     right = tokens = agent_s = funnel_s = 0.0
-    mean_agent = _mean([i.agent_seconds for i in items if i.agent_seconds is not None])
-    for item, confidence in zip(items, confidences, strict=True):
+    for item, confidence, direct_tokens, own_agent in zip(items, confidences, *costs, strict=True):
         record = item.depth
-        own_agent = item.agent_seconds if item.agent_seconds is not None else mean_agent
         agent_s += own_agent
         seconds = record.screen_seconds
         speculates = item.tool_free or (depth >= 1 and scope == "all")
@@ -121,7 +132,7 @@ def _row(
             reached += 1
             if depth == 0:
                 seconds += record.speculate_seconds
-                tokens += decode(item.replay).num_tokens if item.replay else 0
+                tokens += direct_tokens
                 small_right = item.right
                 answered = confidence is not None
             else:
@@ -129,7 +140,7 @@ def _row(
                 tokens += record.tokens_at(depth)
                 small_right = bool(item.depth_right)
                 answered = confidence is not None and record.answers_at(depth)
-            accepted = answered and confidence is not None and accepts(confidence, tau)
+            accepted = confidence is not None and answered and accepts(confidence, tau)
         if accepted:
             taken += 1
             right += small_right
@@ -156,7 +167,3 @@ def _agent_right(item: Any) -> bool:
     """The agent's answer scored against the label; where a run has none the agent's is
     the reference (right)."""
     return True if item.agent_right is None else bool(item.agent_right)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
