@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,7 +31,7 @@ from kombu.exceptions import OperationalError
 from common.config import Settings
 from common.contracts import Queue
 from common.errors import BackendUnavailable, ConfigurationError
-from common.pipeline.dispatch import Delivery, Dispatcher
+from common.pipeline.dispatch import Backlog, Delivery, Dispatcher
 
 FAST_TASK = "speceyes.fast"
 SLOW_TASK = "speceyes.slow"
@@ -39,9 +40,13 @@ AUDIT_TASK = "speceyes.audit"
 # transport keeps a list per step (0, 3, 6, 9) and pops the lowest step first.
 BROKER_PRIORITY = {0: 0, 1: 3, 2: 6}
 AUDIT_PRIORITY = 9  # audits only when nothing else waits
+STEPS = (0, 3, 6, 9)  # kombu's priority steps, a list each
 # Deferred jobs a slow message carries: the broker's cost per message shared by this many
 # (unpacked again when a slow worker may be idle: ``workers.app``).
 SLOW_PACK = 16
+# A message's header: when it was sent (epoch seconds), read by the reconciler off the
+# oldest message of each list (``CeleryDispatcher.backlog``)
+SENT_HEADER = "speceyes_sent"
 
 
 def celery_app(settings: Settings) -> Any:
@@ -92,6 +97,7 @@ class CeleryDispatcher(Dispatcher):
 
     component = "broker"
     orders_messages = True
+    stamps_sends = True
 
     def __init__(self, settings: Settings, app: Any | None = None) -> None:
         self.settings = settings
@@ -164,6 +170,7 @@ class CeleryDispatcher(Dispatcher):
                         countdown=countdown,
                         producer=producer,
                         priority=priority,
+                        headers={SENT_HEADER: time.time()},
                     )
                     sent += 1
         except OperationalError as exc:
@@ -192,6 +199,41 @@ class CeleryDispatcher(Dispatcher):
             client.close()
         return {job_id for message in raw for job_id in _job_ids(message)}
 
+    def backlog(self) -> Backlog:
+        """The send time of the oldest message on each queue's list per priority step,
+        and the ids workers hold: one ``LINDEX`` per list and the ``unacked`` hash (as
+        large as the fleet's prefetch, not the backlog). ``BackendUnavailable`` if Redis
+        does not answer."""
+        broker = self.settings.broker
+        rank_of = {step: rank for rank, step in BROKER_PRIORITY.items()}
+        lists: list[tuple[tuple[Queue, int | None], str]] = []
+        for queue, name in (
+            (Queue.FAST, broker.fast_queue),
+            (Queue.SLOW, broker.slow_queue),
+            (Queue.AUDIT, broker.audit_queue),
+        ):
+            for step, key in zip(STEPS, priority_keys(broker.key_prefix + name), strict=True):
+                lists.append(((queue, None if queue == Queue.AUDIT else rank_of.get(step)), key))
+        client = redis.Redis.from_url(broker.url or "", socket_timeout=10)
+        try:
+            pipeline = client.pipeline(transaction=False)
+            for _, key in lists:
+                pipeline.lindex(key, -1)  # (kombu pushes on the left, pops on the right)
+            pipeline.hvals(broker.key_prefix + "unacked")
+            *tails, held_messages = pipeline.execute()
+        except redis.RedisError as exc:
+            raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
+        finally:
+            client.close()
+        oldest: dict[tuple[Queue, int | None], float | None] = {}
+        for (where, _), tail in zip(lists, tails, strict=True):
+            if where[1] is None and where[0] != Queue.AUDIT:
+                continue  # (a step no job priority maps to: nothing is sent there)
+            sent, known = (None if tail is None else _sent_at(tail)), oldest.get(where)
+            oldest[where] = known if sent is None else sent if known is None else min(known, sent)
+        held = {i for value in held_messages for i in _job_ids(_held_message(value))}
+        return Backlog(oldest, held)
+
     def queue_depth(self, queue: str) -> int:
         """Messages waiting on ``queue`` (on every priority step; not counting those a
         worker holds)."""
@@ -201,6 +243,16 @@ class CeleryDispatcher(Dispatcher):
                 return sum(int(client.llen(key)) for key in priority_keys(queue))
         except (OperationalError, redis.RedisError) as exc:
             raise BackendUnavailable(f"broker {self._where()} unreachable: {exc}") from exc
+
+    def list_bytes(self, queue: str) -> int:
+        """What ``queue``'s lists take in Redis's memory (``MEMORY USAGE``, every element
+        counted)."""
+        client = redis.Redis.from_url(self.settings.broker.url or "", socket_timeout=30)
+        try:
+            keys = priority_keys(self.settings.broker.key_prefix + queue)
+            return sum(int(client.memory_usage(key, samples=0) or 0) for key in keys)
+        finally:
+            client.close()
 
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting per queue (not counting those a worker holds)."""
@@ -244,7 +296,7 @@ def _options(takeover: bool, retries: int) -> dict[str, Any] | None:
 
 def priority_keys(queue: str) -> list[str]:
     """The Redis lists of a queue: kombu keeps one per priority step, the first unsuffixed."""
-    return [queue] + [f"{queue}\x06\x16{step}" for step in (3, 6, 9)]
+    return [queue] + [f"{queue}\x06\x16{step}" for step in STEPS[1:]]
 
 
 def _held_message(value: bytes) -> bytes:
@@ -254,6 +306,17 @@ def _held_message(value: bytes) -> bytes:
         return json.dumps(json.loads(value)[0]).encode()
     except (ValueError, IndexError, TypeError):
         return b""
+
+
+def _sent_at(raw: bytes) -> float:
+    """When a message on Redis was sent (its ``SENT_HEADER``); 0.0 where it does not say
+    (a message from before the header, or not ours): it then holds everything after it
+    as possibly still queued, which only delays a resend."""
+    try:
+        sent = json.loads(raw)["headers"][SENT_HEADER]
+    except (ValueError, KeyError, TypeError):
+        return 0.0
+    return float(sent) if isinstance(sent, int | float) else 0.0
 
 
 def _job_ids(raw: bytes) -> list[str]:

@@ -64,9 +64,16 @@ class RecoverySettings(Group):
     )
     reconcile_after_s: float = setting(
         30.0,
-        "A waiting job with no message on the broker for this long is sent again "
-        "(messages lost with a Redis restart, an enqueue that failed).",
+        "A waiting job whose message should have left the broker's queue this long ago "
+        "(it went out before the queue's oldest message) and is not held by a worker is "
+        "sent again (messages lost with a Redis restart, an enqueue that failed).",
         gt=0.0,
+    )
+    reconcile_slice: int = setting(
+        10_000,
+        "The most waiting jobs one sweep sends again per queue and priority, the longest "
+        "gone first: the backlog a Redis restart loses goes out over several sweeps.",
+        ge=1,
     )
     worker_stall_exit_s: float = setting(
         120.0,

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.contracts import JobStatus, Priority, Queue
 from common.errors import RetryableError
 from common.pipeline.follow import NO_WATCH, RunResult, Watch, follow_store
-from common.store import claims, reads
+from common.store import claims, reads, sends
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,25 @@ class Outbox:
     slow: list[str] = field(default_factory=list)
     audit: list[str] = field(default_factory=list)
     sent_s: float = 0.0  # spent sending, after the commit (for the overhead figures)
+    # ids whose rows this transaction wrote with their send time (``Job.sent_at``
+    # defaults to now): not stamped again
+    stamped: set[str] = field(default_factory=set)
 
-    def to_fast(self, job_ids: Iterable[str]) -> None:
-        self.fast.extend(job_ids)
+    def to_fast(self, job_ids: Iterable[str], *, stamped: bool = False) -> None:
+        self._add(self.fast, job_ids, stamped)
 
-    def to_slow(self, job_ids: Iterable[str]) -> None:
-        self.slow.extend(job_ids)
+    def to_slow(self, job_ids: Iterable[str], *, stamped: bool = False) -> None:
+        self._add(self.slow, job_ids, stamped)
+
+    def _add(self, queue: list[str], job_ids: Iterable[str], stamped: bool) -> None:
+        ids = list(job_ids)
+        queue.extend(ids)
+        if stamped:
+            self.stamped.update(ids)
+
+    def unstamped(self) -> list[str]:
+        """Every id to send whose send time is not written yet."""
+        return [i for i in (*self.fast, *self.slow, *self.audit) if i not in self.stamped]
 
     def to_audit(self, job_ids: Iterable[str]) -> None:
         self.audit.extend(job_ids)
@@ -75,6 +88,17 @@ class Delivery:
     priority: int = Priority.NORMAL.rank
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """What a broker holds, as the reconciler reads it, at a cost that does not grow with
+    the backlog: per queue and priority rank (None: every rank, as audits share one list)
+    the send time (epoch seconds) of its oldest waiting message, None where none waits;
+    and the ids in the messages workers took and have not acknowledged."""
+
+    oldest: dict[tuple[Queue, int | None], float | None]
+    held: set[str]
+
+
 class Dispatcher(ABC):
     """Delivers committed jobs to the fast (phases I-III) and slow (agent) stages, and
     audits to the agent when it has nothing deferred. A dispatcher writes ``deliver``; the
@@ -84,6 +108,9 @@ class Dispatcher(ABC):
     # whether deliveries carry the jobs' priorities (a broker's queue orders by them; the
     # in-process runner claims in priority order from the store and needs none)
     orders_messages = False
+    # whether a send's time is written on its jobs (``Job.sent_at``): a broker's messages
+    # can be lost, and the reconciler finds them by it (``common.pipeline.reconcile``)
+    stamps_sends = False
 
     def send_fast(
         self,
@@ -124,10 +151,14 @@ class Dispatcher(ABC):
         options. Where the store cannot say (it is why they are sent again), at normal."""
         ids = list(job_ids)
         urgency: dict[str, int] = {}
-        if self.orders_messages and ids:
+        if (self.orders_messages or self.stamps_sends) and ids:
             try:
                 with sessions() as session:
-                    urgency = claims.priorities(session, ids)
+                    if self.orders_messages:
+                        urgency = claims.priorities(session, ids)
+                    if self.stamps_sends:
+                        sends.stamp(session, ids)
+                        session.commit()
             except SQLAlchemyError:
                 log.warning("sending %d job(s) again at normal priority: no store", len(ids))
         send = self.send_fast if queue == Queue.FAST else self.send_slow
@@ -152,7 +183,13 @@ class Dispatcher(ABC):
 
     def message_ids(self, *, held: bool = True) -> set[str] | None:
         """The job ids of the messages the broker holds (waiting; with ``held``, also those
-        workers took and have not acknowledged), or None where that cannot be known."""
+        workers took and have not acknowledged), or None where that cannot be known. It
+        reads every message: for inspection, never per sweep (``backlog``)."""
+        return None
+
+    def backlog(self) -> Backlog | None:
+        """What the reconciler reads of the broker (``Backlog``), or None where messages
+        cannot be lost (in-process: nothing to heal)."""
         return None
 
     def start(self) -> None:  # noqa: B027 -- most dispatchers have nothing to start
@@ -185,6 +222,8 @@ class Dispatcher(ABC):
             urgency: dict[str, int] = {}  # (the ranks that are not normal)
             if self.orders_messages:
                 urgency = claims.priorities(session, [*outbox.fast, *outbox.slow])
+            if self.stamps_sends:
+                sends.stamp(session, outbox.unstamped())
         started = time.perf_counter()
         try:
             for priority, ids in _by_priority(outbox.fast, urgency):

@@ -8,12 +8,19 @@ the one process that holds the ``reconciler`` lease (any worker may: they all tr
    visibility timeout would bring their messages back. For a while after a death the
    messages workers hold unacknowledged are not trusted: the dead one's are among them
    (taken, not started), and would otherwise wait for the visibility timeout.
-2. **Stranded.** A job that waits for a stage (``queued`` / ``deferred``) and has no
-   message on the broker is suspect; still without one ``reconcile_after_s`` later (so an
-   enqueue that is on its way is never doubled) it is sent again. This heals a Redis
-   restart without persistence, an enqueue that failed after its commit, a message lost
-   with a worker. After a broker restart (its run id changed: ``broker_restarted``) or a
-   worker's death (its held messages are gone with it) the next sweep sends them at once.
+2. **Stranded.** Each job keeps when its last message went out (``Job.sent_at``), and
+   the broker's queues are first in, first out per priority. A waiting job whose message
+   went out ``reconcile_after_s`` before the oldest message still on its queue (or, on
+   an empty queue, before now) has no message there: unless a worker holds it, it is
+   sent again. This heals a Redis restart without persistence, an enqueue that failed
+   after its commit, a sender killed between its commit and its send. After a broker
+   restart (its run id changed: ``broker_restarted``) or a worker's death the next sweep
+   does not wait the age.
+
+A sweep reads one message per list, the held messages (as many as the fleet takes at
+once) and, per queue and priority, at most ``reconcile_slice`` overdue jobs through an
+index: its cost does not grow with the backlog (``common.store.sends``). A job stranded
+deep in a backlog is found when its queue reaches it, which is when it would have run.
 
 Sending again is always safe: a job is claimed by a conditional write, so a second
 message for it changes nothing (``common.pipeline.work``).
@@ -26,13 +33,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.config import Settings
 from common.contracts import Queue, Stage
 from common.pipeline.dispatch import Dispatcher
-from common.store import audits, claims, liveness, openai_batches
+from common.store import audits, claims, liveness, openai_batches, sends
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +55,6 @@ class Sweep:
     died: int = 0  # workers found dead (their heartbeat stopped)
     released: int = 0  # running jobs of dead workers, put back and sent
     resent: dict[Queue, int] = field(default_factory=dict)  # stranded, sent again
-    suspects: int = 0  # waiting jobs seen without a message, not yet for long
     expired: int = 0  # OpenAI batches whose completion window closed, their rest cancelled
 
 
@@ -59,11 +66,10 @@ class Reconciler:
         settings: Settings,
         holder: str,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.sessions, self.dispatcher, self.settings = sessions, dispatcher, settings
-        self.holder, self.clock = holder, clock
-        self._missing_since: dict[str, float] = {}  # job id -> first sweep that missed it
+        self.holder, self.clock = holder, clock  # (the wall clock: sends are stamped by it)
         self._distrust_held_until = -math.inf  # (held messages trusted until a death)
         self._resend_now = False
 
@@ -81,7 +87,6 @@ class Reconciler:
             ttl = 3 * settings.recovery.reconcile_interval_s
             result.leader = liveness.hold_lease(session, LEASE, self.holder, ttl)
         if not result.leader:
-            self._missing_since.clear()
             self._resend_now = False  # (the leader saw the restart too)
             return result
         with self.dispatcher.transaction(self.sessions) as outbox:
@@ -110,42 +115,35 @@ class Reconciler:
         return result
 
     def _resend_stranded(self, result: Sweep, now: float, sent: set[str]) -> None:
-        """Send again the waiting jobs without a message (but those ``sent`` already by
+        """Send again the waiting jobs whose message is gone (but those ``sent`` already by
         this sweep)."""
-        with self.sessions() as session:
-            jobs = claims.waiting_jobs(session)
-            waiting = {
-                Queue.FAST: jobs[Stage.FAST],
-                Queue.SLOW: jobs[Stage.AGENT],
-                Queue.AUDIT: audits.waiting(session),
-            }
-        present = self.dispatcher.message_ids(held=now >= self._distrust_held_until)
-        if present is None:  # this dispatcher cannot tell (in-process): nothing to heal
+        backlog = self.dispatcher.backlog()
+        if backlog is None:  # this dispatcher loses no message (in-process)
             return
-        missing_since = {}
-        due: dict[Queue, list[str]] = {}
-        for queue, job_ids in waiting.items():
-            for job_id in job_ids:
-                if job_id in present or job_id in sent:
-                    continue
-                first = self._missing_since.get(job_id, now)
-                waited = now - first >= self.settings.recovery.reconcile_after_s
-                if waited or self._resend_now:
-                    due.setdefault(queue, []).append(job_id)
-                else:
-                    missing_since[job_id] = first
-        self._missing_since = missing_since
-        result.suspects = len(missing_since)
+        recovery = self.settings.recovery
         at_once, self._resend_now = self._resend_now, False
+        margin = 0.0 if at_once else recovery.reconcile_after_s
+        skip = sent | (backlog.held if now >= self._distrust_held_until else set())
+        due: dict[Queue, list[str]] = {}
+        with self.sessions() as session:
+            for (queue, rank), oldest in backlog.oldest.items():
+                horizon = (now if oldest is None else min(oldest, now)) - margin
+                before = datetime.fromtimestamp(horizon, UTC)
+                limit = recovery.reconcile_slice
+                found = sends.overdue(session, queue, rank, before, limit + len(skip))
+                due.setdefault(queue, []).extend([i for i in found if i not in skip][:limit])
         for queue, job_ids in due.items():
+            if not job_ids:
+                continue
             if queue == Queue.AUDIT:
+                with self.sessions.begin() as session:
+                    sends.stamp(session, job_ids)
                 result.resent[queue] = self.dispatcher.send_audit(job_ids)
             else:  # (at their own priorities)
                 result.resent[queue] = self.dispatcher.send_again(self.sessions, queue, job_ids)
         if result.resent:
-            after = self.settings.recovery.reconcile_after_s
             log.warning(
-                "sent again %d waiting job(s) that had no message on the broker %s",
+                "sent again %d waiting job(s) whose message had left the broker %s",
                 sum(result.resent.values()),
-                "after a restart or a death" if at_once else f"for {after:.0f} s",
+                "after a restart or a death" if at_once else f"over {margin:.0f} s ago",
             )

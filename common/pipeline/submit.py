@@ -206,10 +206,12 @@ def submit_corpus(
                             send_waiting(outbox, batch.id)
                         else:
                             outbox.to_fast(
-                                j for j, status in created_jobs if status == JobStatus.QUEUED
+                                (j for j, status in created_jobs if status == JobStatus.QUEUED),
+                                stamped=True,
                             )
                             outbox.to_slow(
-                                j for j, status in created_jobs if status == JobStatus.DEFERRED
+                                (j for j, status in created_jobs if status == JobStatus.DEFERRED),
+                                stamped=True,
                             )
                     return Submitted(
                         batch.id,

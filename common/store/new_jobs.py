@@ -104,6 +104,7 @@ def job_row(
         "error_code": item.error[0] if item.error else None,
         "error_message": item.error[1] if item.error else None,
         "finished_at": now if failed else None,
+        "sent_at": None if failed else now,  # (its message goes out with this commit)
     }
 
 
@@ -125,6 +126,7 @@ _JOB_COLUMNS = (
     "error_code",
     "error_message",
     "finished_at",
+    "sent_at",
 )
 _JOBS = cast(Table, Job.__table__)
 _UNNESTED_INSERT = text(

@@ -134,6 +134,12 @@ class Job(Base):
         ),
         # what a claim in order reads: the waiting jobs by priority, then age
         Index("ix_jobs_claim_order", "status", "priority", "created_at", "id"),
+        # what the reconciler reads (common.pipeline.reconcile): the jobs of a status and
+        # priority whose message went out before a time; any read of one status too
+        Index("ix_jobs_sent", "status", "priority", "sent_at"),
+        Index("ix_jobs_audit_sent", "audit_status", "sent_at"),
+        # what a prune reads (common.store.retention): the jobs finished before a date
+        Index("ix_jobs_finished", "finished_at"),
         # the running jobs asked to stop (few at any time): what ``cancels.settle`` reads
         Index(
             "ix_jobs_cancel_requested",
@@ -151,7 +157,7 @@ class Job(Base):
     options: Mapped[list[str] | None] = mapped_column(JSON)
     # a benchmark image's path as Thyme's evaluation names it (a Thyme run's; in its key)
     shown_path: Mapped[str | None] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), index=True)
+    status: Mapped[str] = mapped_column(String(16))  # (indexed first in ix_jobs_sent)
     stage: Mapped[str] = mapped_column(String(8), default=Stage.FAST)
     # which waiting job a stage takes first (``Priority.rank``: 0 high, 1 normal, 2 low)
     priority: Mapped[int] = mapped_column(SmallInteger, default=1, server_default="1")
@@ -193,7 +199,7 @@ class Job(Base):
     announced_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # the online audit of an accepted answer (common.pipeline.audit): pending, running,
     # done, failed, cancelled (withdrawn by a cancel)
-    audit_status: Mapped[str | None] = mapped_column(String(16), index=True)
+    audit_status: Mapped[str | None] = mapped_column(String(16))  # (ix_jobs_audit_sent)
     audit_answer: Mapped[str | None] = mapped_column(Text)
     audit_agrees: Mapped[bool | None]
     audit_error: Mapped[str | None] = mapped_column(Text)
@@ -208,6 +214,9 @@ class Job(Base):
     gated_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     agent_started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # when the job's last message (for its stage or its audit) went to a broker, or would
+    # have: a message older than the broker's oldest is gone (common.pipeline.reconcile)
+    sent_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), default=utcnow)
 
     @property
     def scored_text(self) -> str | None:

@@ -178,11 +178,11 @@ def test_the_api_answers_202_with_the_broker_down_and_the_job_is_sent_later(
         redis.restart()  # lost again; this time nobody retries: the reconciler sends it
         from common.pipeline.reconcile import Reconciler
 
-        clock = [0.0]
+        clock = [time.time()]
         reconciler = Reconciler(
             server.sessions, server.dispatcher, server.settings, "t", clock=lambda: clock[0]
         )
-        reconciler.sweep()  # seen missing
+        reconciler.sweep()  # (its queue is empty: gone once reconcile_after_s has passed)
         clock[0] += 1  # (longer than reconcile_after_s)
         assert reconciler.sweep().resent == {Queue.FAST: 1}
         assert job_id in server.dispatcher.message_ids()

@@ -1,15 +1,16 @@
 """The reconciler over a real store (SQLite and PostgreSQL) and a broker stand-in that
-says which job ids it holds messages for."""
+says when the oldest message of each queue went out and which ids workers hold."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import time
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import update
 
 from common.config import GateSettings, Settings
 from common.contracts import Deferred, JobStatus, Queue, Stage
-from common.pipeline.dispatch import StoreOnly
+from common.pipeline.dispatch import Backlog, StoreOnly
 from common.pipeline.reconcile import LEASE, Reconciler, Sweep
 from common.store import claims, liveness, submission
 from common.store.tables import Job, Worker
@@ -17,15 +18,34 @@ from tests.helpers.store import items, new_batch
 
 
 class Broker(StoreOnly):
-    """Records sends; ``present`` are the ids it has messages for."""
+    """Records sends (and stamps them, as a broker's dispatcher does); ``oldest``: the
+    send time of the oldest message on each queue (None: empty)."""
+
+    stamps_sends = True
 
     def __init__(self) -> None:
         super().__init__()
-        self.present: set[str] = set()
+        self.oldest: dict[tuple[Queue, int | None], float | None] = {
+            (Queue.FAST, 1): None,
+            (Queue.SLOW, 1): None,
+            (Queue.AUDIT, None): None,
+        }
         self.held: set[str] = set()  # taken by workers, not acknowledged
 
-    def message_ids(self, *, held: bool = True) -> set[str]:
-        return self.present | (self.held if held else set())
+    def backlog(self) -> Backlog:
+        return Backlog(dict(self.oldest), set(self.held))
+
+
+def sent_at(sessions, job_id: str) -> float:
+    with sessions() as session:
+        return session.get(Job, job_id).sent_at.timestamp()
+
+
+def sent(sessions, job_id: str, at: float) -> None:
+    """``job_id``'s last message went out at ``at``."""
+    with sessions.begin() as session:
+        when = datetime.fromtimestamp(at, UTC)
+        session.execute(update(Job).where(Job.id == job_id).values(sent_at=when))
 
 
 SETTINGS = Settings(worker_dead_after_s=5, reconcile_after_s=30, reconcile_interval_s=1)
@@ -78,28 +98,94 @@ def test_a_dead_slow_workers_trajectory_goes_back_to_the_slow_queue_at_once(sess
         claims.claim_ids(session, [a], Stage.AGENT, stale_after_s=None, worker="dead")
         _silent_for_a_minute(session, "dead")
     broker = Broker()
-    broker.present = {b}  # (b's message is on the broker: only a is the dead one's)
+    broker.oldest[Queue.SLOW, 1] = sent_at(sessions, b)  # (b's message waits: a's is not)
     sweep = Reconciler(sessions, broker, SETTINGS, "me").sweep()
     assert sweep.released == 1 and broker.sent_slow == [a] and broker.sent_fast == []
     with sessions() as session:
         assert session.get(Job, a).status == JobStatus.DEFERRED
 
 
-def test_a_waiting_job_without_a_message_is_sent_again_only_after_the_age(sessions):
-    a, b = jobs(sessions, "a", "b")
+def test_a_waiting_job_on_an_empty_queue_is_sent_again_only_after_the_age(sessions):
+    (a,) = jobs(sessions, "a")
     broker = Broker()
-    broker.present = {b}
-    clock = [1000.0]
+    clock = [time.time()]
     reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
-    assert reconciler.sweep().suspects == 1 and broker.sent_fast == []  # seen missing
-    clock[0] += 10
-    assert reconciler.sweep().resent == {} and broker.sent_fast == []  # not for long
+    assert reconciler.sweep().resent == {} and broker.sent_fast == []  # (on its way)
     clock[0] += 25
+    assert reconciler.sweep().resent == {} and broker.sent_fast == []  # not for long
+    clock[0] += 10
     sweep = reconciler.sweep()
     assert sweep.resent == {Queue.FAST: 1} and broker.sent_fast == [a]
-    broker.present.add(a)  # its message is there now: nothing more
+    assert sent_at(sessions, a) >= clock[0] - 36  # stamped as it went out again
+    broker.oldest[Queue.FAST, 1] = sent_at(sessions, a)  # its message is there now
     clock[0] += 60
     assert reconciler.sweep().resent == {} and broker.sent_fast == [a]
+
+
+def test_a_job_sent_before_the_oldest_message_of_its_queue_is_gone(sessions):
+    """FIFO: b's message is the oldest on the queue, a's went out a minute before it, so
+    a's is not there (taken or lost) and is sent again at once; b waits its turn."""
+    a, b = jobs(sessions, "a", "b")
+    broker = Broker()
+    broker.oldest[Queue.FAST, 1] = sent_at(sessions, b)
+    sent(sessions, a, sent_at(sessions, b) - 60)
+    sweep = Reconciler(sessions, broker, SETTINGS, "me").sweep()
+    assert sweep.resent == {Queue.FAST: 1} and broker.sent_fast == [a]
+
+
+def test_each_priority_is_measured_against_its_own_queue(sessions):
+    """A high job lost while normal ones wait for hours is found at once: its list is
+    empty, whatever the normal list's oldest message."""
+    a, b = jobs(sessions, "a", "b")
+    with sessions.begin() as session:
+        session.execute(update(Job).where(Job.id == a).values(priority=0))
+    broker = Broker()
+    long_ago = time.time() - 3600
+    broker.oldest[Queue.FAST, 1] = long_ago  # normal jobs from an hour ago still wait
+    broker.oldest[Queue.FAST, 0] = None
+    sent(sessions, a, time.time() - 60)
+    sent(sessions, b, time.time() - 60)
+    sweep = Reconciler(sessions, broker, SETTINGS, "me").sweep()
+    assert sweep.resent == {Queue.FAST: 1} and broker.sent_fast == [a]
+
+
+def test_a_sweep_sends_at_most_a_slice_the_longest_gone_first(sessions):
+    ids = jobs(sessions, *"abcde")
+    start = time.time() - 600
+    for n, job_id in enumerate(ids):
+        sent(sessions, job_id, start + n)
+    settings = Settings(reconcile_after_s=30, reconcile_slice=2)
+    broker = Broker()
+    reconciler = Reconciler(sessions, broker, settings, "me")
+    assert reconciler.sweep().resent == {Queue.FAST: 2} and broker.sent_fast == ids[:2]
+    assert reconciler.sweep().resent == {Queue.FAST: 2} and broker.sent_fast == ids[:4]
+    assert reconciler.sweep().resent == {Queue.FAST: 1} and broker.sent_fast == ids
+
+
+def test_held_messages_do_not_take_a_slices_room(sessions):
+    ids = jobs(sessions, *"abc")
+    start = time.time() - 600
+    for n, job_id in enumerate(ids):
+        sent(sessions, job_id, start + n)
+    broker = Broker()
+    broker.held = {ids[0], ids[1]}  # the longest gone are held by live workers
+    settings = Settings(reconcile_after_s=30, reconcile_slice=1)
+    assert Reconciler(sessions, broker, settings, "me").sweep().resent == {Queue.FAST: 1}
+    assert broker.sent_fast == [ids[2]]
+
+
+def test_a_stranded_audit_goes_to_the_audit_queue_stamped(sessions):
+    (a,) = jobs(sessions, "a")
+    with sessions.begin() as session:
+        session.execute(
+            update(Job).where(Job.id == a).values(status=JobStatus.DONE, audit_status="pending")
+        )
+    sent(sessions, a, time.time() - 600)
+    broker = Broker()
+    audits: list[list[str]] = []
+    broker.send_audit = lambda ids, delay_s=None: audits.append(list(ids)) or len(ids)
+    assert Reconciler(sessions, broker, SETTINGS, "me").sweep().resent == {Queue.AUDIT: 1}
+    assert audits == [[a]] and sent_at(sessions, a) > time.time() - 60
 
 
 def test_only_the_lease_holder_sweeps(sessions):
@@ -119,11 +205,12 @@ def test_after_a_death_held_messages_are_not_trusted(sessions):
     """A worker killed between batches holds no running job, but holds messages it took
     and never started: they must not wait for the visibility timeout."""
     (a,) = jobs(sessions, "a")
+    sent(sessions, a, time.time() - 600)  # taken off the queue long ago ...
     broker = Broker()
-    broker.held = {a}  # taken by some worker, not acknowledged
-    clock = [0.0]
+    broker.held = {a}  # ... by some worker, not acknowledged
+    clock = [time.time()]
     reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
-    assert reconciler.sweep().suspects == 0  # trusted: a live worker may hold it
+    assert reconciler.sweep().resent == {}  # trusted: a live worker may hold it
     with sessions.begin() as session:
         liveness.beat(session, "fast-1", "fast")
         session.execute(update(Worker).values(beat_at=Worker.beat_at - timedelta(seconds=60)))
@@ -131,7 +218,7 @@ def test_after_a_death_held_messages_are_not_trusted(sessions):
     # its held messages died with it: sent again at once, not reconcile_after_s later
     assert (sweep.died, sweep.released, sweep.resent) == (1, 0, {Queue.FAST: 1})
     assert broker.sent_fast == [a]
-    clock[0] += 1  # only then: a message still held is trusted again after a while
+    clock[0] += 1  # (stamped as it went out again: not gone yet)
     assert reconciler.sweep().resent == {} and broker.sent_fast == [a]
 
 
@@ -141,10 +228,10 @@ def test_a_stranded_deferred_job_goes_to_the_slow_queue(sessions):
         claims.claim_ids(session, [a], Stage.FAST, stale_after_s=None, worker="me")
         claims.record_fast(session, [Deferred(a, "tools_needed")], GateSettings())
     broker = Broker()
-    clock = [0.0]
+    clock = [time.time()]
     reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
-    reconciler.sweep()
-    clock[0] += SETTINGS.recovery.reconcile_after_s
+    assert reconciler.sweep().resent == {}
+    clock[0] += SETTINGS.recovery.reconcile_after_s + 1
     assert reconciler.sweep().resent == {Queue.SLOW: 1, Queue.FAST: 1}
     assert (broker.sent_slow, broker.sent_fast) == ([a], [b])
 
@@ -154,13 +241,14 @@ def test_after_a_broker_restart_every_job_without_a_message_is_sent_at_once(sess
     would only delay the healing (a duplicate of a message that survived is harmless)."""
     a, b = jobs(sessions, "a", "b")
     broker = Broker()
-    broker.present = {b}
-    clock = [0.0]
+    broker.oldest[Queue.FAST, 1] = sent_at(sessions, b)  # b's message survived
+    sent(sessions, a, sent_at(sessions, b) - 1)  # a's went out a second before it
+    clock = [time.time()]
     reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
     reconciler.broker_restarted()
     assert reconciler.sweep().resent == {Queue.FAST: 1} and broker.sent_fast == [a]
     clock[0] += 1  # only that sweep: the next one waits the age again
-    broker.present = set()
+    broker.oldest[Queue.FAST, 1] = None
     assert reconciler.sweep().resent == {} and broker.sent_fast == [a]
 
 
@@ -169,23 +257,18 @@ def test_a_sweep_reports_exactly_what_it_did(sessions):
     jobs (the figures the workers log and count)."""
     a, b, c = jobs(sessions, "a", "b", "c")
     broker = Broker()
-    broker.present = {a}  # (the first in order has its message: the others are looked at)
-    clock = [0.0]
+    broker.oldest[Queue.FAST, 1] = sent_at(sessions, a)  # (a's message waits)
+    clock = [time.time()]
     leader = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
-    assert leader.sweep() == Sweep(leader=True, died=0, released=0, resent={}, suspects=2)
+    assert leader.sweep() == Sweep(leader=True, died=0, released=0, resent={})
     follower = Reconciler(sessions, Broker(), SETTINGS, "other")
     follower.broker_restarted()
     quiet = follower.sweep()  # (not the lease holder: nothing, nothing counted)
-    assert (quiet.leader, quiet.died, quiet.released, quiet.resent, quiet.suspects) == (
-        False,
-        0,
-        0,
-        {},
-        0,
-    )
+    assert (quiet.leader, quiet.died, quiet.released, quiet.resent) == (False, 0, 0, {})
     assert follower._resend_now is False  # (the leader heals the restart, not a follower)
-    clock[0] += SETTINGS.recovery.reconcile_after_s
-    assert leader.sweep() == Sweep(leader=True, resent={Queue.FAST: 2}, suspects=0)
+    for job_id in (b, c):
+        sent(sessions, job_id, sent_at(sessions, a) - 60)
+    assert leader.sweep() == Sweep(leader=True, resent={Queue.FAST: 2})
     assert sorted(broker.sent_fast) == sorted([b, c])
 
 
@@ -203,16 +286,17 @@ def test_the_lease_lasts_three_sweep_intervals(sessions):
 def test_held_messages_are_distrusted_for_twice_the_age_after_a_death(sessions):
     (a,) = jobs(sessions, "a")
     broker = Broker()
-    clock = [0.0]
+    clock = [time.time()]
     reconciler = Reconciler(sessions, broker, SETTINGS, "me", clock=lambda: clock[0])
     with sessions.begin() as session:
         liveness.beat(session, "fast-1", "fast")
         session.execute(update(Worker).values(beat_at=Worker.beat_at - timedelta(seconds=60)))
-    broker.present = {a}
     reconciler.sweep()  # the death: held messages not trusted from here ...
-    broker.present, broker.held = set(), {a}
+    broker.held = {a}  # (a was taken off the queue long ago, by a live worker)
     after = SETTINGS.recovery.reconcile_after_s
     clock[0] += 2 * after - 1  # ... for 2 x reconcile_after_s: a held one is not there yet
-    assert reconciler.sweep().suspects == 1
+    sent(sessions, a, clock[0] - 600)
+    assert reconciler.sweep().resent == {Queue.FAST: 1}
     clock[0] += 2  # then it is trusted again
-    assert reconciler.sweep().suspects == 0
+    sent(sessions, a, clock[0] - 600)
+    assert reconciler.sweep().resent == {}
