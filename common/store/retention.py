@@ -30,6 +30,7 @@ from common.contracts import JobStatus
 from common.store.tables import Batch, BatchItem, Job
 
 FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+UNFINISHED = tuple(status for status in JobStatus if status not in FINISHED)
 SLICE = 1000
 
 
@@ -49,7 +50,7 @@ def prunable(before: datetime, *, keep_reviewed: bool) -> ColumnElement[bool]:
     open_batches = (
         select(BatchItem.batch_id)
         .join(Job, Job.id == BatchItem.job_id)
-        .where(Job.status.not_in(FINISHED))
+        .where(Job.status.in_(UNFINISHED))  # (named: an index serves a list, not "not in")
     )
     in_open_batch = exists().where(BatchItem.job_id == Job.id, BatchItem.batch_id.in_(open_batches))
     condition = Job.status.in_(FINISHED) & (Job.finished_at < before) & ~in_open_batch
