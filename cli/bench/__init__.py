@@ -39,6 +39,10 @@ COMMANDS = {
         "cli.bench.submit",
         "a corpus of a million rows into PostgreSQL: rows/s and peak memory",
     ),
+    "scale": (
+        "cli.bench.scale",
+        "each operation's cost as the store grows to 1,000,000 jobs (zero model cost)",
+    ),
     "synth": (
         "cli.bench.synth",
         "the SpecEyes-Synth report: accuracy, gates, speedup (trained tiny models)",

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from common.store import submission
 from common.store.db import open_store
 from common.store.new_jobs import NewItem, insert_jobs, job_row
 from common.store.tables import Job, utcnow
-from lab.bench.scratch import scratch_database
+from lab.bench.scratch import scratch_store
 
 CHUNK = 5000  # queued jobs written per transaction
 
@@ -42,23 +41,12 @@ class PriorityFigures:
 
 
 def measure(waiting: int, database_url: str | None, batch_size: int = 32) -> PriorityFigures:
-    with _store(database_url) as url:
+    with scratch_store(database_url) as url:
         sessions = open_store(url)
         try:
             return _measure(sessions, waiting, batch_size)
         finally:
             sessions.close()
-
-
-@contextmanager
-def _store(database_url: str | None) -> Iterator[str]:
-    """A scratch store: PostgreSQL beside ``database_url``, or a SQLite file."""
-    if database_url and database_url.startswith("postgresql"):
-        with scratch_database(database_url) as url:
-            yield url
-        return
-    with tempfile.TemporaryDirectory(prefix="speceyes-bench-") as folder:
-        yield f"sqlite:///{Path(folder) / 'store.db'}"
 
 
 def _measure(sessions: sessionmaker[Session], waiting: int, batch_size: int) -> PriorityFigures:

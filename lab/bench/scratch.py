@@ -1,7 +1,9 @@
-"""A scratch PostgreSQL database for a benchmark, beside the one it is pointed at."""
+"""A scratch store for a benchmark: a PostgreSQL database beside the one it is pointed
+at, or a SQLite file."""
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,3 +37,15 @@ def scratch_database(url: str) -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@contextmanager
+def scratch_store(database_url: str | None) -> Iterator[str]:
+    """A scratch store's URL: PostgreSQL beside ``database_url`` (when it is PostgreSQL),
+    else a SQLite file; removed afterwards."""
+    if database_url and database_url.startswith("postgresql"):
+        with scratch_database(database_url) as url:
+            yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="speceyes-bench-") as folder:
+        yield f"sqlite:///{folder}/store.db"

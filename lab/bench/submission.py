@@ -53,13 +53,16 @@ def _tiny_png() -> bytes:
     return buffer.getvalue()
 
 
-def write_table(path: Path, rows: int, on_rows: Callable[[int], None] | None = None) -> Path:
-    """A Parquet table of ``rows`` rows: id, image (bytes), question."""
+def write_table(
+    path: Path, rows: int, on_rows: Callable[[int], None] | None = None, *, start: int = 0
+) -> Path:
+    """A Parquet table of ``rows`` rows: id, image (bytes), question; the rows numbered
+    from ``start`` (another start, other images: other jobs)."""
     base = _tiny_png()
     schema = pa.schema([("id", pa.string()), ("image", pa.binary()), ("question", pa.string())])
     with pq.ParquetWriter(path, schema) as writer:
-        for start in range(0, rows, ROWS_PER_GROUP):
-            numbers = range(start, min(rows, start + ROWS_PER_GROUP))
+        for first in range(start, start + rows, ROWS_PER_GROUP):
+            numbers = range(first, min(start + rows, first + ROWS_PER_GROUP))
             group = {
                 "id": [f"r{n}" for n in numbers],
                 "image": [base + n.to_bytes(8, "big") for n in numbers],  # (after IEND)
