@@ -29,6 +29,8 @@ ROWS = [
     ("reconciler tick, ms", "tick_ms", "{:.1f}"),
     ("review page, ms", "review_ms", "{:.1f}"),
     ("rows page half-way down, ms", "rows_ms", "{:.1f}"),
+    ("batch page (whole batch), ms", "batch_page_ms", "{:.0f}"),
+    ("  cold (its overview), ms", "batch_page_cold_ms", "{:.0f}"),
     ("export, ms/job", "export_ms_per_job", "{:.4f}"),
     ("export process peak, MB", "export_peak_mb", "{:.0f}"),
     ("Redis bytes/queued job", "redis_bytes_per_job", "{:.1f}"),

@@ -99,7 +99,8 @@ class Batch(Base):
     source: Mapped[str] = mapped_column(Text)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # models, agent, gate, funnel mode
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
-    tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
+    # the API key's; None: the CLI's (ix_batches_tenant, migration 0007)
+    tenant: Mapped[str | None] = mapped_column(String(200), index=True)
     audit_alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # drift, once raised
     # a failure budget (common.store.budgets): once ``budget_after`` jobs have finished,
     # a share of failed ones over ``max_failure_rate`` cancels the rest
@@ -134,12 +135,22 @@ class Job(Base):
         ),
         # what a claim in order reads: the waiting jobs by priority, then age
         Index("ix_jobs_claim_order", "status", "priority", "created_at", "id"),
+        # a tenant's unfinished jobs (its quota of jobs in flight: reads.unfinished_jobs)
+        Index("ix_jobs_tenant_status", "tenant", "status"),
         # what the reconciler reads (common.pipeline.reconcile): the jobs of a status and
         # priority whose message went out before a time; any read of one status too
         Index("ix_jobs_sent", "status", "priority", "sent_at"),
         Index("ix_jobs_audit_sent", "audit_status", "sent_at"),
         # what a prune reads (common.store.retention): the jobs finished before a date
         Index("ix_jobs_finished", "finished_at"),
+        # the failed jobs' codes (reads.failure_codes): few rows, and SQLite, which cannot
+        # tell from its statistics that "failed" is rare, would scan ix_jobs_summary
+        Index(
+            "ix_jobs_failed",
+            "error_code",
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
+        ),
         # the running jobs asked to stop (few at any time): what ``cancels.settle`` reads
         Index(
             "ix_jobs_cancel_requested",

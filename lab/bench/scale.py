@@ -14,7 +14,8 @@ operation:
 - **tick**: one reconciler sweep over the whole backlog, and whether a job stranded in
   it (its message lost) is sent again by that one sweep;
 - **review page** and **deep rows page**: the review UI's results and the API's
-  ``rows`` page half-way down the batch's cursor, through the app in this process;
+  ``rows`` page half-way down the batch's cursor, through the app in this process; and
+  the batch's own page, whose counts read the whole batch (shown, not held flat);
 - **export**: the whole batch as JSON lines, in a process of its own (its peak memory);
 - **bytes**: Redis per queued job, and the database per job.
 """
@@ -69,6 +70,10 @@ class Figures:
     stranded_found: bool | None = None
     review_ms: float = 0.0
     rows_ms: float = 0.0
+    # the batch's own page: its counts are one pass over the batch (not flat in its size);
+    # cold, its overview is computed too (then kept until a job of it changes)
+    batch_page_ms: float = 0.0
+    batch_page_cold_ms: float = 0.0
     export_ms_per_job: float = 0.0
     export_peak_mb: float = 0.0  # the exporting process's peak resident memory
     redis_bytes_per_job: float | None = None
@@ -157,6 +162,8 @@ def _grow_and_measure(
             _tick(figures, sessions, dispatcher, settings)
             review = f"/ui/batches/{batch_id}/results"
             figures.review_ms = ui.measure(client, [review], REPEATS)[0].median_ms
+            page = ui.measure(client, [f"/ui/batches/{batch_id}"], 2)[0]
+            figures.batch_page_ms, figures.batch_page_cold_ms = page.median_ms, page.cold_ms
             deep = f"/v1/batches/{batch_id}/rows?after=p{size // 2}"
             figures.rows_ms = _median_ms(partial(_get, client, deep, headers))
             _export(figures, settings.database_url, batch_id, folder)

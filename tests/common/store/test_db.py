@@ -90,3 +90,27 @@ def test_0011_forgets_the_paths_refused_api_jobs_kept(database_url):
         "waiting": "/roots/b.png",
         "cli": "/corpus/missing.png",
     }
+
+
+def test_the_migrations_make_the_schema_the_tables_declare(database_url):
+    """``open_store`` builds a store from the migrations; what the code declares
+    (``common.store.tables``, ``openai_tables``) matches it: no index only one side has."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    import common.store.openai_tables  # noqa: F401 -- (its tables, on the same metadata)
+    from common.store.db import open_store
+    from common.store.tables import Base
+
+    store = open_store(database_url)
+    try:
+        with store.engine.connect() as connection:
+            differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    finally:
+        store.close()
+    assert [
+        d
+        for d in differences
+        if d[0]
+        in ("add_index", "remove_index", "add_table", "remove_table", "add_column", "remove_column")
+    ] == []

@@ -136,6 +136,24 @@ def test_a_bulk_submission_analyzes_the_job_tables_as_they_grow(database_url):
         sessions.close()
 
 
+def test_a_submission_small_beside_what_the_statistics_count_analyzes_nothing(postgres_url):
+    """A thousand jobs added to a table whose statistics count 12,000 change no plan:
+    no ANALYZE (it would cost a small submission more than its rows at a million jobs);
+    2,000 (over a tenth of them) do get one."""
+    from common.pipeline.dispatch import StoreOnly
+    from common.store.db import open_store
+    from lab.bench.scale import grow, new_batch
+
+    sessions = open_store(postgres_url)
+    try:
+        grow(sessions, StoreOnly(), new_batch(sessions, None), None, 0, 12_000)  # (analyzed)
+        statistics = submission.Statistics(first=1000)
+        assert not statistics.grown(sessions, 1000)
+        assert statistics.grown(sessions, 2000)
+    finally:
+        sessions.close()
+
+
 def test_held_marks_each_position_it_took_and_no_other():
     held = submission.Held(before=None)
     taken = {0, 7, 8, 9, 15, 16, 63, 64, 200}
