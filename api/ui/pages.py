@@ -46,7 +46,7 @@ from common.store.browse import BadCursor, Rows, results_page
 from common.store.export import result_row
 from common.store.keys import check_key
 from common.store.listing import Window, batches_page
-from common.store.overview import kept_overview, overview
+from common.store.overview import kept_overview, overview, overview_soon
 from common.store.tables import Batch
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -197,16 +197,20 @@ def batch_page(
     with sessions() as session:
         batch = owned_batch(session, batch_id, ui.caller)
         context = _progress(session, batch, settings)
-        found = overview(session, batch.id, context["counts"])
-        failures = sorted(context["counts"].failures)
+        counts = context["counts"]
+        if counts.jobs > LISTED_SCORING_JOBS:  # (made by a thread; the page answers now)
+            found = overview_soon(sessions, batch.id, counts)
+        else:
+            found = overview(session, batch.id, counts)
+        failures = sorted(counts.failures)
         grid = grid_of(session, Listing.of_batch(batch), {}, None, failures)
         html = render(
             "batch.html",
             request,
             ui,
             overview=found,
-            bars=views.histogram_bars(found.histogram),
-            tau_x=views.threshold_x(found.histogram.threshold),
+            bars=views.histogram_bars(found.histogram) if found else [],
+            tau_x=views.threshold_x(found.histogram.threshold) if found else None,
             chart=(views.CHART_W, views.CHART_H),
             **context,
             **grid,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED, AnsweredBy, JobStatus
 from common.errors import NotFound
-from common.store.tables import Batch, BatchItem, Job
+from common.store.tables import Batch, BatchItem, BatchTally, Job
 
 AUDIT_DONE = "done"  # common.store.audits.DONE (which reads this module)
 
@@ -91,8 +91,13 @@ def count_status(session: Session, status: str, batch_id: str) -> int:
 
 
 def batch_counts(session: Session, batch_id: str) -> BatchCounts:
-    """Counts over a batch's distinct jobs, for progress bars and summaries."""
-    counts = counts_of(session, batch_jobs(batch_id))
+    """Counts over a batch's distinct jobs, for progress bars and summaries: on SQLite
+    from the tallies its triggers keep (a few rows, whatever the batch's size), else by
+    a pass over the batch's jobs (``counts_of``)."""
+    if session.get_bind().dialect.name == "sqlite":
+        counts = tallied(session, batch_id)
+    else:
+        counts = counts_of(session, batch_jobs(batch_id))
     counts.items = (
         session.scalar(
             select(func.count()).select_from(BatchItem).where(BatchItem.batch_id == batch_id)
@@ -123,20 +128,7 @@ def counts_of(session: Session, job_ids: Any) -> BatchCounts:
     rows = session.execute(select(*keys, *figures).where(Job.id.in_(job_ids)).group_by(*keys))
     for status, answerer, reason, code, n, screened, tool_free, speculated, *more in rows:
         audited, agreed, first, last, reviewed, last_reviewed = more
-        counts.jobs += n
-        counts.by_status[status] += n
-        if answerer:
-            counts.by_answerer[answerer] += n
-        if reason:
-            counts.by_defer_reason[reason] += n
-        if status == JobStatus.FAILED:
-            counts.failures[code or "unknown"] += n
-        elif status == JobStatus.CANCELLED:
-            counts.cancellations[code or "cancelled"] += n
-        counts.screened += screened
-        counts.screened_tool_free += tool_free or 0
-        counts.speculated += speculated
-        counts.accepted += speculated if answerer == AnsweredBy.SMALL else 0
+        _add_group(counts, status, answerer, reason, code, n, screened, tool_free or 0, speculated)
         counts.audited += audited or 0
         counts.audit_agreed += agreed or 0
         counts.first_started = _earliest(counts.first_started, first)
@@ -144,6 +136,54 @@ def counts_of(session: Session, job_ids: Any) -> BatchCounts:
         counts.reviewed += reviewed
         counts.last_reviewed = _latest(counts.last_reviewed, last_reviewed)
     return counts
+
+
+def tallied(session: Session, batch_id: str) -> BatchCounts:
+    """A batch's counts from ``batch_tallies`` (kept on SQLite by migration 0022's
+    triggers): what ``counts_of`` adds up, group by group; the earliest start and latest
+    finish and review are high-water marks (a job tried again does not lower them)."""
+    counts = BatchCounts()
+    rows = session.scalars(select(BatchTally).where(BatchTally.batch_id == batch_id))
+    for row in rows:
+        counts.first_started = _earliest(counts.first_started, row.first_started)
+        counts.last_finished = _latest(counts.last_finished, row.last_finished)
+        counts.last_reviewed = _latest(counts.last_reviewed, row.last_reviewed)
+        if row.n <= 0:
+            continue  # (a group its jobs have all left)
+        group = (row.status, row.answered_by or None, row.defer_reason or None, row.error_code)
+        _add_group(counts, *group, row.n, row.screened, row.tool_free, row.speculated)
+        counts.audited += row.audited
+        counts.audit_agreed += row.agreed
+        counts.reviewed += row.reviewed
+    return counts
+
+
+def _add_group(
+    counts: BatchCounts,
+    status: str,
+    answerer: str | None,
+    reason: str | None,
+    code: str | None,
+    n: int,
+    screened: int,
+    tool_free: int,
+    speculated: int,
+) -> None:
+    """Add one group of jobs (a status, who answered, why deferred, an error code)."""
+    counts.jobs += n
+    counts.by_status[status] += n
+    if answerer:
+        counts.by_answerer[answerer] += n
+    if reason:
+        counts.by_defer_reason[reason] += n
+    if status == JobStatus.FAILED:
+        counts.failures[code or "unknown"] += n
+    elif status == JobStatus.CANCELLED:
+        counts.cancellations[code or "cancelled"] += n
+    counts.screened += screened
+    counts.screened_tool_free += tool_free
+    counts.speculated += speculated
+    counts.accepted += speculated if answerer == AnsweredBy.SMALL else 0
 
 
 def _tally(condition: Any) -> Any:

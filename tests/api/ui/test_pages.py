@@ -393,3 +393,22 @@ def test_a_row_that_failed_for_its_text_is_not_labelled_as_missing_its_image(api
     grid = browser.get(f"/ui/batches/{batch_id}").text
     assert "not run: question_empty" in grid and "no image: question_empty" not in grid
     assert "no image: image_missing" in grid
+
+
+def test_a_large_batchs_page_answers_before_its_overview_is_made(site, monkeypatch) -> None:
+    """Over LISTED_SCORING_JOBS jobs (lowered here to 2), the page does not score every
+    row before it answers: it says the overview is being made, a thread of the server
+    makes it, and the page shows it once made (18 s at a million jobs otherwise)."""
+    from api.ui import pages
+    from tests.helpers.waiting import wait_until
+
+    monkeypatch.setattr(pages, "LISTED_SCORING_JOBS", 2)
+    _, browser, batch_id, _ = site
+    first = browser.get(f"/ui/batches/{batch_id}")
+    assert first.status_code == 200 and "being worked out over 3 jobs" in first.text
+    assert "<h2>Time per stage</h2>" not in first.text and "Results" in first.text
+    wait_until(
+        lambda: "<h2>Time per stage</h2>" in browser.get(f"/ui/batches/{batch_id}").text,
+        deadline_s=30,
+    )
+    assert "being worked out" not in browser.get(f"/ui/batches/{batch_id}").text
