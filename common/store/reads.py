@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED, AnsweredBy, JobStatus
 from common.errors import NotFound
-from common.store.tables import Batch, BatchItem, BatchTally, Job
+from common.store.tables import Batch, BatchItem, Job
+from common.store.tallies import BatchTally
 
 AUDIT_DONE = "done"  # common.store.audits.DONE (which reads this module)
 

@@ -143,8 +143,7 @@ class Job(Base):
         Index("ix_jobs_audit_sent", "audit_status", "sent_at"),
         # what a prune reads (common.store.retention): the jobs finished before a date
         Index("ix_jobs_finished", "finished_at"),
-        # the failed jobs' codes (reads.failure_codes): few rows, and SQLite, which cannot
-        # tell from its statistics that "failed" is rare, would scan ix_jobs_summary
+        # the failed jobs' codes (reads.failure_codes): few, as SQLite cannot tell
         Index(
             "ix_jobs_failed",
             "error_code",
@@ -275,33 +274,6 @@ class BatchItem(Base):
     category: Mapped[str | None] = mapped_column(String(100))
     judge_verdict: Mapped[bool | None]  # an LLM judge's, where the reference's rules left it
     job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id"), index=True)
-
-
-class BatchTally(Base):
-    """A batch's counts, kept as its jobs change (SQLite: migration 0022's triggers keep
-    them; PostgreSQL counts by a pass, and this stays empty): per group of the columns the
-    counts group by, the sums ``reads.counts_of`` adds up ('' stands for none in a group
-    column) and the earliest start and latest finish and review seen."""
-
-    __tablename__ = "batch_tallies"
-
-    batch_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True
-    )
-    status: Mapped[str] = mapped_column(String(64), primary_key=True)
-    answered_by: Mapped[str] = mapped_column(String(64), primary_key=True)
-    defer_reason: Mapped[str] = mapped_column(String(64), primary_key=True)
-    error_code: Mapped[str] = mapped_column(String(64), primary_key=True)
-    n: Mapped[int] = mapped_column(Integer, server_default="0")
-    screened: Mapped[int] = mapped_column(Integer, server_default="0")
-    tool_free: Mapped[int] = mapped_column(Integer, server_default="0")
-    speculated: Mapped[int] = mapped_column(Integer, server_default="0")
-    audited: Mapped[int] = mapped_column(Integer, server_default="0")
-    agreed: Mapped[int] = mapped_column(Integer, server_default="0")
-    reviewed: Mapped[int] = mapped_column(Integer, server_default="0")
-    first_started: Mapped[datetime | None] = mapped_column(UtcDateTime())
-    last_finished: Mapped[datetime | None] = mapped_column(UtcDateTime())
-    last_reviewed: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 class JudgeVerdict(Base):

@@ -5,9 +5,10 @@ progress read a few rows, not one per job (issue 49: a million-job batch's page 
 ``batch_tallies`` holds, per batch and group of the columns a batch's counts group by
 (status, who answered, why deferred, error code), the sums ``reads.counts_of`` adds up,
 and the earliest start and latest finish and review seen. Triggers keep it: a job joins
-a batch (its first row in it), leaves it (its last row), or changes a column the counts
-read. On PostgreSQL the table stays empty and counts are made by a pass over an index
-(many writers at once would queue on a batch's few tally rows).
+a batch (its first row in it), leaves it (its last row), changes a column the counts
+read, or a row is pointed at another job. On PostgreSQL the table stays empty and counts
+are made by a pass over an index (many writers at once would queue on a batch's few
+tally rows).
 
 Revision ID: 0022
 Revises: 0021
@@ -118,6 +119,22 @@ def _triggers() -> list[str]:
         f"WHEN {_alone('OLD', False)} BEGIN "
         + _take("j", "j.id = OLD.job_id AND batch_tallies.batch_id = OLD.batch_id", "FROM jobs j")
         + " END",
+        # a row pointed at another job (a resumed row whose image changed): the old job
+        # leaves the batch unless another row holds it, the new one joins unless one did
+        "CREATE TRIGGER batch_tallies_row_moved AFTER UPDATE OF batch_id, job_id ON batch_items "
+        "WHEN OLD.batch_id IS NOT NEW.batch_id OR OLD.job_id IS NOT NEW.job_id BEGIN "
+        + _take(
+            "j",
+            "j.id = OLD.job_id AND batch_tallies.batch_id = OLD.batch_id "
+            f"AND {_alone('OLD', False)}",
+            "FROM jobs j",
+        )
+        + _add(
+            "NEW.batch_id",
+            "j",
+            f"FROM jobs j WHERE j.id = NEW.job_id AND {_alone('NEW', True)}",
+        )
+        + " END",
     ]
 
 
@@ -154,6 +171,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
-        for name in ("job_changed", "row_added", "row_removed"):
+        for name in ("job_changed", "row_added", "row_removed", "row_moved"):
             op.execute(f"DROP TRIGGER IF EXISTS batch_tallies_{name}")
     op.drop_table("batch_tallies")
