@@ -322,10 +322,18 @@ def _export_alone(url: str, batch_id: str, folder: str) -> tuple[int, float, flo
     with sessions() as session:
         rows = export.write_rows(export.batch_rows(session, batch_id), target)
     seconds = time.perf_counter() - started
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     target.unlink()
     sessions.close()
-    return rows, seconds, peak_kb / 1024  # (the process's whole peak, imports included)
+    return rows, seconds, _peak_mb()
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory, imports included: VmHWM, which starts anew
+    at exec (``ru_maxrss`` keeps the parent's peak across a spawn's fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # (no /proc)
 
 
 def _bytes(figures: Figures, sessions: Store, dispatcher: Dispatcher, size: int) -> None:
