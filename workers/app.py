@@ -256,7 +256,8 @@ def make_app(settings: Settings, *, metrics_port: int | None = None, pool: str =
             report = runtime.slow.run_audit_id(job_id)
         except Exception:
             repeated.error("audit", "an audit failed outside its job; sending it again")
-            runtime.dispatcher.send_audit([job_id], delay_s=backoff_s(settings, 1))
+            delay = backoff_s(settings, 1)
+            runtime.dispatcher.send_audit([job_id], delay_s=delay, sessions=runtime.sessions)
             return
         metrics.record_audit(report)
 

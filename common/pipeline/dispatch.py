@@ -164,10 +164,23 @@ class Dispatcher(ABC):
         send = self.send_fast if queue == Queue.FAST else self.send_slow
         return sum(send(group, priority=rank, **how) for rank, group in _by_priority(ids, urgency))
 
-    def send_audit(self, job_ids: Iterable[str], *, delay_s: float | None = None) -> int:
+    def send_audit(
+        self,
+        job_ids: Iterable[str],
+        *,
+        delay_s: float | None = None,
+        sessions: sessionmaker[Session] | None = None,
+    ) -> int:
         """Deliver audits (``common.pipeline.audit``), to be taken only when no deferred
-        job waits."""
-        return self.deliver(Queue.AUDIT, list(job_ids), Delivery(delay_s))
+        job waits; with ``sessions``, their send time is written first (a send again)."""
+        ids = list(job_ids)
+        if self.stamps_sends and sessions is not None and ids:
+            try:
+                with sessions.begin() as session:
+                    sends.stamp(session, ids)
+            except SQLAlchemyError:
+                log.warning("sending %d audit(s) again unstamped: no store", len(ids))
+        return self.deliver(Queue.AUDIT, ids, Delivery(delay_s))
 
     @abstractmethod
     def deliver(self, queue: Queue, job_ids: list[str], how: Delivery) -> int:

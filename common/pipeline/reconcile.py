@@ -111,7 +111,8 @@ class Reconciler:
             # the dead held messages of their own (taken, not started): without a
             # message of their own elsewhere, those jobs are sent again at once
             self._resend_now = True
-        self._resend_stranded(result, now, sent={*orphans[Stage.FAST], *orphans[Stage.AGENT]})
+        sent = {*orphans[Stage.FAST], *orphans[Stage.AGENT], *orphan_audits}
+        self._resend_stranded(result, now, sent)
         return result
 
     def _resend_stranded(self, result: Sweep, now: float, sent: set[str]) -> None:
@@ -123,9 +124,14 @@ class Reconciler:
         recovery = self.settings.recovery
         at_once, self._resend_now = self._resend_now, False
         margin = 0.0 if at_once else recovery.reconcile_after_s
-        skip = sent | (backlog.held if now >= self._distrust_held_until else set())
+        trusted = now >= self._distrust_held_until
+        skip = sent | (backlog.held if trusted else set())
         due: dict[Queue, list[str]] = {}
         with self.sessions() as session:
+            if at_once and not trusted:  # (a death: what workers held may have died too)
+                for queue, job_ids in sends.waiting_of(session, backlog.held - sent).items():
+                    due.setdefault(queue, []).extend(job_ids)
+                skip = skip | backlog.held
             for (queue, rank), oldest in backlog.oldest.items():
                 horizon = (now if oldest is None else min(oldest, now)) - margin
                 before = datetime.fromtimestamp(horizon, UTC)
@@ -136,9 +142,7 @@ class Reconciler:
             if not job_ids:
                 continue
             if queue == Queue.AUDIT:
-                with self.sessions.begin() as session:
-                    sends.stamp(session, job_ids)
-                result.resent[queue] = self.dispatcher.send_audit(job_ids)
+                result.resent[queue] = self.dispatcher.send_audit(job_ids, sessions=self.sessions)
             else:  # (at their own priorities)
                 result.resent[queue] = self.dispatcher.send_again(self.sessions, queue, job_ids)
         if result.resent:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from common.contracts import WAITING_FOR, Queue, Stage
@@ -22,6 +22,7 @@ from common.store.tables import Job, utcnow
 
 STAMP_CHUNK = 1000  # ids per UPDATE
 _STATUS = {Queue.FAST: WAITING_FOR[Stage.FAST], Queue.SLOW: WAITING_FOR[Stage.AGENT]}
+_QUEUE_OF = {status: queue for queue, status in _STATUS.items()}
 
 
 def stamp(session: Session, job_ids: Iterable[str], at: datetime | None = None) -> None:
@@ -43,5 +44,21 @@ def overdue(
         waits = Job.status == _STATUS[queue]
         if rank is not None:
             waits = waits & (Job.priority == rank)
-    query = select(Job.id).where(waits, Job.sent_at < before).order_by(Job.sent_at).limit(limit)
-    return list(session.scalars(query))
+    # (none: a row written by a version before sent_at, whose message may be long gone)
+    gone = or_(Job.sent_at.is_(None), Job.sent_at < before)
+    query = select(Job.id).where(waits, gone).order_by(Job.sent_at.asc().nulls_first())
+    return list(session.scalars(query.limit(limit)))
+
+
+def waiting_of(session: Session, job_ids: Iterable[str]) -> dict[Queue, list[str]]:
+    """Which of ``job_ids`` wait, and for which queue (a job that waits for no stage but
+    for its audit: the audit queue)."""
+    ids, found = list(job_ids), {}
+    for start in range(0, len(ids), STAMP_CHUNK):
+        chunk = ids[start : start + STAMP_CHUNK]
+        query = select(Job.id, Job.status, Job.audit_status).where(Job.id.in_(chunk))
+        for job_id, status, audit in session.execute(query):
+            queue = _QUEUE_OF.get(status) or (Queue.AUDIT if audit == PENDING else None)
+            if queue is not None:
+                found.setdefault(queue, []).append(job_id)
+    return found

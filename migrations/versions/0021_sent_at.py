@@ -1,7 +1,7 @@
 """Each job keeps when its last message went out, so the reconciler reads only the jobs
 whose message is older than a broker's oldest, not every waiting job.
 
-The jobs that wait now take their creation time (their message went out then, or later:
+The jobs that wait or run now take their creation time (their message went out then, or later:
 the reconciler sends a job again only once the broker's queue has moved past it). The
 indexes on ``status`` and ``audit_status`` alone give way to ones that lead with them,
 a prune finds the jobs finished before a date by an index of their own, and the failed
@@ -27,7 +27,8 @@ def upgrade() -> None:
     op.add_column("jobs", sa.Column("sent_at", sa.DateTime(timezone=True), nullable=True))
     op.execute(
         "UPDATE jobs SET sent_at = created_at "
-        "WHERE status IN ('queued', 'deferred') OR audit_status = 'pending'"
+        "WHERE status IN ('queued', 'deferred', 'running') "
+        "OR audit_status IN ('pending', 'running')"
     )
     op.drop_index("ix_jobs_status", table_name="jobs")
     op.drop_index("ix_jobs_audit_status", table_name="jobs")

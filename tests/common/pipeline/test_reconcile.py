@@ -31,6 +31,13 @@ class Broker(StoreOnly):
             (Queue.AUDIT, None): None,
         }
         self.held: set[str] = set()  # taken by workers, not acknowledged
+        self.sent_audit: list[str] = []
+
+    def deliver(self, queue, job_ids, how) -> int:
+        if queue == Queue.AUDIT:
+            self.sent_audit += job_ids
+            return len(job_ids)
+        return super().deliver(queue, job_ids, how)
 
     def backlog(self) -> Backlog:
         return Backlog(dict(self.oldest), set(self.held))
@@ -182,10 +189,57 @@ def test_a_stranded_audit_goes_to_the_audit_queue_stamped(sessions):
         )
     sent(sessions, a, time.time() - 600)
     broker = Broker()
-    audits: list[list[str]] = []
-    broker.send_audit = lambda ids, delay_s=None: audits.append(list(ids)) or len(ids)
     assert Reconciler(sessions, broker, SETTINGS, "me").sweep().resent == {Queue.AUDIT: 1}
-    assert audits == [[a]] and sent_at(sessions, a) > time.time() - 60
+    assert broker.sent_audit == [a] and sent_at(sessions, a) > time.time() - 60
+
+
+def test_a_dead_workers_running_audit_is_sent_once(sessions):
+    (a,) = jobs(sessions, "a")
+    with sessions.begin() as session:
+        liveness.beat(session, "dead", "slow")
+        session.execute(
+            update(Job)
+            .where(Job.id == a)
+            .values(status=JobStatus.DONE, audit_status="running", worker="dead")
+        )
+        _silent_for_a_minute(session, "dead")
+    broker = Broker()
+    Reconciler(sessions, broker, SETTINGS, "me").sweep()
+    assert broker.sent_audit == [a]  # (by the orphans' send, not again as stranded)
+
+
+def test_a_row_from_before_send_times_counts_as_long_gone(sessions):
+    """A job written without ``sent_at`` (by a version before it, during an upgrade)
+    is overdue: sent again once, then stamped like any other."""
+    a, b = jobs(sessions, "a", "b")
+    with sessions.begin() as session:
+        session.execute(update(Job).where(Job.id == a).values(sent_at=None))
+    broker = Broker()
+    broker.oldest[Queue.FAST, 1] = sent_at(sessions, b)  # (b's message waits)
+    reconciler = Reconciler(sessions, broker, SETTINGS, "me")
+    assert reconciler.sweep().resent == {Queue.FAST: 1} and broker.sent_fast == [a]
+    assert reconciler.sweep().resent == {}  # (stamped: its new message is on its way)
+
+
+def test_after_a_death_every_held_job_goes_at_once_whatever_the_slice(sessions):
+    """A dead fast worker's prefetched messages stay "held" until the visibility timeout:
+    in the sweep that finds the death each held job still waiting is sent again, even
+    when the slice is full of older jobs (the dead one's are not the oldest here)."""
+    ids = jobs(sessions, *"abcdef")
+    start = time.time() - 600
+    for n, job_id in enumerate(ids):
+        sent(sessions, job_id, start + n)
+    broker = Broker()
+    broker.held = {ids[4], ids[5]}  # the youngest, held (by the dead worker, it will be)
+    settings = Settings(worker_dead_after_s=5, reconcile_after_s=30, reconcile_slice=2)
+    reconciler = Reconciler(sessions, broker, settings, "me")
+    with sessions.begin() as session:
+        liveness.beat(session, "fast-1", "fast")
+        _silent_for_a_minute(session, "fast-1")
+    sweep = reconciler.sweep()
+    assert sweep.died == 1
+    assert {ids[4], ids[5]} <= set(broker.sent_fast)  # the held ones, beyond the slice
+    assert set(broker.sent_fast) == {ids[0], ids[1], ids[4], ids[5]}  # and the slice
 
 
 def test_only_the_lease_holder_sweeps(sessions):
