@@ -22,7 +22,7 @@ from common.store.tables import Job, utcnow
 
 STAMP_CHUNK = 1000  # ids per UPDATE
 _STATUS = {Queue.FAST: WAITING_FOR[Stage.FAST], Queue.SLOW: WAITING_FOR[Stage.AGENT]}
-_QUEUE_OF = {status: queue for queue, status in _STATUS.items()}
+_QUEUE_OF: dict[str, Queue] = {status: queue for queue, status in _STATUS.items()}
 
 
 def stamp(session: Session, job_ids: Iterable[str], at: datetime | None = None) -> None:
@@ -53,7 +53,7 @@ def overdue(
 def waiting_of(session: Session, job_ids: Iterable[str]) -> dict[Queue, list[str]]:
     """Which of ``job_ids`` wait, and for which queue (a job that waits for no stage but
     for its audit: the audit queue)."""
-    ids, found = list(job_ids), {}
+    ids, found = list(job_ids), dict[Queue, list[str]]()
     for start in range(0, len(ids), STAMP_CHUNK):
         chunk = ids[start : start + STAMP_CHUNK]
         query = select(Job.id, Job.status, Job.audit_status).where(Job.id.in_(chunk))
