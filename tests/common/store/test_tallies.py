@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import delete, insert, select, update
 
 from common.contracts import JobStatus
-from common.store import reads, submission
+from common.store import listing, reads, submission
 from common.store.db import downgrade, migrate, open_store
 from common.store.tables import Batch, BatchItem, Job
 from tests.helpers.store import items, new_batch
@@ -43,6 +43,8 @@ def same(session, batch_id: str) -> None:
         "reviewed",
     ):
         assert getattr(kept, name) == getattr(passed, name), name
+    (line,) = listing.counted(session, [session.get(Batch, batch_id)])  # (the list's)
+    assert (line.jobs, line.by_status) == (passed.jobs, passed.by_status)
     # high-water marks: never below what the jobs hold now
     if passed.last_finished is not None:
         assert kept.last_finished >= passed.last_finished
