@@ -122,6 +122,8 @@ _RANKS = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 """The statuses a job ends in: nothing changes it after, but a review, a resume or a
 retry."""
+UNFINISHED = (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.RUNNING)
+"""The others, named: an index serves a list of values, not a "not in" one."""
 
 WAITING_FOR = {Stage.FAST: JobStatus.QUEUED, Stage.AGENT: JobStatus.DEFERRED}
 """The status a job has while it waits for a stage."""

@@ -30,11 +30,9 @@ from pathlib import Path
 from sqlalchemy import ColumnElement, delete, exists, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from common.contracts import JobStatus
+from common.contracts import FINISHED, UNFINISHED
 from common.store.tables import Batch, BatchItem, Job
 
-FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
-UNFINISHED = tuple(status for status in JobStatus if status not in FINISHED)
 SLICE = 1000
 # how often a prune reads again which batches are open (a batch reopened meanwhile, by a
 # resume, is spared from then on): once a slice would cost a read of every unfinished

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from common.contracts import FINISHED
+from common.contracts import FINISHED, UNFINISHED
 from common.errors import InvalidInput
 from common.store.ids import new_id
 from common.store.tables import (
@@ -273,7 +273,7 @@ def batches_ended(session: Session, limit: int = 100) -> list[str]:
     unfinished = (
         select(BatchItem.job_id)
         .join(Job, Job.id == BatchItem.job_id)
-        .where(BatchItem.batch_id == Batch.id, Job.status.not_in(FINISHED))
+        .where(BatchItem.batch_id == Batch.id, Job.status.in_(UNFINISHED))
         .exists()
     )
     query = (
