@@ -47,6 +47,7 @@ SLOW_PACK = 16
 # A message's header: when it was sent (epoch seconds), read by the reconciler off the
 # oldest message of each list (``CeleryDispatcher.backlog``)
 SENT_HEADER = "speceyes_sent"
+LAST_MOMENT = 253_402_300_799.0  # 9999-12-31T23:59:59Z: datetime's last second
 
 
 def celery_app(settings: Settings) -> Any:
@@ -310,13 +311,16 @@ def _held_message(value: bytes) -> bytes:
 
 def _sent_at(raw: bytes) -> float:
     """When a message on Redis was sent (its ``SENT_HEADER``); 0.0 where it does not say
-    (a message from before the header, or not ours): it then holds everything after it
-    as possibly still queued, which only delays a resend."""
+    (a message from before the header, or not ours) or says no moment a clock can hold
+    (NaN, infinite, negative, past year 9999): it then holds everything after it as
+    possibly still queued, which only delays a resend, and never stops a sweep."""
     try:
         sent = json.loads(raw)["headers"][SENT_HEADER]
     except (ValueError, KeyError, TypeError):
         return 0.0
-    return float(sent) if isinstance(sent, int | float) else 0.0
+    if isinstance(sent, bool) or not isinstance(sent, int | float):
+        return 0.0
+    return float(sent) if 0.0 <= sent < LAST_MOMENT else 0.0  # (NaN fails both)
 
 
 def _job_ids(raw: bytes) -> list[str]:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workers.queues import _job_ids
+from workers.queues import SENT_HEADER, _job_ids, _sent_at
 
 
 def raw(body: object) -> bytes:
@@ -30,3 +30,27 @@ def raw(body: object) -> bytes:
 def test_a_message_names_the_jobs_it_carries_and_a_stranger_none(body, ids):
     assert _job_ids(raw(body)) == ids
     assert _job_ids(b"not json") == []
+
+
+@pytest.mark.parametrize(
+    "header, sent",
+    [
+        (1764000000.5, 1764000000.5),
+        (float("nan"), 0.0),  # (json.dumps writes NaN, json.loads reads it back)
+        (float("inf"), 0.0),
+        (-1e300, 0.0),
+        (1e300, 0.0),
+        (True, 0.0),
+        ("1764000000", 0.0),
+        (None, 0.0),
+    ],
+)
+def test_a_send_time_is_a_moment_a_sweep_can_compare_or_none(header, sent):
+    """A message's send time (its header) as the reconciler reads it: a stranger's or
+    a broken one reads as 0.0 (wait for it to drain), never one that stops a sweep
+    (``datetime.fromtimestamp`` raises on NaN and overflows past year 9999)."""
+    from datetime import UTC, datetime
+
+    read = _sent_at(json.dumps({"headers": {SENT_HEADER: header}}).encode())
+    assert read == sent
+    datetime.fromtimestamp(read - 30, UTC)  # (what the sweep does with it)
