@@ -36,11 +36,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, bindparam, text
+from sqlalchemy import DateTime, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from common.config import GateSettings, Settings
-from common.contracts import Accepted, Queue, Stage
+from common.contracts import Accepted, Stage
 from common.pipeline.dispatch import Dispatcher, StoreOnly
 from common.pipeline.reconcile import Reconciler
 from common.pipeline.submit import submit_corpus
@@ -48,6 +48,7 @@ from common.sources.corpus import open_source
 from common.store import claims, export
 from common.store.db import Store, is_postgres, open_store
 from common.store.keys import create_key
+from common.store.tables import Job
 from lab.bench import ui
 from lab.bench.scratch import scratch_store
 from lab.bench.submission import write_table
@@ -289,7 +290,7 @@ def _tick(figures: Figures, sessions: Store, dispatcher: Dispatcher, settings: S
         return
     reconciler = Reconciler(sessions, dispatcher, settings, "bench-scale")  # (one holder)
     figures.tick_ms = _median_ms(reconciler.sweep)
-    stranded = uuid.uuid4().hex
+    stranded, lost_at = uuid.uuid4().hex, datetime.now(UTC) - timedelta(minutes=2)
     gone = bindparam("gone", type_=DateTime(timezone=True))
     with sessions.begin() as session:
         session.execute(
@@ -298,13 +299,12 @@ def _tick(figures: Figures, sessions: Store, dispatcher: Dispatcher, settings: S
                 "attempts, announces, created_at, sent_at) VALUES (:id, :id, 'lost', "
                 "'queued', 'fast', 1, 0, :no, :gone, :gone)"
             ).bindparams(gone),
-            {"id": stranded, "no": False, "gone": datetime.now(UTC) - timedelta(minutes=2)},
+            {"id": stranded, "no": False, "gone": lost_at},
         )
-    sweep = reconciler.sweep()
-    figures.stranded_found = sweep.resent.get(Queue.FAST, 0) >= 1
-    with sessions() as session:  # (sent again: stamped now)
-        stamp = session.scalar(text("SELECT sent_at FROM jobs WHERE id = :id"), {"id": stranded})
-    figures.stranded_found = figures.stranded_found and stamp is not None
+    reconciler.sweep()
+    with sessions() as session:  # (this job, sent again: stamped anew)
+        stamp = session.scalar(select(Job.sent_at).where(Job.id == stranded))
+    figures.stranded_found = stamp is not None and stamp > lost_at
 
 
 def _export(figures: Figures, url: str, batch_id: str, folder: Path) -> None:
