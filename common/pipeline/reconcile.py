@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.config import Settings
 from common.contracts import Queue, Stage
 from common.pipeline.dispatch import Dispatcher
-from common.store import audits, claims, liveness, openai_batches, sends
+from common.store import audits, claims, liveness, openai_batches, sends, tallies
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class Sweep:
     released: int = 0  # running jobs of dead workers, put back and sent
     resent: dict[Queue, int] = field(default_factory=dict)  # stranded, sent again
     expired: int = 0  # OpenAI batches whose completion window closed, their rest cancelled
+    folded: int | None = 0  # batch count changes moved into the tallies (None: another folds)
 
 
 class Reconciler:
@@ -102,6 +103,8 @@ class Reconciler:
         result.released = len(orphans[Stage.FAST]) + len(orphans[Stage.AGENT])
         with self.sessions.begin() as session:  # (OpenAI batches past their window)
             result.expired = len(openai_batches.expire_due(session))
+        with self.sessions.begin() as session:  # (what the batches' counts changed by)
+            result.folded = tallies.fold(session)
         now = self.clock()
         if result.died or result.released:
             log.warning(

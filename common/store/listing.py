@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED
 from common.errors import InvalidInput
+from common.store import tallies
 from common.store.tables import Batch, BatchItem, Job, WebhookDelivery
-from common.store.tallies import BatchTally
 
 MOST_PER_PAGE = 500
 _ID = re.compile(r"[0-9a-f]{32}")
@@ -112,33 +112,12 @@ def jobs_page(
 
 
 def counted(session: Session, batches: list[Batch]) -> list[BatchLine]:
-    """``batches`` with their jobs counted by status (a job two rows share, once): on
-    SQLite from the tallies its triggers keep, else by a pass over their jobs."""
-    if session.get_bind().dialect.name == "sqlite":
-        return _tallied(session, batches)
-    jobs = (
-        select(BatchItem.batch_id, BatchItem.job_id)
-        .where(BatchItem.batch_id.in_([batch.id for batch in batches]))
-        .distinct()
-        .subquery()
-    )
+    """``batches`` with their jobs counted by status (a job two rows share, once), from
+    the tallies kept as they change (``common.store.tallies``)."""
     counts: dict[str, Counter[str]] = {batch.id: Counter() for batch in batches}
+    groups = tallies.kept(list(counts))
     rows = session.execute(
-        select(jobs.c.batch_id, Job.status, func.count())
-        .join(Job, Job.id == jobs.c.job_id)
-        .group_by(jobs.c.batch_id, Job.status)
-    )
-    for batch_id, status, n in rows:
-        counts[batch_id][status] += n
-    return [BatchLine(batch, sum(counts[batch.id].values()), counts[batch.id]) for batch in batches]
-
-
-def _tallied(session: Session, batches: list[Batch]) -> list[BatchLine]:
-    counts: dict[str, Counter[str]] = {batch.id: Counter() for batch in batches}
-    rows = session.execute(
-        select(BatchTally.batch_id, BatchTally.status, func.sum(BatchTally.n))
-        .where(BatchTally.batch_id.in_(list(counts)), BatchTally.n > 0)
-        .group_by(BatchTally.batch_id, BatchTally.status)
+        select(groups.c.batch_id, groups.c.status, groups.c.n).where(groups.c.n > 0)
     )
     for batch_id, status, n in rows:
         counts[batch_id][status] += n

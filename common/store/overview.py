@@ -10,7 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.contracts import AnsweredBy
@@ -117,10 +117,7 @@ def kept_overview(
 
 def _version(session: Session, batch_id: str, counts: BatchCounts | None) -> tuple[Any, ...]:
     counts = counts or batch_counts(session, batch_id)
-    verdicts = session.scalar(
-        select(func.count(BatchItem.judge_verdict)).where(BatchItem.batch_id == batch_id)
-    )
-    return (*counts.version, verdicts)
+    return (*counts.version, counts.verdicts)
 
 
 def _kept(batch_id: str, version: tuple[Any, ...]) -> Overview | None:

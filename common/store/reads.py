@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED, AnsweredBy, JobStatus
 from common.errors import NotFound
+from common.store import tallies
 from common.store.tables import Batch, BatchItem, Job
-from common.store.tallies import BatchTally
 
 AUDIT_DONE = "done"  # common.store.audits.DONE (which reads this module)
 
@@ -41,6 +41,8 @@ class BatchCounts:
     last_reviewed: datetime | None = None
     audited: int = 0  # accepted answers the online audit finished
     audit_agreed: int = 0
+    verdicts: int = 0  # rows an LLM judge gave a verdict
+    pending: int = 0  # changes of the kept counts not yet folded (common.store.tallies)
 
     @property
     def finished(self) -> int:
@@ -92,19 +94,11 @@ def count_status(session: Session, status: str, batch_id: str) -> int:
 
 
 def batch_counts(session: Session, batch_id: str) -> BatchCounts:
-    """Counts over a batch's distinct jobs, for progress bars and summaries: on SQLite
-    from the tallies its triggers keep (a few rows, whatever the batch's size), else by
-    a pass over the batch's jobs (``counts_of``)."""
-    if session.get_bind().dialect.name == "sqlite":
-        counts = tallied(session, batch_id)
-    else:
-        counts = counts_of(session, batch_jobs(batch_id))
-    counts.items = (
-        session.scalar(
-            select(func.count()).select_from(BatchItem).where(BatchItem.batch_id == batch_id)
-        )
-        or 0
-    )
+    """Counts over a batch's distinct jobs and its rows, for progress bars and summaries:
+    from the tallies kept as they change (a few rows, whatever the batch's size)."""
+    counts = tallied(session, batch_id)
+    if counts.pending > tallies.FOLD_AT:
+        tallies.fold_now(session, batch_id)
     return counts
 
 
@@ -140,17 +134,19 @@ def counts_of(session: Session, job_ids: Any) -> BatchCounts:
 
 
 def tallied(session: Session, batch_id: str) -> BatchCounts:
-    """A batch's counts from ``batch_tallies`` (kept on SQLite by migration 0022's
-    triggers): what ``counts_of`` adds up, group by group; the earliest start and latest
+    """A batch's counts from its tallies (``common.store.tallies``): what ``counts_of``
+    adds up, group by group, and its rows and verdicts; the earliest start and latest
     finish and review are high-water marks (a job tried again does not lower them)."""
     counts = BatchCounts()
-    rows = session.scalars(select(BatchTally).where(BatchTally.batch_id == batch_id))
-    for row in rows:
+    for row in session.execute(select(tallies.kept([batch_id]))):
         counts.first_started = _earliest(counts.first_started, row.first_started)
         counts.last_finished = _latest(counts.last_finished, row.last_finished)
         counts.last_reviewed = _latest(counts.last_reviewed, row.last_reviewed)
+        counts.items += row.items
+        counts.verdicts += row.verdicts
+        counts.pending += row.pending
         if row.n <= 0:
-            continue  # (a group its jobs have all left)
+            continue  # (the rows' group, or a group its jobs have all left)
         group = (row.status, row.answered_by or None, row.defer_reason or None, row.error_code)
         _add_group(counts, *group, row.n, row.screened, row.tool_free, row.speculated)
         counts.audited += row.audited

@@ -29,15 +29,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import and_, exists, or_, select, update
 from sqlalchemy.orm import Session
 
 from common.contracts import FINISHED, UNFINISHED
 from common.errors import InvalidInput
+from common.store import listing, tallies
 from common.store.ids import new_id
 from common.store.tables import (
     Batch,
-    BatchItem,
     Job,
     WebhookDelivery,
     WebhookEndpoint,
@@ -270,12 +270,7 @@ def batches_ended(session: Session, limit: int = 100) -> list[str]:
         WebhookEndpoint.removed_at.is_(None),
         WebhookEndpoint.created_at <= Batch.created_at,
     )
-    unfinished = (
-        select(BatchItem.job_id)
-        .join(Job, Job.id == BatchItem.job_id)
-        .where(BatchItem.batch_id == Batch.id, Job.status.in_(UNFINISHED))
-        .exists()
-    )
+    unfinished = tallies.jobs_in(Batch.id, UNFINISHED) > 0
     query = (
         select(Batch)
         .where(Batch.announced_at.is_(None), or_(Batch.callback_url.is_not(None), subscribed))
@@ -286,14 +281,7 @@ def batches_ended(session: Session, limit: int = 100) -> list[str]:
     announced = []
     locked = query.with_for_update(skip_locked=True).execution_options(populate_existing=True)
     for batch in session.scalars(locked).all():
-        counts = dict(
-            session.execute(
-                select(Job.status, func.count())
-                .join(BatchItem, BatchItem.job_id == Job.id)
-                .where(BatchItem.batch_id == batch.id)
-                .group_by(Job.status)
-            ).all()
-        )
+        counts = dict(listing.counted(session, [batch])[0].by_status)
         data = {"id": batch.id, "name": batch.name, "counts": counts, "stopped": batch.stopped}
         batch_event(session, BATCH_FINISHED, batch, data)
         batch.announced_at = utcnow()

@@ -40,7 +40,7 @@ from sqlalchemy import DateTime, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from common.config import GateSettings, Settings
-from common.contracts import Accepted, Stage
+from common.contracts import Accepted, Queue, Stage
 from common.pipeline.dispatch import Dispatcher, StoreOnly
 from common.pipeline.reconcile import Reconciler
 from common.pipeline.submit import submit_corpus
@@ -285,12 +285,19 @@ def _claim_and_record(figures: Figures, sessions: Store) -> None:
 
 def _tick(figures: Figures, sessions: Store, dispatcher: Dispatcher, settings: Settings) -> None:
     """A reconciler sweep's time over the backlog, and one job stranded in it (queued
-    two minutes ago, its message lost) sent again by the first sweep after."""
+    two minutes before the queue's oldest message, its message lost) sent again by the
+    first sweep after."""
     if dispatcher.backlog() is None:
         return
     reconciler = Reconciler(sessions, dispatcher, settings, "bench-scale")  # (one holder)
     figures.tick_ms = _median_ms(reconciler.sweep)
-    stranded, lost_at = uuid.uuid4().hex, datetime.now(UTC) - timedelta(minutes=2)
+    # lost two minutes before the oldest message of its queue went out (the grown ones: a
+    # big store grows for minutes) or before now, where none waits
+    backlog = dispatcher.backlog()
+    assert backlog is not None
+    oldest = backlog.oldest.get((Queue.FAST, 1)) or time.time()
+    stranded = uuid.uuid4().hex
+    lost_at = datetime.fromtimestamp(oldest, UTC) - timedelta(minutes=2)
     gone = bindparam("gone", type_=DateTime(timezone=True))
     with sessions.begin() as session:
         session.execute(
