@@ -26,7 +26,9 @@ from sqlalchemy.orm import Session
 from common.contracts import FINISHED, AnsweredBy, JobStatus
 from common.errors import InvalidInput
 from common.limits import check_text
+from common.store import reads, tallies
 from common.store.browse import ResultRow, Rows, as_rows
+from common.store.expressions import GateMargin
 from common.store.tables import Job, utcnow
 
 MAX_ANSWER_CHARS = 2000  # a reviewed answer is an answer, not an essay
@@ -95,16 +97,23 @@ def review_queue(session: Session, scope: str | Rows, *, limit: int = 50) -> lis
     alone) most worth a look, in the module's order."""
     listing = as_rows(scope)
     rows = listing.select(Job.reviewed_at.is_(None))
-    margin = Job.confidence - Job.gate["threshold"].as_float()
+    plans = _plans(session, listing, limit)
+    margin = GateMargin() + 0 if plans["near_threshold"] else GateMargin()
     tiers: list[tuple[str, Select[Any]]] = [
-        ("audit_disagrees", rows.where(Job.audit_agrees.is_(False)).order_by(listing.order)),
+        (
+            "audit_disagrees",
+            rows.where(Job.audit_agrees.is_(False)).order_by(_order(listing, plans, "disagree")),
+        ),
         (
             "near_threshold",
             rows.where(
                 Job.answered_by == AnsweredBy.SMALL, Job.audit_agrees.is_not(False)
             ).order_by(margin, listing.order),
         ),
-        ("failed", rows.where(Job.status == JobStatus.FAILED).order_by(listing.order)),
+        (
+            "failed",
+            rows.where(Job.status == JobStatus.FAILED).order_by(_order(listing, plans, "failed")),
+        ),
     ]
     found: list[QueueEntry] = []
     seen: set[str] = set()  # a job two rows of the batch share is listed once
@@ -117,3 +126,37 @@ def review_queue(session: Session, scope: str | Rows, *, limit: int = 50) -> lis
                 seen.add(row.job.id)
                 found.append(QueueEntry(row.item, row.job, why))
     return found
+
+
+def _order(listing: Rows, plans: dict[str, bool], tier: str) -> Any:
+    """The tier's order: its rows', written so that no index serves it where the plan is
+    to read the few matching jobs first and sort them (an index on the order would walk
+    the whole batch for them)."""
+    return listing.order + 0 if plans[tier] else listing.order
+
+
+def _plans(session: Session, listing: Rows, limit: int) -> dict[str, bool]:
+    """Per tier, whether to read it in another way than the rows' own order would (the
+    kept counts of the batch and of the store tell which reads less):
+
+    - ``disagree``, ``failed``: the matching jobs of the whole store, sorted, rather than
+      the batch's rows walked in order until ``limit`` match;
+    - ``near_threshold``: the batch's accepted answers sorted by margin, rather than the
+      store's walked in margin order until ``limit`` are the batch's.
+
+    A list of jobs sent alone (no batch) reads as it always did."""
+    if listing.batch_id is None:
+        return {"disagree": False, "failed": False, "near_threshold": False}
+    batch = reads.batch_counts(session, listing.batch_id)
+    store = tallies.store_sums(session)
+
+    def walked(matching: int) -> float:  # rows walked in order until ``limit`` match
+        return batch.items * min(1.0, limit / max(matching, 1))
+
+    disagree = batch.audited - batch.audit_agreed
+    small = batch.by_answerer[AnsweredBy.SMALL]
+    return {
+        "disagree": store.disagreed < walked(disagree),
+        "failed": store.failed < walked(batch.by_status[JobStatus.FAILED]),
+        "near_threshold": limit * store.small / max(small, 1) > batch.items,
+    }

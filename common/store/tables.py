@@ -40,6 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from common.contracts import Stage
+from common.store.expressions import GateMargin, partial
 
 
 def utcnow() -> datetime:
@@ -144,18 +145,17 @@ class Job(Base):
         # what a prune reads (common.store.retention): the jobs finished before a date
         Index("ix_jobs_finished", "finished_at"),
         # the failed jobs' codes (reads.failure_codes): few, as SQLite cannot tell
-        Index(
-            "ix_jobs_failed",
-            "error_code",
-            postgresql_where=text("status = 'failed'"),
-            sqlite_where=text("status = 'failed'"),
-        ),
+        Index("ix_jobs_failed", "error_code", **partial("status = 'failed'")),
         # the running jobs asked to stop (few at any time): what ``cancels.settle`` reads
+        Index("ix_jobs_cancel_requested", "id", **partial("cancel_requested IS NOT NULL")),
+        # the review queue's tiers (common.store.reviews): the accepted answers by their
+        # margin over tau, and the few answers the audit disagreed with
+        Index("ix_jobs_margin", "answered_by", GateMargin()),
         Index(
-            "ix_jobs_cancel_requested",
+            "ix_jobs_disagreed",
             "id",
-            postgresql_where=text("cancel_requested IS NOT NULL"),
-            sqlite_where=text("cancel_requested IS NOT NULL"),
+            postgresql_where=text("audit_agrees IS false"),
+            sqlite_where=text("audit_agrees IS 0"),
         ),
     )
 

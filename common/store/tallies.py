@@ -12,6 +12,7 @@ a read adds them (``kept``), and ``fold`` moves them into the tallies."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from common.contracts import AnsweredBy, JobStatus
 from common.store.db import is_postgres
 from common.store.tables import Base, UtcDateTime
 
@@ -131,6 +133,34 @@ def jobs_in(batch_id: Any, statuses: Sequence[str]) -> Any:
         for table in (BatchTally, TallyChange)
     ]
     return parts[0] + parts[1]
+
+
+@dataclass(frozen=True)
+class StoreSums:
+    """What the kept counts say of the whole store (a job in two batches counted twice:
+    an estimate, for choosing how to read)."""
+
+    failed: int
+    small: int  # answers of the small model
+    disagreed: int  # answers the audit disagreed with
+
+
+def store_sums(session: Session) -> StoreSums:
+    """The store's failed jobs, small answers and audit disagreements, from every batch's
+    kept counts (a few rows a batch)."""
+    parts = [
+        select(table.status, table.answered_by, table.n, table.audited, table.agreed)
+        for table in (BatchTally, TallyChange)
+    ]
+    both = union_all(*parts).subquery()
+    failed, small, disagreed = session.execute(
+        select(
+            func.coalesce(func.sum(both.c.n).filter(both.c.status == JobStatus.FAILED), 0),
+            func.coalesce(func.sum(both.c.n).filter(both.c.answered_by == AnsweredBy.SMALL), 0),
+            func.coalesce(func.sum(both.c.audited - both.c.agreed), 0),
+        )
+    ).one()
+    return StoreSums(failed, small, disagreed)
 
 
 def fold(where: Session | Connection, batch_id: str | None = None) -> int | None:

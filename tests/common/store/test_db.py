@@ -108,11 +108,21 @@ def test_the_migrations_make_the_schema_the_tables_declare(database_url):
     try:
         with store.engine.connect() as connection:
             differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+            # (an index on an expression: SQLite cannot reflect it, PostgreSQL writes its
+            # expression back in its own words; it is there, by name, with its columns)
+            names = {
+                "sqlite": "SELECT name FROM sqlite_master WHERE type = 'index'",
+                "postgresql": "SELECT indexname FROM pg_indexes",
+            }
+            indexes = set(connection.scalars(text(names[connection.dialect.name])))
     finally:
         store.close()
+    expressions = {"ix_jobs_margin"}
+    assert expressions <= indexes
     assert [
         d
         for d in differences
         if d[0]
         in ("add_index", "remove_index", "add_table", "remove_table", "add_column", "remove_column")
+        and not (d[0].endswith("_index") and d[1].name in expressions)
     ] == []

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 from common.errors import InvalidInput
+from common.store import reviews
 from common.store.analytics import calibration_items
 from common.store.reviews import NotReviewable, review_job, review_queue
 from common.store.tables import Job
 from tests.helpers.reviewing import decided_batch, picture
+
+TIERS = ("disagree", "near_threshold", "failed")
 
 
 @pytest.fixture
@@ -76,7 +79,7 @@ def test_an_option_that_is_a_letter_is_taken_as_its_text(sessions, image: Path) 
 
 
 def test_the_queue_puts_disagreements_then_closest_to_tau_then_failures(
-    sessions, image: Path
+    sessions, image: Path, monkeypatch
 ) -> None:
     small = {"answered_by": "small", "final_answer": "yes"}
     rows = [
@@ -88,16 +91,23 @@ def test_the_queue_puts_disagreements_then_closest_to_tau_then_failures(
         {**small, "confidence": 0.93},  # 5
     ]
     batch_id, ids = decided_batch(sessions, rows, image)
+    expected = [
+        (4, "audit_disagrees"),
+        (2, "near_threshold"),
+        (5, "near_threshold"),
+        (0, "near_threshold"),
+        (1, "failed"),
+    ]
     with sessions() as session:
         queue = review_queue(session, batch_id)
-        assert [(entry.item.position, entry.why) for entry in queue] == [
-            (4, "audit_disagrees"),
-            (2, "near_threshold"),
-            (5, "near_threshold"),
-            (0, "near_threshold"),
-            (1, "failed"),
-        ]
+        assert [(entry.item.position, entry.why) for entry in queue] == expected
         assert [entry.item.position for entry in review_queue(session, batch_id, limit=2)] == [4, 2]
+    for plan in (False, True):  # read in either way each tier may be (by the kept counts)
+        monkeypatch.setattr(reviews, "_plans", lambda *_, plan=plan: dict.fromkeys(TIERS, plan))
+        with sessions() as session:
+            queue = review_queue(session, batch_id)
+            assert [(entry.item.position, entry.why) for entry in queue] == expected
+    monkeypatch.undo()
     with sessions.begin() as session:  # a reviewed job leaves the queue
         review_job(session, session.get(Job, ids[2]), "yes", "alice")
     with sessions() as session:
