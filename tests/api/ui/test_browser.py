@@ -6,6 +6,7 @@ shown as text, and another tenant refused."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +18,12 @@ from playwright.sync_api import Page, expect
 from sqlalchemy import select
 
 from api.app import create_app
+from api.ui import pages
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel, SimulatedCost
 from common.config import Settings
 from common.pipeline.runner import EmbeddedRunner
+from common.store import overview
 from common.store.db import open_store
 from common.store.keys import create_key
 from common.store.tables import Job
@@ -147,6 +150,27 @@ def test_sign_in_and_watch_a_batch_run_to_its_end(page: Page, page_errors, live:
     assert page.evaluate("window.sameDocument") is True  # updated in place
     expect(page.locator("#progress .finished")).to_have_text("12")
     assert live.finished(batch_id)["by_status"] == {"done": 12}
+    assert page_errors == []
+
+
+def test_a_large_batchs_page_answers_at_once_and_shows_its_overview_once_made(
+    page: Page, page_errors, live: Live, monkeypatch
+) -> None:
+    """Over ``LISTED_SCORING_JOBS`` jobs (lowered here to 2) a thread makes the overview
+    (held here until the page has been seen): the page says so, then shows it."""
+    batch_id = live.submit([f"[small] what is it? #{i}" for i in range(3)], name="large")
+    live.finished(batch_id)
+    monkeypatch.setattr(pages, "LISTED_SCORING_JOBS", 2)
+    seen, make = threading.Event(), overview._make
+    monkeypatch.setattr(overview, "_make", lambda *a: (seen.wait(30), make(*a)))
+    sign_in(page, live, then=f"/ui/batches/{batch_id}")
+    expect(page.locator(".overview-pending")).to_contain_text("over 3 jobs")
+    expect(page.locator(".accuracy")).to_have_count(0)
+    seen.set()
+    wait_until(lambda: batch_id not in overview._MAKING, deadline_s=30, what="the overview made")
+    page.reload()
+    expect(page.locator(".stages")).to_contain_text("Time per stage")
+    expect(page.locator(".overview-pending")).to_have_count(0)
     assert page_errors == []
 
 
