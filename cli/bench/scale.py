@@ -32,6 +32,7 @@ ROWS = [
     ("batch page, ms", "batch_page_ms", "{:.1f}"),
     ("  its first request, ms", "batch_page_cold_ms", "{:.1f}"),
     ("  its overview made in, s", "overview_s", "{:.1f}"),
+    ("  its overview, us/job (a pass)", "overview_us_per_job", "{:.1f}"),
     ("export, ms/job", "export_ms_per_job", "{:.4f}"),
     ("export process peak, MB", "export_peak_mb", "{:.0f}"),
     ("Redis bytes/queued job", "redis_bytes_per_job", "{:.1f}"),

@@ -83,6 +83,12 @@ class Figures:
     redis_bytes_per_job: float | None = None
     db_bytes_per_job: float = 0.0
 
+    @property
+    def overview_us_per_job(self) -> float:
+        """The overview's making per job of the batch: a pass over its rows, made once
+        per change of the batch (not per request), flat per job as a pass is."""
+        return self.overview_s * 1e6 / self.jobs if self.jobs else 0.0
+
 
 # One job per number g: even ones queued (their message sent), odd ones answered.
 _SERIES = {
