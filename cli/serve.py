@@ -18,6 +18,12 @@ from common.errors import ConfigurationError
 from common.logs import log_service
 from common.store.db import open_store
 
+# An idle connection is kept this long (uvicorn's own default: 5 s). Clients drop theirs
+# sooner (httpx and the openai SDK after 5 s, load balancers after 60 s), so the server
+# never closes one that a client is just reusing for a request: that race answered a
+# POST with a reset connection under load (tests/api/test_live_server.py, CI 2026-12-04).
+KEEP_ALIVE_S = 75
+
 DESCRIPTION = """\
 Serve the HTTP API (OpenAPI docs at /docs). Jobs submitted to it are committed to the
 job store and sent to the fast queue of the broker (--broker / SPECEYES_BROKER_URL),
@@ -63,7 +69,13 @@ def run(args: argparse.Namespace) -> int:
     # closed (SQLite's -wal and -shm left behind). This one lets the run end here.
     previous = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning")
+        uvicorn.run(
+            app,
+            host=settings.api.host,
+            port=settings.api.port,
+            log_level="warning",
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
     sessions.close()
