@@ -32,7 +32,7 @@ from api.access_log import AccessLog
 from api.deps import Limiters, require_key
 from api.errors import install_handlers
 from api.middleware import BodyLimit
-from api.routes import batches, health, jobs, webhooks
+from api.routes import batches, health, jobs, usage, webhooks
 from common.config import Settings
 from common.pipeline.dispatch import Dispatcher, StoreOnly
 from common.pipeline.notify import Notifier
@@ -89,6 +89,7 @@ def create_app(
     v1.include_router(jobs.router)
     v1.include_router(batches.router)
     v1.include_router(webhooks.router)
+    v1.include_router(usage.router)
     app.include_router(v1)
     app.include_router(openai.router())  # (OpenAI's shapes, under /openai/v1)
     app.include_router(health.router)

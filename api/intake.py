@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.deps import Caller, too_many
 from api.errors import ApiError, summary
 from api.metrics import UNSENT
+from api.quotas import check_quotas
 from api.schemas import JobSpec
 from common.config import Method, Settings
 from common.contracts import JobStatus, Priority, SourceRow
@@ -392,11 +393,13 @@ def parse_id(value: str, field: str) -> str:
 
 
 def check_in_flight(session: Session, caller: Caller, settings: Settings, adding: int) -> None:
-    """Refuse (429) work that would take the caller's tenant over its unfinished jobs.
-    Called inside the creating transaction, after its jobs were added, so they count."""
+    """Refuse (429) work that would take the caller's tenant over its unfinished jobs, or
+    past a daily quota (``api.quotas``). Called inside the creating transaction, after
+    its jobs were added, so they count (and a refusal keeps nothing of them)."""
     limit = settings.api.max_jobs_in_flight
     if not adding or caller.tenant is None:
         return
+    check_quotas(session, caller, settings, adding)
     unfinished = reads.unfinished_jobs(session, caller.tenant)
     if unfinished > limit:
         raise too_many(

@@ -17,6 +17,16 @@ SUBMITTED = Counter(
     "speceyes_api_jobs_submitted_total", "Jobs created through the API, by route.", ["route"]
 )
 REFUSED = Counter("speceyes_api_refused_total", "Requests answered 4xx, by error code.", ["error"])
+TENANT_SUBMITTED = Counter(
+    "speceyes_api_tenant_jobs_submitted_total",
+    "Jobs created through the API, by tenant.",
+    ["tenant"],
+)
+QUOTA_REFUSED = Counter(
+    "speceyes_api_quota_refused_total",
+    "Submissions refused past a daily quota (api.quotas), by tenant and quota.",
+    ["tenant", "quota"],
+)
 UNSENT = Counter(
     "speceyes_api_unsent_total",
     "Jobs committed while the broker refused them (the reconciler sends them later).",

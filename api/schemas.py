@@ -10,15 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.contracts import AnsweredBy, JobStatus, Priority
 from common.store.listing import BatchLine
 from common.store.reads import BatchCounts
-from common.store.tables import (
-    Batch,
-    BatchItem,
-    Job,
-    WebhookAttempt,
-    WebhookDelivery,
-    WebhookEndpoint,
-    WebhookEvent,
-)
+from common.store.tables import Batch, BatchItem, Job
 
 Item = TypeVar("Item")
 
@@ -202,6 +194,40 @@ def reviewed(job: Job) -> dict[str, Any]:
     }
 
 
+class SavedView(BaseModel):
+    """What the funnel saved against the agent alone, in model seconds (common.store.usage)."""
+
+    seconds: float = Field(
+        description="the agent time the accepted jobs did not need, less what the fast stage spent"
+    )
+    low: float = Field(description="its 95% interval's low end")
+    high: float
+    share: float | None = Field(description="of the estimated agent-alone time")
+    avoided_s: float = Field(description="the accepted jobs' estimated agent time")
+    agent_alone_s: float
+    measured_jobs: int = Field(description="the batch's agent-run jobs the estimate rests on")
+    basis: str = Field(
+        description="tool_free_runs: the agent's time on jobs the screen also called "
+        "tool-free; answer_step: one agent generation a job (docs/api.md)"
+    )
+
+
+class UsageView(BaseModel):
+    """What a batch's jobs cost: model seconds per phase (a batched call's time shared by
+    its jobs; GPU-seconds on a GPU) and tokens."""
+
+    jobs: int = Field(description="jobs with a usage record")
+    seconds: dict[str, float] = Field(description="screen, speculate, gate, agent, sandbox")
+    total_s: float
+    tokens_in: int
+    tokens_out: int
+    accepted: int
+    agent_mean_s: float | None = Field(description="the agent's mean time per job it ran")
+    saved: SavedView | None = Field(description="null until two of its jobs ran the agent")
+    cost: float | None = Field(None, description="with a price per GPU-hour set")
+    saved_cost: float | None = None
+
+
 class BatchView(BaseModel):
     id: str
     name: str
@@ -226,10 +252,19 @@ class BatchView(BaseModel):
         description="the online audit: audited, agreed, agreement, its 99% interval (low, "
         "high), the baseline, drifted, and the alarm once raised (with the action taken)",
     )
+    usage: UsageView | None = Field(
+        None,
+        description="what its jobs cost and what the funnel saved; null while a large "
+        "batch's is worked out (ask again)",
+    )
 
     @classmethod
     def of(
-        cls, batch: Batch, counts: BatchCounts, audit: dict[str, Any] | None = None
+        cls,
+        batch: Batch,
+        counts: BatchCounts,
+        audit: dict[str, Any] | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> BatchView:
         return cls(
             id=batch.id,
@@ -247,6 +282,7 @@ class BatchView(BaseModel):
             beta=counts.beta,
             alpha=counts.alpha,
             audit=audit,
+            usage=None if usage is None else UsageView.model_validate(usage),
         )
 
 
@@ -330,90 +366,3 @@ class BatchesPage(Page[BatchLineView]):
 
 class JobsPage(Page[JobView]):
     """The caller's jobs, newest first."""
-
-
-class EndpointSpec(BaseModel):
-    """A URL to post your events to."""
-
-    url: str = Field(description="http(s); a public address (an operator may allow others)")
-    events: list[str] | None = Field(
-        None,
-        description="which of job.finished, batch.finished, batch.cancelled, audit.alarm; "
-        "default: all",
-    )
-
-
-class EndpointView(BaseModel):
-    id: str
-    url: str
-    events: list[str]
-    created_at: datetime
-    secret: str | None = Field(
-        None,
-        description="verify deliveries with it (Standard Webhooks); shown when the endpoint "
-        "is made, and in the listing",
-    )
-
-    @classmethod
-    def of(cls, endpoint: WebhookEndpoint) -> EndpointView:
-        return cls(
-            id=endpoint.id,
-            url=endpoint.url,
-            events=endpoint.events,
-            created_at=endpoint.created_at,
-            secret=endpoint.secret,
-        )
-
-
-class EndpointsPage(BaseModel):
-    data: list[EndpointView]
-
-
-class SecretView(BaseModel):
-    secret: str = Field(description="what your callback URLs' deliveries are signed with")
-
-
-class AttemptView(BaseModel):
-    at: datetime
-    status_code: int | None = Field(description="the receiver's answer; null: none came")
-    error: str | None = Field(description="why it did not deliver; null: it did")
-    seconds: float
-
-
-class DeliveryView(BaseModel):
-    id: str
-    event_id: str = Field(description="the webhook-id header: the same on every try")
-    event_type: str
-    subject: str = Field(description="the job's or the batch's id")
-    url: str
-    endpoint_id: str | None = Field(description="null: a batch's or job's callback_url")
-    state: str = Field(description="pending (tried again at next_at), delivered or failed")
-    next_at: datetime | None
-    created_at: datetime
-    finished_at: datetime | None
-    attempts: list[AttemptView]
-
-    @classmethod
-    def of(
-        cls, delivery: WebhookDelivery, event: WebhookEvent, attempts: list[WebhookAttempt]
-    ) -> DeliveryView:
-        return cls(
-            id=delivery.id,
-            event_id=event.id,
-            event_type=event.type,
-            subject=event.subject,
-            url=delivery.url,
-            endpoint_id=delivery.endpoint_id,
-            state=delivery.state,
-            next_at=delivery.next_at if delivery.state == "pending" else None,
-            created_at=delivery.created_at,
-            finished_at=delivery.finished_at,
-            attempts=[
-                AttemptView(at=a.at, status_code=a.status_code, error=a.error, seconds=a.seconds)
-                for a in attempts
-            ],
-        )
-
-
-class DeliveriesPage(Page[DeliveryView]):
-    """Webhook deliveries, newest first."""

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cli.compose import make_dispatcher
+from cli.estimate import draw, mark, print_estimate
 from cli.follow import follow, print_summary, progress_bar, say_line
 from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
 from common.contracts import Priority, SourceRow
@@ -35,6 +36,7 @@ from common.store.export import (
     parts_of,
     write_labelled,
 )
+from common.store.liveness import live_workers
 from common.store.tables import Batch
 
 if TYPE_CHECKING:
@@ -142,6 +144,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_settings(parser, "sources.export_shard_rows", "funnel.fast_batch_size", "agent.workers")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--estimate",
+        type=_positive,
+        metavar="N",
+        help="before a run: the funnel on N rows drawn at random, then the whole corpus's "
+        "expected beta, alpha, accepted share, model time and wall time (95%% intervals) "
+        "and accuracy where answers are known; keeps only the sample's jobs (batch "
+        "NAME.estimate), which the full run reuses",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="which rows --estimate draws (default 0)"
+    )
     add_settings(parser, "judge.url", "judge.model")
     parser.add_argument(
         "--distributed",
@@ -181,6 +195,12 @@ def run(args: argparse.Namespace) -> int:
         for_thyme=settings.agent.kind == "thyme",
     )
     name = args.name or name_of(corpus.location)
+    sample = None
+    if args.estimate is not None:
+        if output is not None:
+            raise InvalidInput("--estimate runs a sample: it writes no --out")
+        name += ".estimate"
+        sample = draw(corpus.rows, args.estimate, args.seed)
     check_name(name, settings.requests)
     if output is not None and output.layout == "webdataset":
         if corpus.kind != "webdataset":
@@ -201,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
 
         def counted() -> Iterator[SourceRow]:
             nonlocal read
-            for row in corpus.rows:
+            for row in corpus.rows if sample is None else sample.rows:
                 if row.error is not None:
                     bar.write(f"speceyes: {row.error[1]} (recorded as a failed job)", sys.stderr)
                 read += 1
@@ -228,11 +248,21 @@ def run(args: argparse.Namespace) -> int:
             f"sent {submitted.sent_fast} jobs to the fast queue and {submitted.sent_slow} to "
             "the slow queue"
         )
+    if sample is not None:
+        with sessions.begin() as session:
+            mark(session, submitted.batch_id, sample, args.seed)
     try:
         result = follow(dispatcher, sessions, submitted.batch_id, args.no_progress)
     finally:
         dispatcher.close()
     print_summary(result, name)
+    if sample is not None and not result.interrupted:
+        callers = settings.agent.workers + 1  # (the fast stage, and each trajectory)
+        if settings.broker.url:
+            with sessions() as session:
+                live = live_workers(session, settings.recovery.worker_dead_after_s)
+            callers = max(1, len(live))
+        print_estimate(sessions, submitted.batch_id, sample, result.seconds, callers)
     _print_audit(sessions, submitted.batch_id, settings)
     if settings.judge.url and not result.interrupted:
         _judge(sessions, submitted.batch_id, settings)
@@ -247,6 +277,13 @@ def run(args: argparse.Namespace) -> int:
             _leave_after_interrupt(dispatcher, sessions)
         return 130
     return 1 if result.counts.failures or result.counts.cancellations else 0
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 2:
+        raise argparse.ArgumentTypeError(f"needs at least 2 rows, not {value}")
+    return number
 
 
 def _leave_after_interrupt(dispatcher: Dispatcher, sessions: Store) -> None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
-from cli.options import add_store_flags, settings_from_args
+from cli.options import add_store_flags, iso_moment, settings_from_args
 from common.errors import ConfigurationError
 from common.store.db import make_engine, migrate, open_store, schema_revision
 from common.store.retention import prune
@@ -45,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     prune.add_argument(
         "--finished-before",
         required=True,
-        type=_moment,
+        type=iso_moment,
         metavar="DATE",
         help="an ISO date or time (UTC unless it says), e.g. 2026-09-01",
     )
@@ -74,14 +73,6 @@ def run_upgrade(args: argparse.Namespace) -> int:
     said = "already at" if before == after else f"from {before or 'nothing'} to"
     print(f"job store {said} revision {after}")
     return 0
-
-
-def _moment(text: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date or time") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def run_prune(args: argparse.Namespace) -> int:

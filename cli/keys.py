@@ -38,6 +38,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "limited to normal sends its single jobs at normal, and is refused (403) high",
     )
     create.add_argument(
+        "--jobs-per-day",
+        type=int,
+        metavar="N",
+        help="its tenant's quota of jobs a day, UTC (default: accounting_max_jobs_per_day); "
+        "past it a submission is refused whole (429)",
+    )
+    create.add_argument(
+        "--compute-s-per-day",
+        type=float,
+        metavar="S",
+        help="its tenant's quota of model seconds a day, UTC (default: "
+        "accounting_max_compute_s_per_day); once used, submissions are refused (429)",
+    )
+    create.add_argument(
         "--replace",
         action="store_true",
         help="revoke the active keys of this NAME first (in the same transaction): a key "
@@ -60,6 +74,12 @@ def _sessions(args: argparse.Namespace, *, create: bool = False) -> Any:
 def run_create(args: argparse.Namespace) -> int:
     if not args.name.strip():
         raise InvalidInput("a key needs a name: who or what it is for")
+    for flag, quota in (
+        ("--jobs-per-day", args.jobs_per_day),
+        ("--compute-s-per-day", args.compute_s_per_day),
+    ):
+        if quota is not None and quota < 0:
+            raise InvalidInput(f"{flag} is a quota: 0 or more, not {quota}")
     # committed before the secret is printed: a reader that takes the first line and
     # leaves (`keys create NAME | head -1`) must not leave us holding an unsaved key
     with _sessions(args, create=True).begin() as session:
@@ -71,6 +91,8 @@ def run_create(args: argparse.Namespace) -> int:
             tenant=args.tenant,
             admin=args.admin,
             max_priority=Priority(args.max_priority),
+            jobs_per_day=args.jobs_per_day,
+            compute_s_per_day=args.compute_s_per_day,
         )
         role = "admin, reads every tenant" if row.admin else f"tenant {row.tenant!r}"
         described = f"key {row.id} for {row.name!r} ({role}): shown once, keep it safe"

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resume": ("cli.resume", "take a cancelled batch up again (done work is not redone)"),
     "retry": ("cli.retry", "run a batch's failed (or cancelled) jobs again"),
     "export": ("cli.export", "write a batch's results (.jsonl or .parquet)"),
+    "usage": ("cli.usage", "model seconds and tokens by day, tenant and stage (and cost)"),
     "serve": ("cli.serve", "serve the HTTP API"),
     "keys": ("cli.keys", "create, list and revoke API keys"),
     "webhooks": ("cli.webhooks", "endpoints for events, the callback secret, deliveries"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import types
 import typing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,12 @@ def require_shared_store(settings: Settings) -> None:
             "set SPECEYES_DATABASE_URL (or --db) to PostgreSQL, e.g. "
             "postgresql+psycopg://HOST/speceyes; or unset the broker to run embedded"
         )
+
+
+def iso_moment(text: str) -> datetime:
+    """A flag's ISO 8601 date or time, in UTC (one without a zone is read as UTC)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date or time") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

@@ -16,6 +16,7 @@ from common.pipeline.audit import describe
 from common.store import reads
 from common.store.analytics import SplitRun, calibration_items, split_runs, stage_costs
 from common.store.db import open_store
+from common.store.overview import overview
 from common.store.reads import find_batch, require_batch
 
 DESCRIPTION = """\
@@ -115,8 +116,11 @@ def run(args: argparse.Namespace) -> int:
         methods.append(("SpecReason", specreason))
     methods = [(name, runs) for name, runs in methods if runs or name == args.label]
     splits = sorted({s for _, runs in methods for s in runs}, key=_paper_position)
+    named = [*args.batches, *(args.baselines or [])]
+    price = settings_from_args(args).accounting.price_per_gpu_hour
     if not splits:  # nothing to score: what the funnel did needs no labels
-        return _print_funnel(sessions, [*args.batches, *(args.baselines or [])], args.markdown)
+        _print_funnel(sessions, named, args.markdown)
+        return _print_usage(sessions, named, args.markdown, price)
     header = ["", *splits, "avg"]
     table, funnel, shares, tokens = [], [], [], []
     for name, runs in methods:
@@ -166,6 +170,39 @@ def run(args: argparse.Namespace) -> int:
         for split in splits:
             if split in runs:
                 print(f"{bullet}{name:<12} {split}: {_how_scored(runs[split], args.scoring)}")
+    return _print_usage(sessions, named, args.markdown, price)
+
+
+def _print_usage(sessions: Any, names: list[str], markdown: bool, price: float | None) -> int:
+    """Per batch, its model seconds and tokens, and what the funnel saved against the
+    agent alone (``common.store.usage``), with its 95% interval."""
+    header = ["batch", "model s", "tokens in", "tokens out", "saved s", "95% interval", "saved"]
+    if price is not None:
+        header += ["cost", "saved cost"]
+    table = []
+    with sessions() as session:
+        for name in names:
+            batch = require_batch(session, name)
+            used = overview(session, batch.id).usage.to_dict(price)
+            saved = used["saved"]
+            row = [
+                batch.name,
+                f"{used['total_s']:.1f}",
+                str(used["tokens_in"]),
+                str(used["tokens_out"]),
+                "-" if saved is None else f"{saved['seconds']:.1f}",
+                "-" if saved is None else f"{saved['low']:.1f} to {saved['high']:.1f}",
+                "-" if saved is None or saved["share"] is None else f"{100 * saved['share']:.1f}%",
+            ]
+            if price is not None:
+                row += [
+                    f"{used['cost']:.4f}",
+                    "-" if saved is None else f"{used['saved_cost']:.4f}",
+                ]
+            table.append(row)
+    print("\nmodel time (a batched call's shared by its jobs) and what the funnel saved against")
+    print("the agent alone (the accepted jobs at the agent's mean here, less the fast stage)")
+    _print(header, table, markdown)
     return 0
 
 
@@ -236,7 +273,7 @@ def _averaged(rows: list[Any]) -> Any:
     return dataclasses.replace(rows[0], **means)
 
 
-def _print_funnel(sessions: Any, names: list[str], markdown: bool) -> int:
+def _print_funnel(sessions: Any, names: list[str], markdown: bool) -> None:
     """Per batch, what needs no known answer: beta, alpha, the share the small model
     answered, and each stage's seconds per job."""
     header = [
@@ -275,7 +312,6 @@ def _print_funnel(sessions: Any, names: list[str], markdown: bool) -> int:
     print("no rows with a known answer to score: the funnel (beta: screened tool-free; alpha:")
     print("speculated answers the gate accepted; accepted: the share the small model answered)")
     _print(header, table, markdown)
-    return 0
 
 
 def _share(value: float | None) -> str:

@@ -21,7 +21,7 @@ the store records them (``common.store.claims``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -160,6 +160,83 @@ class Ticket:
 class ScreenResult:
     needs_tools: bool
     raw_text: str
+    prompt_tokens: int = 0  # the tokens it read and wrote (0: its backend does not say)
+    new_tokens: int = 0
+
+
+class Phase(StrEnum):
+    """Where a job's model time went (``Usage``)."""
+
+    SCREEN = "screen"  # phase I, the large model's yes/no
+    SPECULATE = "speculate"  # phase II, the small model (its zooms, at depth >= 1)
+    GATE = "gate"  # phase III, the answer's separability
+    AGENT = "agent"  # phase IV, the agent's generations (SpecReason's proposals too)
+    SANDBOX = "sandbox"  # phase IV, its tools: a crop or a sandboxed program
+
+
+@dataclass
+class Usage:
+    """What one job cost: model seconds per phase and the tokens read and written.
+
+    A batched call's wall time is shared equally by the jobs in it, so a batch's jobs
+    add up to its calls' time (on a GPU, GPU-seconds). Kept on the job, a stage a column
+    (``Job.fast_usage``, ``Job.agent_usage``), and summed per batch and tenant
+    (``common.store.usage``).
+    """
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    steps: int = 0  # the agent's generations (a trajectory's steps)
+    answer_s: float = 0.0  # the last one's seconds: the turn that answered
+
+    def add(self, phase: Phase, seconds: float, tokens_in: int = 0, tokens_out: int = 0) -> None:
+        self.seconds[str(phase)] = self.seconds.get(str(phase), 0.0) + seconds
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+
+    def merge(self, other: Usage) -> None:
+        for phase, seconds in other.seconds.items():
+            self.add(Phase(phase), seconds)
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.steps += other.steps
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        seconds = {phase: round(value, 6) for phase, value in self.seconds.items()}
+        shown = {"seconds": seconds, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+        if not self.steps:
+            return shown
+        return {**shown, "steps": self.steps, "answer_s": round(self.answer_s, 6)}
+
+    @classmethod
+    def of(cls, stored: Any) -> Usage:
+        """A stored record read back (anything else, or a phase it does not know: none)."""
+        if not isinstance(stored, dict):
+            return cls()
+        seconds = stored.get("seconds")
+        kept = {
+            str(phase): float(value)
+            for phase, value in (seconds.items() if isinstance(seconds, dict) else ())
+            if phase in {known.value for known in Phase} and _number(value)
+        }
+        tokens_in, tokens_out, steps = (
+            _count(stored.get(name)) for name in ("tokens_in", "tokens_out", "steps")
+        )
+        answer: Any = stored.get("answer_s")
+        return cls(kept, tokens_in, tokens_out, steps, float(answer) if _number(answer) else 0.0)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _count(value: Any) -> int:
+    return int(value) if _number(value) else 0
 
 
 @dataclass(frozen=True)

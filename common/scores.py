@@ -152,3 +152,14 @@ class DepthReplay:
             screen_seconds=float(data.get("screen_seconds") or 0.0),
             speculate_seconds=float(data.get("speculate_seconds") or 0.0),
         )
+
+
+def wilson(agreed: int, audited: int, z: float) -> tuple[float, float]:
+    """The Wilson score interval of a proportion at quantile ``z`` (0, 1 with no trials)."""
+    if audited == 0:
+        return 0.0, 1.0
+    share = agreed / audited
+    denominator = 1 + z * z / audited
+    centre = (share + z * z / (2 * audited)) / denominator
+    spread = z * math.sqrt(share * (1 - share) / audited + z * z / (4 * audited**2)) / denominator
+    return max(0.0, centre - spread), min(1.0, centre + spread)

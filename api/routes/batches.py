@@ -24,7 +24,7 @@ from api.intake import (
     read_batch,
     unsent,
 )
-from api.metrics import SUBMITTED
+from api.metrics import SUBMITTED, TENANT_SUBMITTED
 from api.schemas import (
     BatchesPage,
     BatchLineView,
@@ -47,6 +47,7 @@ from common.store import reads, reviews, submission
 from common.store.browse import PAGE_ROWS, BadCursor, results_page
 from common.store.export import result_row
 from common.store.listing import batches_page
+from common.store.overview import overview_or_soon
 
 router = APIRouter(prefix="/batches", tags=["batches"])
 
@@ -129,6 +130,7 @@ async def submit_batch(
 
     submitted = await run_in_threadpool(submission.resolving_races, create)
     SUBMITTED.labels("batches").inc(len(submitted.queued))
+    TENANT_SUBMITTED.labels(caller.tenant or "").inc(len(submitted.queued))
     # A retry (the Idempotency-Key named a batch made before) made nothing: its jobs were
     # listed and logged the first time, and this request may not be the same.
     refused = [
@@ -178,7 +180,11 @@ def get_batch(
     with sessions() as session:
         batch = owned_batch(session, batch_id.hex, caller)
         audit = {**figures(session, settings, batch.id).as_dict(), "alarm": batch.audit_alarm}
-        return BatchView.of(batch, reads.batch_counts(session, batch.id), audit)
+        counts = reads.batch_counts(session, batch.id)
+        found = overview_or_soon(sessions, session, batch.id, counts)
+        price = settings.accounting.price_per_gpu_hour
+        usage = None if found is None else found.usage.to_dict(price)
+        return BatchView.of(batch, counts, audit, usage)
 
 
 @router.get("/{batch_id}/results", summary="A batch's results, streamed as JSONL")

@@ -25,7 +25,7 @@ from api.browse import (
 from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.errors import ApiError
 from api.intake import checked_callback, enqueue_job, new_item, parse_id, read_job
-from api.metrics import SUBMITTED
+from api.metrics import SUBMITTED, TENANT_SUBMITTED
 from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
 from common.contracts import JobStatus, Priority
 from common.pipeline import cancel
@@ -97,6 +97,7 @@ async def submit_job(
     )
     if job.created:
         SUBMITTED.labels("jobs").inc()
+        TENANT_SUBMITTED.labels(caller.tenant or "").inc()
     return JobSubmitted(id=job.id, status=job.status, created=job.created)
 
 

@@ -12,7 +12,7 @@ from api.browse import After, Limit
 from api.deps import CallerDep, SessionsDep, SettingsDep
 from api.errors import ApiError
 from api.intake import checked_callback, parse_id
-from api.schemas import (
+from api.webhook_schemas import (
     DeliveriesPage,
     DeliveryView,
     EndpointsPage,

@@ -46,7 +46,7 @@ from common.store.browse import BadCursor, Rows, results_page
 from common.store.export import result_row
 from common.store.keys import check_key
 from common.store.listing import Window, batches_page
-from common.store.overview import kept_overview, overview, overview_soon
+from common.store.overview import kept_overview, overview, overview_or_soon
 from common.store.tables import Batch
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -198,10 +198,8 @@ def batch_page(
         batch = owned_batch(session, batch_id, ui.caller)
         context = _progress(session, batch, settings)
         counts = context["counts"]
-        if counts.jobs > LISTED_SCORING_JOBS:  # (made by a thread; the page answers now)
-            found = overview_soon(sessions, batch.id, counts)
-        else:
-            found = overview(session, batch.id, counts)
+        # (a large batch's made by a thread: the page answers now)
+        found = overview_or_soon(sessions, session, batch.id, counts)
         failures = sorted(counts.failures)
         grid = grid_of(session, Listing.of_batch(batch), {}, None, failures)
         html = render(
@@ -209,6 +207,7 @@ def batch_page(
             request,
             ui,
             overview=found,
+            usage=found.usage.to_dict(settings.accounting.price_per_gpu_hour) if found else None,
             bars=views.histogram_bars(found.histogram) if found else [],
             tau_x=views.threshold_x(found.histogram.threshold) if found else None,
             chart=(views.CHART_W, views.CHART_H),

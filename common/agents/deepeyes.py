@@ -83,6 +83,7 @@ def run_deepeyes(
                 text=generation.text,
                 finish_reason=generation.finish_reason,
                 new_tokens=generation.new_tokens,
+                prompt_tokens=generation.prompt_tokens,
                 generate_seconds=time.perf_counter() - started,
             )
             trajectory.steps.append(step)

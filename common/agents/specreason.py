@@ -146,6 +146,7 @@ class _Rounds:
             stop=(),
             max_new_tokens=SPECREASON.SCORE_MAX_NEW_TOKENS,
         )
+        step.prompt_tokens = proposal.prompt_tokens + verdict.prompt_tokens
         step.score = score_of(verdict.text)
         step.accepted = step.score >= self.threshold
         kept = proposal
@@ -155,6 +156,7 @@ class _Rounds:
             step.proposer, step.proposal = "large", proposal.text
             step.proposal_tokens = proposal.new_tokens
             kept = self._generate(self.large, "correct", step.index, [])
+            step.prompt_tokens += kept.prompt_tokens
         step.text, step.finish_reason, step.new_tokens = (
             kept.text,
             kept.finish_reason,

@@ -120,6 +120,7 @@ class _Loop:
             text=text,
             finish_reason=generation.finish_reason,
             new_tokens=generation.new_tokens,
+            prompt_tokens=generation.prompt_tokens,
             generate_seconds=time.perf_counter() - started,
         )
         answered = "</answer>" in text

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from common.contracts import Phase, Usage
 from common.errors import StopRequested
 
 # The tags of the agents' protocols: an answer holding one is the model's loop leaking
@@ -25,6 +26,7 @@ class AgentStep:
     finish_reason: str
     new_tokens: int
     generate_seconds: float
+    prompt_tokens: int = 0  # what its generations read (0: the backend does not say)
     tool_call: dict[str, Any] | None = None
     box_model: list[float] | None = None  # as the model wrote it, in its view's pixels
     box_original: list[int] | None = None  # cropped from the original: [x1, y1, x2, y2]
@@ -71,6 +73,17 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def usage(self) -> Usage:
+        """What its steps cost: the generations' seconds (SpecReason's proposals and
+        scores too) and tokens, and the tools' seconds (a crop, a sandboxed program)."""
+        last = self.steps[-1].generate_seconds if self.steps else 0.0
+        used = Usage(steps=len(self.steps), answer_s=last)
+        for step in self.steps:
+            written = step.new_tokens + step.proposal_tokens
+            used.add(Phase.AGENT, step.generate_seconds, step.prompt_tokens, written)
+            used.add(Phase.SANDBOX, step.tool_seconds)
+        return used
 
 
 def answer_problem(answer: str, *, cut: bool = False) -> str | None:

@@ -40,6 +40,7 @@ class Speculation:
     token_ids: list[int] | None  # the answer's token ids, before the first EOS / pad (None:
     # a backend that is not told them, as a server's or a stand-in)
     scores: TokenScores  # one row per answer token
+    prompt_tokens: int = 0  # the tokens it read (0: its backend does not say)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Generation:
     # the text as the backend decoded it, which may differ from ``text`` at a stop)
     scores: TokenScores | None = None
     pieces: tuple[str, ...] | None = None
+    prompt_tokens: int = 0  # the tokens it read (0: its backend does not say)
 
 
 class VisionLanguageModel(Protocol):

@@ -21,7 +21,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from pydantic import Field
@@ -189,16 +189,20 @@ class ScriptedModel:
 
     def screen(self, queries: Sequence[Query], *, max_new_tokens: int) -> list[ScreenResult]:
         scripts = self._call("screen", [q.job_id for q in queries])
-        return [
-            ScreenResult(s.needs_tools, s.screen_text or ("yes" if s.needs_tools else "no"))
-            for s in scripts
-        ]
+        screens = []
+        for query, s in zip(queries, scripts, strict=True):
+            text = s.screen_text or ("yes" if s.needs_tools else "no")
+            screens.append(ScreenResult(s.needs_tools, text, _words(query.question), _words(text)))
+        return screens
 
     def speculate(
         self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
     ) -> list[Speculation]:
         scripts = self._call("speculate", [q.job_id for q in queries])
-        return [_speculation(s.answer, s.confidence, top_k) for s in scripts]
+        return [
+            replace(_speculation(s.answer, s.confidence, top_k), prompt_tokens=_words(q.question))
+            for q, s in zip(queries, scripts, strict=True)
+        ]
 
     def generate(
         self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
@@ -211,9 +215,11 @@ class ScriptedModel:
             steps = script.scores if script.scores is not None else (9,)
         text = str(steps[min(conversation.generations, len(steps) - 1)])
         ends = [text.find(s) + len(s) for s in stop if s in text]
+        said = [part for m in conversation.messages for part in m.content if isinstance(part, str)]
+        read = sum(_words(part) for part in said)
         if ends:
-            return Generation(text[: min(ends)], "stop", len(text.split()))
-        return Generation(text, "eos", len(text.split()))
+            text = text[: min(ends)]
+        return Generation(text, "stop" if ends else "eos", _words(text), prompt_tokens=read)
 
     def agent_turns(
         self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int
@@ -249,6 +255,11 @@ class ScriptedModel:
         if failing:
             raise ModelError(f"scripted {phase} failure for job(s) {', '.join(failing)}")
         return scripts
+
+
+def _words(text: str) -> int:
+    """A stand-in's token count: the words (a real model's tokens are its tokenizer's)."""
+    return len(text.split())
 
 
 def _speculation(answer: str, confidence: float, top_k: int) -> Speculation:

@@ -108,9 +108,13 @@ class ServerModel:
         bodies = [
             self._body(self.protocol.screen_query(query), max_new_tokens, stop) for query in queries
         ]
-        replies = self._all(bodies)
-        texts = [_text(reply, stop) for reply in replies]
-        return [ScreenResult(not self.protocol.says_tool_free(text), text) for text in texts]
+        screens = []
+        for reply in self._all(bodies):
+            text = _text(reply, stop)
+            read, written = _tokens(reply)
+            needs_tools = not self.protocol.says_tool_free(text)
+            screens.append(ScreenResult(needs_tools, text, read, written))
+        return screens
 
     def speculate(
         self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
@@ -267,8 +271,20 @@ def _generation(reply: dict[str, Any], stop: Sequence[str], stops: Sequence[str]
     text = _text(reply, stops)
     if finish == "stop" and not any(text.endswith(s) for s in stop):
         finish = "eos"
-    tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
-    return Generation(text, finish, tokens)  # type: ignore[arg-type]
+    read, written = _tokens(reply)
+    return Generation(text, finish, written, prompt_tokens=read)  # type: ignore[arg-type]
+
+
+def _tokens(reply: dict[str, Any]) -> tuple[int, int]:
+    """The tokens a reply says it read and wrote (its ``usage``; 0 where it says none)."""
+    usage = reply.get("usage")
+    counts = [usage.get(name) if isinstance(usage, dict) else None for name in _USAGE]
+    return tuple(  # type: ignore[return-value]
+        count if isinstance(count, int) and count >= 0 else 0 for count in counts
+    )
+
+
+_USAGE = ("prompt_tokens", "completion_tokens")
 
 
 def _speculation(reply: dict[str, Any], top_k: int, strip: bool) -> Speculation:
@@ -277,7 +293,8 @@ def _speculation(reply: dict[str, Any], top_k: int, strip: bool) -> Speculation:
     rows, _ = _scored_tokens(reply, top_k)
     answer = final_answer(text, strip=strip)
     scores = TokenScores(rows, [0.0] * len(rows))  # log-probabilities: normalised already
-    return Speculation(answer, None, scores)  # (a server tells no token ids)
+    # (a server tells no token ids)
+    return Speculation(answer, None, scores, prompt_tokens=_tokens(reply)[0])
 
 
 def _scored_tokens(reply: dict[str, Any], top_k: int) -> tuple[list[list[float]], tuple[str, ...]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,13 @@ from transformers import (
     AutoTokenizer,
     GenerationConfig,
     LogitsProcessorList,
-    StoppingCriteria,
     StoppingCriteriaList,
 )
 from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 from transformers.utils import is_torchvision_available
 
 from common.backends.base import FinishReason, Generation, Speculation, final_answer
+from common.backends.decoding import WhenSet, cut_after_stop, shortest_with_stop, top_scores
 from common.chat import Conversation, Message
 from common.contracts import Query, ScreenResult
 from common.errors import ConfigurationError, Interrupted
@@ -60,6 +60,7 @@ class _Row:
     text: str
     finish_reason: FinishReason
     scores: TokenScores | None
+    prompt_tokens: int = 0
 
 
 def resolve_device(device: str) -> torch.device:
@@ -166,7 +167,15 @@ class TransformersModel:
             stop=self.protocol.screen_stop,
             end_ids=self.turn_end_ids,
         )
-        return [ScreenResult(not self.protocol.says_tool_free(row.text), row.text) for row in rows]
+        return [
+            ScreenResult(
+                not self.protocol.says_tool_free(row.text),
+                row.text,
+                row.prompt_tokens,
+                len(row.token_ids),
+            )
+            for row in rows
+        ]
 
     def speculate(
         self, queries: Sequence[Query], *, max_new_tokens: int, top_k: int
@@ -178,6 +187,7 @@ class TransformersModel:
                 final_answer(row.text, strip=self.protocol.answer_strip),
                 row.token_ids,
                 row.scores or TokenScores([], []),
+                row.prompt_tokens,
             )
             for row in rows
         ]
@@ -209,7 +219,9 @@ class TransformersModel:
             end_ids=self.turn_end_ids,
             continue_cut=conversation.continue_cut,
         )
-        return Generation(row.text, row.finish_reason, len(row.token_ids))
+        return Generation(
+            row.text, row.finish_reason, len(row.token_ids), prompt_tokens=row.prompt_tokens
+        )
 
     def agent_turns(
         self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int
@@ -228,6 +240,7 @@ class TransformersModel:
                 len(row.token_ids),
                 row.scores,
                 self._pieces(row.token_ids),
+                row.prompt_tokens,
             )
             for row in rows
         ]
@@ -271,16 +284,20 @@ class TransformersModel:
             **inputs,
             generation_config=config,
             logits_processor=LogitsProcessorList(self.logits_processors),
-            stopping_criteria=StoppingCriteriaList([_WhenSet(self.stop)]),
+            stopping_criteria=StoppingCriteriaList([WhenSet(self.stop)]),
             tokenizer=self.tokenizer if stop else None,
         )
         self._check_stop()  # cut short: its rows are not what the model would have said
         new_tokens = output.sequences[:, inputs["input_ids"].shape[1] :].tolist()
         top_values = log_norm = None
         if top_k is not None:
-            top_values, log_norm = _top_scores(output.logits, top_k)
+            top_values, log_norm = top_scores(output.logits, top_k)
+        prompts = inputs["attention_mask"].sum(dim=1).tolist()  # (padding left out)
         return [
-            self._row(tokens, stop, top_values, log_norm, index, max_new_tokens, set(ends))
+            replace(
+                self._row(tokens, stop, top_values, log_norm, index, max_new_tokens, set(ends)),
+                prompt_tokens=int(prompts[index]),
+            )
             for index, tokens in enumerate(new_tokens)
         ]
 
@@ -310,7 +327,7 @@ class TransformersModel:
         def decode(part: list[int]) -> str:
             return str(self.tokenizer.decode(part, skip_special_tokens=True))
 
-        return _shortest_with_stop(decode, tokens, stop)
+        return shortest_with_stop(decode, tokens, stop)
 
     def _row(
         self,
@@ -328,7 +345,7 @@ class TransformersModel:
         text = self.tokenizer.decode(answer, skip_special_tokens=True)
         ended = length < len(tokens) or length < max_new_tokens
         finish: FinishReason = "eos" if ended else "length"
-        cut = _cut_after_stop(text, stop)
+        cut = cut_after_stop(text, stop)
         if cut is not None:
             finish = "stop"
             # in a batch, a row that stopped early goes on (padded) while others run:
@@ -346,49 +363,6 @@ class TransformersModel:
                 [step[index] for step in log_norm[:kept]],
             )
         return _Row(answer, text, finish, scores)
-
-
-class _WhenSet(StoppingCriteria):
-    """Ends every row at the next token once ``event`` is set."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        rows = input_ids.shape[0]
-        return torch.full((rows,), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
-
-
-def _shortest_with_stop(decode: Any, tokens: list[int], stop: Sequence[str]) -> int:
-    """The fewest leading tokens whose text already holds a stop string (binary search:
-    once a prefix holds one, every longer prefix does)."""
-    low, high = 1, len(tokens)
-    while low < high:
-        middle = (low + high) // 2
-        if _cut_after_stop(decode(tokens[:middle]), stop) is not None:
-            high = middle
-        else:
-            low = middle + 1
-    return high
-
-
-def _top_scores(
-    logits: Sequence[torch.Tensor], top_k: int
-) -> tuple[list[list[list[float]]], list[list[float]]]:
-    """Per step [B, V] raw logits -> top-K values [steps][B][K] and log-sum-exp [steps][B]."""
-    tops, norms = [], []
-    for step in logits:  # one step at a time: a [steps, B, V] stack would be large
-        row = step.float()
-        tops.append(row.topk(min(top_k, row.shape[-1]), dim=-1).values)
-        norms.append(torch.logsumexp(row, dim=-1))
-    if not tops:
-        return [], []
-    return torch.stack(tops).cpu().tolist(), torch.stack(norms).cpu().tolist()
-
-
-def _cut_after_stop(text: str, stop: Sequence[str]) -> str | None:
-    ends = [text.find(s) + len(s) for s in stop if s and s in text]
-    return text[: min(ends)] if ends else None
 
 
 def _load_model(path: str, dtype: torch.dtype, device: torch.device) -> Any:

@@ -16,6 +16,7 @@
     ├── audit      the online audit
     ├── judge      the LLM judge for benchmark answers
     ├── webhooks   events sent to callers' URLs: retries, time limits, allowed hosts
+    ├── accounting what model time costs (a price per GPU-hour, for usage in money)
     └── database_url
 
 Each field is written once, with its default, its checks and its description; from
@@ -32,12 +33,14 @@ given where the group is placed (``env_prefix``), so the two models' fields read
 ``SPECEYES_LARGE_MODEL``, ``SPECEYES_SMALL_SERVER_URL``. What a calibration file says
 of the audit, and the scripted backend's knobs for tests, are not settings.
 
-One module per group (``models``, ``method``, ``agent``, ``inputs``, ``service``), how a
+One module per group (``models``, ``method``, ``agent``, ``inputs``, ``service``,
+``accounting``), how a
 setting is written (``base``), the environment and flags read by flat name
 (``environment``), the whole composed (``settings``), and the calibration file a setting
 may point to (``calibration``). What the rest of the code imports is named here.
 """
 
+from common.config.accounting import AccountingSettings
 from common.config.agent import AgentSettings, SandboxSettings
 from common.config.base import AgentKind, BackendKind, GateMode, Isolation, Method, Role, Screener
 from common.config.environment import Leaf
@@ -56,6 +59,7 @@ from common.config.settings import (
 
 __all__ = [
     "DEFAULT_MODELS",
+    "AccountingSettings",
     "AgentKind",
     "AgentSettings",
     "ApiSettings",

@@ -20,6 +20,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from common.config.accounting import AccountingSettings
 from common.config.agent import AgentSettings
 from common.config.base import (
     ENV_PREFIX,
@@ -59,6 +60,9 @@ class Settings(BaseSettings):
     api: ApiSettings = group(ApiSettings, "The HTTP API.", env_prefix="api_")
     audit: AuditSettings = group(AuditSettings, "The online audit.", env_prefix="audit_")
     judge: JudgeSettings = group(JudgeSettings, "The LLM judge.", env_prefix="judge_")
+    accounting: AccountingSettings = group(
+        AccountingSettings, "What model time costs.", env_prefix="accounting_"
+    )
     webhooks: WebhookSettings = group(
         WebhookSettings, "Events sent to callers' URLs.", env_prefix="webhook_"
     )

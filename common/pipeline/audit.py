@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ from sqlalchemy.orm import Session
 from common.config import Settings
 from common.config.calibration import CalibrationFile, read_calibration
 from common.protocols.scoring import is_correct
+from common.scores import wilson
 from common.store import audits, webhooks
 from common.store.tables import Batch, Job, utcnow
 
@@ -48,17 +48,6 @@ def sampled(key: str, rate: float) -> bool:
         return False
     draw = int(hashlib.sha256(f"audit:{key}".encode()).hexdigest()[:12], 16) / 16**12
     return draw < rate
-
-
-def wilson(agreed: int, audited: int, z: float = Z) -> tuple[float, float]:
-    """The Wilson score interval of a proportion (0, 1 with nothing audited)."""
-    if audited == 0:
-        return 0.0, 1.0
-    share = agreed / audited
-    denominator = 1 + z * z / audited
-    centre = (share + z * z / (2 * audited)) / denominator
-    spread = z * math.sqrt(share * (1 - share) / audited + z * z / (4 * audited**2)) / denominator
-    return max(0.0, centre - spread), min(1.0, centre + spread)
 
 
 @dataclass(frozen=True)
@@ -99,7 +88,7 @@ def figures(session: Session, settings: Settings, batch_id: str | None = None) -
 
 def figures_of(audited: int, agreed: int, settings: Settings) -> AuditFigures:
     """The figures of counts already made (a batch's, ``BatchCounts``)."""
-    low, high = wilson(agreed, audited)
+    low, high = wilson(agreed, audited, Z)
     return AuditFigures(audited, agreed, low, high, baseline(settings))
 
 

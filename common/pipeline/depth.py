@@ -155,6 +155,7 @@ def _react(
         text=generation.text,
         finish_reason=generation.finish_reason,
         new_tokens=generation.new_tokens,
+        prompt_tokens=generation.prompt_tokens,
         generate_seconds=seconds,
     )
     zoomed.steps.append(step)

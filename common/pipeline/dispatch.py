@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.contracts import JobStatus, Priority, Queue
 from common.errors import RetryableError
 from common.pipeline.follow import NO_WATCH, RunResult, Watch, follow_store
-from common.store import claims, reads, sends
+from common.store import reads, sends
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class Dispatcher(ABC):
             try:
                 with sessions() as session:
                     if self.orders_messages:
-                        urgency = claims.priorities(session, ids)
+                        urgency = reads.priorities(session, ids)
                     if self.stamps_sends:
                         sends.stamp(session, ids)
                         session.commit()
@@ -234,7 +234,7 @@ class Dispatcher(ABC):
             yield outbox
             urgency: dict[str, int] = {}  # (the ranks that are not normal)
             if self.orders_messages:
-                urgency = claims.priorities(session, [*outbox.fast, *outbox.slow])
+                urgency = reads.priorities(session, [*outbox.fast, *outbox.slow])
             if self.stamps_sends:
                 sends.stamp(session, outbox.unstamped())
         started = time.perf_counter()

@@ -41,14 +41,17 @@ from common.contracts import (
     Failed,
     FailureCode,
     FastOutcome,
+    Phase,
     Query,
     ScreenResult,
+    Usage,
 )
 from common.errors import ImageError, ModelError, RetryableError, StopRequested
 from common.images import content_hash, decode_image
 from common.pipeline.depth import speculate_in_depth
 from common.pipeline.gate import score_answers
 from common.pipeline.isolation import per_job
+from common.pipeline.metering import Meter
 from common.scores import REPLAY_K, DepthReplay, GateResult
 from common.sources.locations import describe
 from common.sources.reading import read_located
@@ -60,6 +63,7 @@ log = logging.getLogger(__name__)
 class FastBatchResult:
     outcomes: list[FastOutcome]  # one per query, in order
     seconds: dict[str, float] = field(default_factory=dict)  # per phase, for the batch
+    usage: dict[str, Usage] = field(default_factory=dict)  # per job (common.pipeline.metering)
 
 
 def prepare_query(
@@ -120,20 +124,24 @@ def run_fast_stage(
     settings: FunnelSettings,
     on_screened: Callable[[list[Deferred]], None] | None = None,
     limits: AgentSettings | None = None,
+    meter: Meter | None = None,
 ) -> FastBatchResult:
     """Phases I-III over one micro-batch; one outcome per query, in order.
 
     ``on_screened`` receives the jobs screening sent to the agent as soon as phase I is
     over, so that they need not wait for phases II-III of their batch-mates. ``limits``:
     the agent's box rules, which the small model's zooms follow (speculation in depth).
+    ``meter``: where each job's usage goes (the result's ``usage``; a caller that records
+    screened jobs early passes its own, to read theirs by then).
     """
     if settings.baseline:
         return FastBatchResult([Deferred(q.job_id, DeferReason.BASELINE) for q in queries])
     if settings.calibrate:
         return _calibration_batch(
-            queries, large=large, small=small, settings=settings, limits=limits
+            queries, large=large, small=small, settings=settings, limits=limits, meter=meter
         )
-    result = FastBatchResult([])
+    meter = meter or Meter()
+    result = FastBatchResult([], usage=meter.jobs)
     outcomes: dict[str, FastOutcome] = {}
     screens: dict[str, ScreenResult] = {}
     # at depth >= 1 with scope 'all', a job the screen says needs tools zooms as well
@@ -152,6 +160,8 @@ def run_fast_stage(
             if screen.needs_tools and not zoom_all:
                 outcomes[query.job_id] = Deferred(query.job_id, DeferReason.TOOLS_NEEDED, screen)
         result.seconds["screen"] = time.perf_counter() - started
+        meter.share(Phase.SCREEN, result.seconds["screen"], queries)
+        meter.screens(queries, results)
         early = [o for o in outcomes.values() if isinstance(o, Deferred)]
         if on_screened is not None and early:
             on_screened(early)
@@ -172,6 +182,9 @@ def run_fast_stage(
         )
         traces = {}
     result.seconds["speculate"] = time.perf_counter() - started
+    if tool_free:
+        meter.share(Phase.SPECULATE, result.seconds["speculate"], tool_free)
+        meter.speculations(tool_free, speculations, traces)
     answered: list[tuple[Query, Speculation]] = []
     for query, speculation in zip(tool_free, speculations, strict=True):
         if isinstance(speculation, ModelError):
@@ -188,6 +201,8 @@ def run_fast_stage(
     started = time.perf_counter()
     verdicts = gate_stage([speculation for _, speculation in answered], settings.gate)
     result.seconds["gate"] = time.perf_counter() - started
+    if answered:
+        meter.share(Phase.GATE, result.seconds["gate"], [query for query, _ in answered])
     for (query, speculation), verdict in zip(answered, verdicts, strict=True):
         screened = screens.get(query.job_id)
         zoomed = traces.get(query.job_id, ())
@@ -256,6 +271,7 @@ def _calibration_batch(
     small: VisionLanguageModel,
     settings: FunnelSettings,
     limits: AgentSettings | None = None,
+    meter: Meter | None = None,
 ) -> FastBatchResult:
     """A calibration run's fast stage: every job is screened (when there is a screener)
     and speculated, keeping the top ``REPLAY_K`` logits per answer token, gated as the
@@ -264,7 +280,8 @@ def _calibration_batch(
     At speculation depth D >= 1 every job also speculates in depth, whatever the screen
     said, and keeps what replaying each depth d <= D needs (``DepthReplay``): the live
     depth-0 answer above stays the record's depth 0."""
-    result = FastBatchResult([])
+    meter = meter or Meter()
+    result = FastBatchResult([], usage=meter.jobs)
     screens: dict[str, ScreenResult] = {}
     if settings.screener != "none":
         started = time.perf_counter()
@@ -276,6 +293,8 @@ def _calibration_batch(
             if not isinstance(s, ModelError)
         }
         result.seconds["screen"] = time.perf_counter() - started
+        meter.share(Phase.SCREEN, result.seconds["screen"], queries)
+        meter.screens(queries, results)
     started = time.perf_counter()
     top_k = max(settings.gate.top_k, REPLAY_K)
     speculations = speculate_stage(
@@ -283,6 +302,10 @@ def _calibration_batch(
     )
     result.seconds["speculate"] = time.perf_counter() - started
     depth = _depth_replays(queries, small, settings, limits, result.seconds) or {}
+    if queries:
+        spent = result.seconds["speculate"] + result.seconds.get("zoom", 0.0)
+        meter.share(Phase.SPECULATE, spent, queries)
+        meter.speculations(queries, speculations, {j: zoomed for j, (zoomed, _) in depth.items()})
     answered = [s for s in speculations if not isinstance(s, ModelError)]
     verdicts = iter(gate_stage(answered, settings.gate))
     for query, speculation in zip(queries, speculations, strict=True):

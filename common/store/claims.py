@@ -11,7 +11,7 @@ touches nothing, so a job has exactly one result. The statuses are drawn in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from functools import cache
 from typing import Any, cast
@@ -28,10 +28,10 @@ from common.contracts import (
     Failed,
     FastOutcome,
     JobStatus,
-    Priority,
     ScreenResult,
     Stage,
     Ticket,
+    Usage,
 )
 from common.scores import encode
 from common.store import arrays, budgets, cancels, webhooks
@@ -231,8 +231,14 @@ def fail_running(session: Session, job_id: str, stage: Stage, code: str, message
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSettings) -> int:
-    """Record a fast-stage batch's outcomes; returns how many rows changed.
+def record_fast(
+    session: Session,
+    outcomes: Iterable[FastOutcome],
+    gate: GateSettings,
+    usage: Mapping[str, Usage] | None = None,
+) -> int:
+    """Record a fast-stage batch's outcomes (and what each job used, from ``usage``);
+    returns how many rows changed.
 
     Outcomes that write the same columns (accepted, deferred, failed) go in one statement
     each: on PostgreSQL one UPDATE from their columns as arrays (``common.store.arrays``),
@@ -246,6 +252,8 @@ def record_fast(session: Session, outcomes: Iterable[FastOutcome], gate: GateSet
     for outcome in outcomes:
         ids.append(outcome.job_id)
         values = _fast_values(outcome, gate_used, now)
+        if usage is not None and outcome.job_id in usage:
+            values["fast_usage"] = usage[outcome.job_id].to_dict()
         groups.setdefault(tuple(sorted(values)), []).append({"id": outcome.job_id, **values})
     postgres = is_postgres(session)
     changed = 0
@@ -352,6 +360,7 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
             "final_answer": outcome.answer,
             "scored_answer": outcome.trajectory.scored,
             "trajectory": outcome.trajectory.to_dict(),
+            "agent_usage": outcome.trajectory.usage().to_dict(),
             "error_message": None,
         }
     else:
@@ -360,6 +369,7 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
             "error_code": outcome.error_code,
             "error_message": outcome.error,
             "trajectory": outcome.trajectory.to_dict(),
+            "agent_usage": outcome.trajectory.usage().to_dict(),
         }
     values["finished_at"] = now
     statement = _running_update(Stage.AGENT, tuple(sorted(values)))
@@ -388,31 +398,3 @@ def release_orphans(session: Session, live: set[str]) -> dict[Stage, list[str]]:
         released[stage] = list(session.scalars(statement))
     stopped = set(cancels.settle(session, [i for ids in released.values() for i in ids]))
     return {stage: [i for i in ids if i not in stopped] for stage, ids in released.items()}
-
-
-def waiting_jobs(session: Session) -> dict[Stage, list[str]]:
-    """Every job waiting for a stage: queued (fast) or deferred (agent)."""
-    rows = session.execute(
-        select(Job.id, Job.status).where(Job.status.in_(list(WAITING_FOR.values())))
-    ).all()
-    by_status: dict[str, Stage] = {waiting: stage for stage, waiting in WAITING_FOR.items()}
-    found: dict[Stage, list[str]] = {stage: [] for stage in WAITING_FOR}
-    for job_id, status in rows:
-        found[by_status[status]].append(job_id)
-    return found
-
-
-def priorities(session: Session, job_ids: Sequence[str]) -> dict[str, int]:
-    """The priority rank of each of ``job_ids`` that is not normal (most jobs are: what
-    the broker sends at its normal step needs no entry)."""
-    if not job_ids:
-        return {}
-    normal = Priority.NORMAL.rank
-    found: dict[str, int] = {}
-    ids = list(dict.fromkeys(job_ids))
-    for start in range(0, len(ids), 1000):
-        query = select(Job.id, Job.priority).where(
-            Job.id.in_(ids[start : start + 1000]), Job.priority != normal
-        )
-        found.update(dict(session.execute(query).all()))
-    return found

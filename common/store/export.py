@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy.orm import Session
 
-from common.contracts import AnsweredBy, JobStatus
+from common.contracts import AnsweredBy, JobStatus, Usage
 from common.errors import InvalidInput
 from common.images import content_hash
 from common.protocols.scoring import is_correct
@@ -70,6 +70,11 @@ SCHEMA = pa.schema(
         ("screen_needs_tools", pa.bool_()),
         ("defer_reason", pa.string()),
         ("agent_steps", pa.int64()),
+        # model seconds (a batched call's shared by its jobs) and tokens (common.store.usage)
+        ("fast_s", pa.float64()),
+        ("agent_s", pa.float64()),  # the agent's generations and its tools
+        ("tokens_in", pa.int64()),
+        ("tokens_out", pa.int64()),
         ("error_code", pa.string()),
         ("error", pa.string()),
         ("expected", pa.string()),
@@ -91,6 +96,7 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
     """One exported row (``SCHEMA``'s columns): what was asked, what was answered, by
     whom and how sure, and a person's review of it. ``answer`` stays the model's;
     ``final_answer`` is the one to hand on."""
+    fast, agent = Usage.of(job.fast_usage), Usage.of(job.agent_usage)
     return {
         "id": item.item_id,
         "position": item.position,
@@ -107,6 +113,10 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "screen_needs_tools": job.screen_needs_tools,
         "defer_reason": job.defer_reason,
         "agent_steps": len(steps) if (steps := job.trace_steps) is not None else None,
+        "fast_s": round(fast.total_s, 6) if job.fast_usage is not None else None,
+        "agent_s": round(agent.total_s, 6) if job.agent_usage is not None else None,
+        "tokens_in": fast.tokens_in + agent.tokens_in if _used(job) else None,
+        "tokens_out": fast.tokens_out + agent.tokens_out if _used(job) else None,
         "error_code": job.error_code,
         "error": job.error_message if job.status in _STOPPED else None,
         "expected": item.expected,
@@ -122,6 +132,10 @@ def result_row(item: BatchItem, job: Job) -> dict[str, Any]:
         "reviewed_at": _utc(job.reviewed_at),
         "final_answer": job.given_answer,
     }
+
+
+def _used(job: Job) -> bool:
+    return job.fast_usage is not None or job.agent_usage is not None
 
 
 def _utc(moment: datetime | None) -> str | None:

@@ -40,3 +40,11 @@ def partial(where: str) -> dict[str, Any]:
     """An ``Index``'s options for a partial index over the rows ``where`` names (SQL both
     stores read alike)."""
     return {"postgresql_where": text(where), "sqlite_where": text(where)}
+
+
+def gate_threshold(gate: Any) -> float | None:
+    """The tau in a job's gate record (``Job.gate``), if it is a number in [0, 1]."""
+    value = gate.get("threshold") if isinstance(gate, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+        return float(value)
+    return None

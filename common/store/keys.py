@@ -31,9 +31,12 @@ def create_key(
     tenant: str | None = None,
     admin: bool = False,
     max_priority: Priority = Priority.HIGH,
+    jobs_per_day: int | None = None,
+    compute_s_per_day: float | None = None,
 ) -> tuple[ApiKey, str]:
     """A new key named ``name`` of ``tenant`` (default: ``name``), whose jobs may ask for
-    ``max_priority`` at most; returns the row and the secret (shown once)."""
+    ``max_priority`` at most, with its tenant's daily quotas if it sets them (else the
+    deployment's); returns the row and the secret (shown once)."""
     secret = PREFIX + secrets.token_urlsafe(32)
     row = ApiKey(
         id=new_id(),
@@ -43,6 +46,8 @@ def create_key(
         tenant=tenant or name,
         admin=admin,
         max_priority=max_priority.rank,
+        jobs_per_day=jobs_per_day,
+        compute_s_per_day=compute_s_per_day,
     )
     session.add(row)
     session.flush()

@@ -1,5 +1,6 @@
 """A batch's overview, as its review page draws it: accuracy per split, the gate's
-confidences in a histogram against tau, the time per stage. Computed in one pass over
+confidences in a histogram against tau, the time per stage, what its jobs cost and what
+the funnel saved (``common.store.usage``). Computed in one pass over
 the batch's rows, and kept (a few hundred batches) until the batch changes.
 """
 
@@ -16,10 +17,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.contracts import AnsweredBy
 from common.protocols.scoring import is_correct
 from common.store.analytics import ScoreTally, SplitScore, busy_of
+from common.store.expressions import gate_threshold
 from common.store.reads import BatchCounts, batch_counts, batch_jobs
-from common.store.tables import BatchItem, Job, gate_threshold
+from common.store.tables import BatchItem, Job
+from common.store.usage import BatchUsage
 
 HISTOGRAM_BINS = 20
+# a batch's page and GET /v1/batches/{id} make the overview of a batch this large while
+# they answer; a larger one's is made by a thread (a second at 20,000 jobs, 41 at a million)
+SOON_AFTER_JOBS = 20_000
 
 
 @dataclass
@@ -62,6 +68,7 @@ class Overview:
     agent_s: float
     fast_jobs: int
     agent_jobs: int
+    usage: BatchUsage  # what its jobs cost per phase, and what the funnel saved
 
 
 def overview(session: Session, batch_id: str, counts: BatchCounts | None = None) -> Overview:
@@ -97,6 +104,19 @@ def overview_soon(
             target=_make, args=(sessions, batch_id), name=f"overview-{batch_id}", daemon=True
         ).start()
     return found
+
+
+def overview_or_soon(
+    sessions: sessionmaker[Session],
+    session: Session,
+    batch_id: str,
+    counts: BatchCounts,
+) -> Overview | None:
+    """The overview, made now for a batch of at most ``SOON_AFTER_JOBS`` jobs; a larger
+    one's is made by a thread (``overview_soon``), None until then."""
+    if counts.jobs > SOON_AFTER_JOBS:
+        return overview_soon(sessions, batch_id, counts)
+    return overview(session, batch_id, counts)
 
 
 def _make(sessions: sessionmaker[Session], batch_id: str) -> None:
@@ -149,14 +169,19 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
             Job.gated_at,
             Job.agent_started_at,
             Job.finished_at,
+            Job.fast_usage,
+            Job.agent_usage,
+            Job.screen_needs_tools,
         )
         .join(Job, Job.id == BatchItem.job_id)
         .where(BatchItem.batch_id == batch_id)
     )
-    tally, histogram = ScoreTally(), Histogram()
+    tally, histogram, usage = ScoreTally(), Histogram(), BatchUsage()
     times: dict[str, tuple[Any, ...]] = {}  # a job two rows share is timed once
     for row in session.execute(query.execution_options(yield_per=2000)):
         tally.add(row)
+        if row.id not in times:
+            usage.add(row.fast_usage, row.agent_usage, row.answered_by, row.screen_needs_tools)
         times[row.id] = (row.fast_started_at, row.gated_at, row.agent_started_at, row.finished_at)
         if row.confidence is None:
             continue
@@ -178,6 +203,7 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
         busy.agent_s,
         busy.fast_jobs,
         busy.agent_jobs,
+        usage,
     )
 
 

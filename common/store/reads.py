@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from common.contracts import FINISHED, AnsweredBy, JobStatus
+from common.contracts import FINISHED, WAITING_FOR, AnsweredBy, JobStatus, Priority, Stage
 from common.errors import NotFound
 from common.store import tallies
 from common.store.tables import Batch, BatchItem, Job
@@ -279,3 +279,31 @@ def batch_results(
         query = query.where(BatchItem.item_id.in_(item_ids))
     for item, job in session.execute(query.execution_options(yield_per=500)):  # noqa: UP028
         yield item, job
+
+
+def waiting_jobs(session: Session) -> dict[Stage, list[str]]:
+    """Every job waiting for a stage: queued (fast) or deferred (agent)."""
+    rows = session.execute(
+        select(Job.id, Job.status).where(Job.status.in_(list(WAITING_FOR.values())))
+    ).all()
+    by_status: dict[str, Stage] = {waiting: stage for stage, waiting in WAITING_FOR.items()}
+    found: dict[Stage, list[str]] = {stage: [] for stage in WAITING_FOR}
+    for job_id, status in rows:
+        found[by_status[status]].append(job_id)
+    return found
+
+
+def priorities(session: Session, job_ids: Sequence[str]) -> dict[str, int]:
+    """The priority rank of each of ``job_ids`` that is not normal (most jobs are: what
+    the broker sends at its normal step needs no entry)."""
+    if not job_ids:
+        return {}
+    normal = Priority.NORMAL.rank
+    found: dict[str, int] = {}
+    ids = list(dict.fromkeys(job_ids))
+    for start in range(0, len(ids), 1000):
+        query = select(Job.id, Job.priority).where(
+            Job.id.in_(ids[start : start + 1000]), Job.priority != normal
+        )
+        found.update(dict(session.execute(query).all()))
+    return found

@@ -40,7 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from common.contracts import Stage
-from common.store.expressions import GateMargin, partial
+from common.store.expressions import GateMargin, gate_threshold, partial
 
 
 def utcnow() -> datetime:
@@ -77,14 +77,6 @@ class UtcDateTime(TypeDecorator[datetime]):
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         return None if value is None else as_utc(value)
-
-
-def gate_threshold(gate: Any) -> float | None:
-    """The tau in a job's gate record (``Job.gate``), if it is a number in [0, 1]."""
-    value = gate.get("threshold") if isinstance(gate, dict) else None
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
-        return float(value)
-    return None
 
 
 class Base(DeclarativeBase):
@@ -138,6 +130,8 @@ class Job(Base):
         Index("ix_jobs_claim_order", "status", "priority", "created_at", "id"),
         # a tenant's unfinished jobs (its quota of jobs in flight: reads.unfinished_jobs)
         Index("ix_jobs_tenant_status", "tenant", "status"),
+        Index("ix_jobs_tenant_finished", "tenant", "finished_at"),  # its usage (store.usage)
+        Index("ix_jobs_tenant_created", "tenant", "created_at"),  # its jobs a day (quotas)
         # what the reconciler reads (common.pipeline.reconcile): the jobs of a status and
         # priority whose message went out before a time; any read of one status too
         Index("ix_jobs_sent", "status", "priority", "sent_at"),
@@ -189,6 +183,9 @@ class Job(Base):
     zoom_replay: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # phase IV
     trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # what each stage cost (common.contracts.Usage: model seconds per phase, tokens)
+    fast_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    agent_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # outcome
     answered_by: Mapped[str | None] = mapped_column(String(8))  # small | large
     final_answer: Mapped[str | None] = mapped_column(Text)
@@ -302,6 +299,9 @@ class ApiKey(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)  # reads every tenant's
     # the most urgent priority its jobs may ask for (``Priority.rank``; 0: high)
     max_priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
+    # its tenant's daily quotas, where the key sets its own (api.quotas; None: the default)
+    jobs_per_day: Mapped[int | None] = mapped_column(Integer)
+    compute_s_per_day: Mapped[float | None] = mapped_column(Float)
 
 
 class Worker(Base):

@@ -237,6 +237,12 @@ def test_embedded_serving_runs_a_batch_and_streams_its_results(tmp_path, postgre
         done = client.wait_batch(batch["id"], timeout=60, every=0.1)
         assert done["by_status"] == {"done": 6} and done["progress"] == 1.0
         assert done["beta"] == 1.0 and done["alpha"] == 1.0
+        # what it cost: each job's share of its micro-batch's calls, per phase (the agent
+        # never ran, so what it saved is not known yet)
+        usage = done["usage"]
+        assert usage["jobs"] == 6 and usage["accepted"] == 6 and usage["saved"] is None
+        assert set(usage["seconds"]) == {"screen", "speculate", "gate"}
+        assert usage["tokens_in"] > 0 and usage["tokens_out"] > 0 and usage["cost"] is None
         rows = list(client.results(batch["id"]))
         assert [row["id"] for row in rows] == [f"row{i}" for i in range(6)]
         assert {row["answered_by"] for row in rows} == {"small"}

@@ -130,7 +130,7 @@ def _complete(model: TransformersModel, body: dict[str, Any]) -> dict[str, Any]:
                 )
             ]
         }
-    usage = {"completion_tokens": len(row.token_ids)}
+    usage = {"prompt_tokens": row.prompt_tokens, "completion_tokens": len(row.token_ids)}
     return {
         "object": "chat.completion",
         "model": body["model"],

@@ -26,6 +26,7 @@ from common.errors import RetryableError
 from common.logs import job_failed
 from common.pipeline.audit import sampled
 from common.pipeline.funnel import run_fast_stage
+from common.pipeline.metering import Meter
 from common.pipeline.work.unit import (
     StageReport,
     WorkUnit,
@@ -124,21 +125,22 @@ class FastWork(WorkUnit):
         """Compute and commit one group; on an error, halve it until the culprit is alone."""
         sent: set[str] = set()  # deferred by screening and sent on already
         spent = {"record": 0.0, "send": 0.0}
+        meter = Meter()  # what each job used, read by both recordings
 
         def send_screened(deferred: list[Deferred]) -> None:
             started = time.perf_counter()
             with self.dispatcher.transaction(self.sessions) as tx:
-                claims.record_fast(tx.session, deferred, self.settings.funnel.gate)
+                claims.record_fast(tx.session, deferred, self.settings.funnel.gate, meter.jobs)
                 tx.to_slow([outcome.job_id for outcome in deferred])
             record_spent(spent, started, tx.sent_s)
             sent.update(outcome.job_id for outcome in deferred)
 
         try:
-            outcomes, seconds, gate = self._compute(group, send_screened)
+            outcomes, seconds, gate = self._compute(group, send_screened, meter)
             started = time.perf_counter()
             with self.dispatcher.transaction(self.sessions) as tx:
                 rest = [o for o in outcomes if o.job_id not in sent]
-                claims.record_fast(tx.session, rest, gate)
+                claims.record_fast(tx.session, rest, gate, meter.jobs)
                 tx.to_slow([o.job_id for o in rest if isinstance(o, Deferred)])
                 tx.to_audit(self._sample_audits(tx.session, rest))
             record_spent(spent, started, tx.sent_s)
@@ -161,7 +163,10 @@ class FastWork(WorkUnit):
         report.merge(StageReport(to_slow=deferred, outcomes=outcomes, seconds={**seconds, **spent}))
 
     def _compute(
-        self, group: list[Ticket], on_screened: Callable[[list[Deferred]], None] | None = None
+        self,
+        group: list[Ticket],
+        on_screened: Callable[[list[Deferred]], None] | None = None,
+        meter: Meter | None = None,
     ) -> tuple[list[FastOutcome], dict[str, float], GateSettings]:
         """The group's outcomes, the seconds per phase, and the gate they were judged by
         (an audit alarm may have raised tau, or paused accepting: ``common.pipeline.audit``)."""
@@ -188,6 +193,7 @@ class FastWork(WorkUnit):
             settings=funnel,
             on_screened=on_screened,
             limits=self.settings.agent,
+            meter=meter,
         )
         return outcomes + result.outcomes, {"load": load_s, **result.seconds}, funnel.gate
 

@@ -18,7 +18,6 @@ from playwright.sync_api import Page, expect
 from sqlalchemy import select
 
 from api.app import create_app
-from api.ui import pages
 from common.backends import Models
 from common.backends.scripted import JobScript, ScriptedModel, SimulatedCost
 from common.config import Settings
@@ -156,13 +155,13 @@ def test_sign_in_and_watch_a_batch_run_to_its_end(page: Page, page_errors, live:
 def test_a_large_batchs_page_answers_at_once_and_shows_its_overview_once_made(
     page: Page, page_errors, live: Live, monkeypatch
 ) -> None:
-    """Over ``LISTED_SCORING_JOBS`` jobs (lowered here to 2) a thread makes the overview
+    """Over ``SOON_AFTER_JOBS`` jobs (lowered here to 2) a thread makes the overview
     (held here until the page has been seen): the page says so, then shows it."""
-    batch_id = live.submit([f"[small] what is it? #{i}" for i in range(3)], name="large")
-    live.finished(batch_id)
-    monkeypatch.setattr(pages, "LISTED_SCORING_JOBS", 2)
+    monkeypatch.setattr(overview, "SOON_AFTER_JOBS", 2)
     seen, make = threading.Event(), overview._make
     monkeypatch.setattr(overview, "_make", lambda *a: (seen.wait(30), make(*a)))
+    batch_id = live.submit([f"[small] what is it? #{i}" for i in range(3)], name="large")
+    live.finished(batch_id)
     sign_in(page, live, then=f"/ui/batches/{batch_id}")
     expect(page.locator(".overview-pending")).to_contain_text("over 3 jobs")
     expect(page.locator(".accuracy")).to_have_count(0)
@@ -170,6 +169,7 @@ def test_a_large_batchs_page_answers_at_once_and_shows_its_overview_once_made(
     wait_until(lambda: batch_id not in overview._MAKING, deadline_s=30, what="the overview made")
     page.reload()
     expect(page.locator(".stages")).to_contain_text("Time per stage")
+    expect(page.locator(".usage")).to_contain_text("Model time, and what the funnel saved")
     expect(page.locator(".overview-pending")).to_have_count(0)
     assert page_errors == []
 

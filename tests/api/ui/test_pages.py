@@ -396,13 +396,13 @@ def test_a_row_that_failed_for_its_text_is_not_labelled_as_missing_its_image(api
 
 
 def test_a_large_batchs_page_answers_before_its_overview_is_made(site, monkeypatch) -> None:
-    """Over LISTED_SCORING_JOBS jobs (lowered here to 2), the page does not score every
+    """Over SOON_AFTER_JOBS jobs (lowered here to 2), the page does not score every
     row before it answers: it says the overview is being made, a thread of the server
     makes it, and the page shows it once made (18 s at a million jobs otherwise)."""
-    from api.ui import pages
+    from common.store import overview
     from tests.helpers.waiting import wait_until
 
-    monkeypatch.setattr(pages, "LISTED_SCORING_JOBS", 2)
+    monkeypatch.setattr(overview, "SOON_AFTER_JOBS", 2)
     _, browser, batch_id, _ = site
     first = browser.get(f"/ui/batches/{batch_id}")
     assert first.status_code == 200 and "being worked out over 3 jobs" in first.text

@@ -15,9 +15,10 @@ from common.backends.base import Generation
 from common.backends.scripted import JobScript, ScriptedModel
 from common.chat import Conversation
 from common.config import Settings
-from common.pipeline.audit import sampled, wilson
+from common.pipeline.audit import Z, sampled
 from common.pipeline.runner import EmbeddedRunner
 from common.pipeline.submit import submit_corpus
+from common.scores import wilson
 from common.sources.corpus import read_source
 from common.store import audits
 from common.store.tables import Batch, BatchItem, Job
@@ -87,10 +88,10 @@ def test_a_small_model_that_turns_wrong_halfway_raises_the_alarm_within_the_boun
     with sessions() as session:
         keys = audits.keys_of(session, list(jobs.values()))
     agreeing = sum(sampled(keys[jobs[i]], rate) for i in range(half))
-    needed = next(d for d in range(1, 500) if wilson(agreeing, agreeing + d)[1] < floor)
+    needed = next(d for d in range(1, 500) if wilson(agreeing, agreeing + d, Z)[1] < floor)
     disagreeing_at_alarm = raised["audited"] - raised["agreed"]
     assert 1 <= disagreeing_at_alarm <= needed, (raised, agreeing, needed)
-    assert raised["high"] < floor <= wilson(raised["agreed"], raised["audited"] - 1)[1] or (
+    assert raised["high"] < floor <= wilson(raised["agreed"], raised["audited"] - 1, Z)[1] or (
         disagreeing_at_alarm == 1
     )  # raised at the first audit that crossed, not later
     with sessions() as session:  # the accepted answers stand; the audits sit beside them

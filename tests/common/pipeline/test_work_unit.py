@@ -78,7 +78,7 @@ def test_a_job_that_fails_for_good_is_counted_once_with_its_reason_cut(sessions,
     ids = submit(sessions, tmp_path, 1)
     fast, _ = stage(sessions, {}, max_attempts=1)
 
-    def broken(group, on_screened=None):
+    def broken(group, on_screened=None, meter=None):
         raise RuntimeError("x" * 5000)
 
     fast._compute = broken  # type: ignore[method-assign]

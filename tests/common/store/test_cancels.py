@@ -69,7 +69,7 @@ def test_a_cancel_ends_what_waits_marks_what_runs_and_keeps_what_finished(sessio
     assert (again.cancelled, again.stopping, again.finished) == (0, 1, 3)
     assert _claim(sessions, Stage.FAST) == [] and _claim(sessions, Stage.AGENT) == []
     with sessions() as session:
-        assert claims.waiting_jobs(session) == {Stage.FAST: [], Stage.AGENT: []}
+        assert reads.waiting_jobs(session) == {Stage.FAST: [], Stage.AGENT: []}
         counts = reads.batch_counts(session, batch_id)
     assert (counts.finished, counts.cancellations) == (3, {"cancelled": 2})
 

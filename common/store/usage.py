@@ -1,0 +1,271 @@
+"""What a batch cost and what the funnel saved, from its jobs' kept usage
+(``Job.fast_usage``, ``Job.agent_usage``: ``common.contracts.Usage``).
+
+"Saved" answers: how much less model time did this batch use than running the agent on
+every job? The jobs the gate accepted never ran the agent, so what they would have cost
+is estimated from the jobs of the same batch that did, less what the fast stage spent
+on every job (screening and speculating cost something too).
+
+Which of the agent's jobs are like the accepted ones? Not all of them: an accepted job
+was screened tool-free and answered with confidence, the easy kind, and the agent spends
+far longer on a job it zooms into (on SpecEyes-Synth, taking every agent-run job's mean
+put the saving at 3.3 s where an agent-alone run measured none). So the basis is:
+
+- ``tool_free_runs``: the agent-run jobs the screen also called tool-free (deferred by
+  the gate, or a calibration run's), their whole agent time, where there are two;
+- ``answer_step``: else, one generation of the agent's, the turn that answers (each run's
+  last step): a job that needs no tool costs the agent that turn. It still leans high:
+  on SpecEyes-Synth the answering turn after a zoom (its prompt holds the crop) took
+  0.037 s, the agent's only turn on an accepted job 0.029 s.
+
+Its 95% interval is the prediction interval of the accepted jobs' sum: their own spread
+(``n * var``) and the mean's uncertainty (``n^2 * var / m``), for ``n`` accepted and
+``m`` measured jobs, with Student's t for ``m - 1`` degrees of freedom. It holds what the
+agent would have spent as far as the basis is like the accepted jobs; the synth test
+(``tests/cli/test_estimate.py``) checks it against an agent-alone run of the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from common.contracts import AnsweredBy, Phase, Usage
+from common.store.tables import Job, as_utc
+
+Z_95 = 1.959964  # the normal quantile of a two-sided 95% interval
+_T_95_FEW = {1: 12.706205, 2: 4.302653}  # Student's t for 1 and 2 degrees of freedom
+MIN_MEASURED = 2  # agent-run jobs needed before a spread, and so a "saved", is known
+
+
+@dataclass
+class BatchUsage:
+    """A batch's jobs' usage summed, and the agent's time per job it ran."""
+
+    jobs: int = 0  # jobs with a usage record
+    spent: Usage = field(default_factory=Usage)
+    accepted: int = 0  # answered by the small model: the agent never ran them
+    agent_runs: list[float] = field(default_factory=list)  # each agent-run job's seconds
+    per_job: list[float] = field(default_factory=list)  # each job's seconds, both stages
+    tool_free_runs: list[float] = field(default_factory=list)  # those screened tool-free
+    answer_steps: list[float] = field(default_factory=list)  # each run's answering turn
+
+    def add(
+        self, fast: Any, agent: Any, answered_by: str | None, needs_tools: bool | None = None
+    ) -> None:
+        """One job's records (as stored: anything unreadable counts as nothing) and what
+        its screen said."""
+        if fast is None and agent is None:
+            return
+        self.jobs += 1
+        screened = Usage.of(fast)
+        self.spent.merge(screened)
+        spent = screened.total_s
+        if agent is not None:
+            ran = Usage.of(agent)
+            self.spent.merge(ran)
+            self.agent_runs.append(ran.total_s)
+            if needs_tools is False:
+                self.tool_free_runs.append(ran.total_s)
+            if ran.steps:
+                self.answer_steps.append(ran.answer_s)
+            spent += ran.total_s
+        self.per_job.append(spent)
+        if answered_by == AnsweredBy.SMALL:
+            self.accepted += 1
+
+    @property
+    def fast_s(self) -> float:
+        return sum(self.spent.seconds.get(phase, 0.0) for phase in _FAST)
+
+    @property
+    def agent_mean_s(self) -> float | None:
+        runs = self.agent_runs
+        return sum(runs) / len(runs) if runs else None
+
+    def saved(self) -> Saved | None:
+        """What the funnel saved against the agent alone, or None while fewer than
+        ``MIN_MEASURED`` of the batch's jobs ran the agent."""
+        accepted, basis = self.accepted, "tool_free_runs"
+        like = self.tool_free_runs
+        if len(like) < MIN_MEASURED:
+            like, basis = self.answer_steps, "answer_step"
+        if len(like) < MIN_MEASURED:
+            return None
+        mean = sum(like) / len(like)
+        variance = sum((run - mean) ** 2 for run in like) / (len(like) - 1)
+        avoided = accepted * mean
+        spread = math.sqrt(accepted * variance + accepted**2 * variance / len(like))
+        half = t_95(len(like) - 1) * spread
+        seconds = avoided - self.fast_s
+        alone = sum(self.agent_runs) + avoided  # the agent on every job ran or accepted
+        return Saved(seconds, seconds - half, seconds + half, avoided, alone, len(like), basis)
+
+    def to_dict(self, price_per_gpu_hour: float | None = None) -> dict[str, Any]:
+        """As the API, the report and the export show it (money only with a price)."""
+        saved = self.saved()
+        shown: dict[str, Any] = {
+            "jobs": self.jobs,
+            "seconds": {phase: round(s, 3) for phase, s in sorted(self.spent.seconds.items())},
+            "total_s": round(self.spent.total_s, 3),
+            "tokens_in": self.spent.tokens_in,
+            "tokens_out": self.spent.tokens_out,
+            "accepted": self.accepted,
+            "agent_mean_s": _rounded(self.agent_mean_s),
+            "saved": None if saved is None else saved.to_dict(),
+        }
+        if price_per_gpu_hour is not None:
+            hours = 1 / 3600 * price_per_gpu_hour
+            shown["cost"] = round(self.spent.total_s * hours, 4)
+            shown["saved_cost"] = None if saved is None else round(saved.seconds * hours, 4)
+        return shown
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A sum over a whole corpus projected from a random sample of its rows, with its
+    95% prediction interval (``project``)."""
+
+    value: float
+    low: float
+    high: float
+
+
+def project(sample: list[float], population: int) -> Projection | None:
+    """The sum over ``population`` rows of a figure measured on ``sample`` (a simple
+    random sample of them): the sample's own sum, and the rest at the sample's mean,
+    whose spread is the rest's (``r * var``) and the mean's (``r^2 * var / n``), for
+    ``r`` rows not sampled. None with fewer than two measured."""
+    n = len(sample)
+    if n < MIN_MEASURED:
+        return None
+    rest = max(0, population - n)
+    mean = sum(sample) / n
+    variance = sum((x - mean) ** 2 for x in sample) / (n - 1)
+    value = sum(sample) + rest * mean
+    half = t_95(n - 1) * math.sqrt(rest * variance + rest**2 * variance / n)
+    return Projection(value, max(0.0, value - half), value + half)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """The funnel's saving in model seconds, with its 95% interval."""
+
+    seconds: float  # the agent time avoided, less the fast stage's
+    low: float
+    high: float
+    avoided_s: float  # the accepted jobs' estimated agent time
+    agent_alone_s: float  # the estimate of the agent on every job
+    measured: int  # the agent-run jobs its mean and spread come from
+    basis: str  # which: "tool_free_runs" or "answer_step" (the module's docstring)
+
+    @property
+    def share(self) -> float | None:
+        """Of the agent-alone cost."""
+        return self.seconds / self.agent_alone_s if self.agent_alone_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 3),
+            "low": round(self.low, 3),
+            "high": round(self.high, 3),
+            "share": _rounded(self.share, 4),
+            "avoided_s": round(self.avoided_s, 3),
+            "agent_alone_s": round(self.agent_alone_s, 3),
+            "measured_jobs": self.measured,
+            "basis": self.basis,
+        }
+
+
+_FAST = (Phase.SCREEN, Phase.SPECULATE, Phase.GATE)
+
+
+def t_95(freedom: int) -> float:
+    """Student's t quantile of a two-sided 95% interval: the table's for 1 and 2 degrees
+    of freedom, Fisher's expansion in ``1 / freedom`` from 3 (within 1% there, closer
+    beyond)."""
+    if freedom < 3:
+        return _T_95_FEW[max(1, freedom)]
+    z, v = Z_95, float(freedom)
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+    )
+
+
+def _rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass
+class DayUsage:
+    """One tenant's jobs finished on one day (UTC), and what they used."""
+
+    day: str  # YYYY-MM-DD
+    tenant: str | None  # None: the command line's
+    jobs: int = 0
+    spent: Usage = field(default_factory=Usage)
+
+    def to_dict(self, price_per_gpu_hour: float | None = None) -> dict[str, Any]:
+        shown = {
+            "day": self.day,
+            "tenant": self.tenant,
+            "jobs": self.jobs,
+            "seconds": {phase: round(s, 3) for phase, s in sorted(self.spent.seconds.items())},
+            "total_s": round(self.spent.total_s, 3),
+            "tokens_in": self.spent.tokens_in,
+            "tokens_out": self.spent.tokens_out,
+        }
+        if price_per_gpu_hour is not None:
+            shown["cost"] = round(self.spent.total_s / 3600 * price_per_gpu_hour, 4)
+        return shown
+
+
+EVERY_TENANT = object()  # ``by_day``'s tenant: all of them (an admin's read)
+
+
+def by_day(
+    session: Session, tenant: str | object | None, start: datetime, end: datetime
+) -> list[DayUsage]:
+    """The jobs finished in [``start``, ``end``) of ``tenant`` (or ``EVERY_TENANT``), by
+    day and tenant, oldest first: a pass over those jobs' usage records (by
+    ``ix_jobs_tenant_finished`` for one tenant)."""
+    query = select(Job.tenant, Job.finished_at, Job.fast_usage, Job.agent_usage).where(
+        Job.finished_at >= start, Job.finished_at < end
+    )
+    if tenant is not EVERY_TENANT:
+        query = query.where(Job.tenant.is_(None) if tenant is None else Job.tenant == tenant)
+    days: dict[tuple[str, str | None], DayUsage] = {}
+    for owner, finished, fast, agent in session.execute(query.execution_options(yield_per=2000)):
+        day = as_utc(finished).date().isoformat()
+        found = days.setdefault((day, owner), DayUsage(day, owner))
+        found.jobs += 1
+        found.spent.merge(Usage.of(fast))
+        found.spent.merge(Usage.of(agent))
+    return [days[key] for key in sorted(days, key=lambda key: (key[0], key[1] or ""))]
+
+
+def day_of(moment: datetime) -> tuple[datetime, datetime]:
+    """The UTC day ``moment`` falls in: its start and the next day's (what a daily quota
+    counts, and when it fills again)."""
+    start = as_utc(moment).replace(hour=0, minute=0, second=0, microsecond=0)
+    return start, start + timedelta(days=1)
+
+
+def jobs_made_since(session: Session, tenant: str, start: datetime) -> int:
+    """The tenant's jobs created at or after ``start`` (by ``ix_jobs_tenant_created``)."""
+    query = select(func.count()).where(Job.tenant == tenant, Job.created_at >= start)
+    return session.scalar(query) or 0
+
+
+def seconds_since(session: Session, tenant: str, start: datetime) -> float:
+    """The model seconds of the tenant's jobs that finished at or after ``start``."""
+    end = datetime.now(UTC) + timedelta(days=1)
+    return sum(day.spent.total_s for day in by_day(session, tenant, start, end))
