@@ -48,8 +48,6 @@ class Caller:
     admin: bool
     name: str = "anonymous"  # the key's name: who a review was given by
     max_priority: int = Priority.HIGH.rank  # the most urgent its jobs may ask for (a rank)
-    jobs_per_day: int | None = None  # its tenant's daily quotas, where the key sets them
-    compute_s_per_day: float | None = None
 
     def may_read(self, owner: str | None) -> bool:
         return self.admin or owner == self.tenant
@@ -116,9 +114,7 @@ def require_key(request: Request, config: SettingsDep, store: SessionsDep) -> Ca
             f"over {config.api.rate_per_s:g} requests/s for this key (api_rate_per_s)",
             wait,
         )
-    return Caller(
-        row.tenant, row.admin, row.name, row.max_priority, row.jobs_per_day, row.compute_s_per_day
-    )
+    return Caller(row.tenant, row.admin, row.name, row.max_priority)
 
 
 CallerDep = Annotated[Caller, Depends(require_key)]

@@ -204,6 +204,7 @@ class SavedView(BaseModel):
     high: float
     share: float | None = Field(description="of the estimated agent-alone time")
     avoided_s: float = Field(description="the accepted jobs' estimated agent time")
+    per_job_s: float = Field(description="what one accepted job would have cost the agent")
     agent_alone_s: float
     measured_jobs: int = Field(description="the batch's agent-run jobs the estimate rests on")
     basis: str = Field(
@@ -254,8 +255,8 @@ class BatchView(BaseModel):
     )
     usage: UsageView | None = Field(
         None,
-        description="what its jobs cost and what the funnel saved; null while a large "
-        "batch's is worked out (ask again)",
+        description="what its jobs cost and what the funnel saved; null while the batch "
+        "runs, or while a large batch's is worked out (ask again)",
     )
 
     @classmethod

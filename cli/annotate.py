@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cli.compose import make_dispatcher
-from cli.estimate import draw, mark, print_estimate
+from cli.estimate import draw, print_estimate
 from cli.follow import follow, print_summary, progress_bar, say_line
 from cli.options import add_pipeline_flags, add_settings, require_shared_store, settings_from_args
 from common.contracts import Priority, SourceRow
@@ -236,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
             dispatcher=dispatcher,
             on_item=lambda: bar.update(1),
             priority=Priority(args.priority),
+            marked=None if sample is None else sample.marker(args.seed),
         )
         rate = bar.format_dict["rate"]
     verb = "created" if submitted.batch_created else "resumed"
@@ -248,9 +249,6 @@ def run(args: argparse.Namespace) -> int:
             f"sent {submitted.sent_fast} jobs to the fast queue and {submitted.sent_slow} to "
             "the slow queue"
         )
-    if sample is not None:
-        with sessions.begin() as session:
-            mark(session, submitted.batch_id, sample, args.seed)
     try:
         result = follow(dispatcher, sessions, submitted.batch_id, args.no_progress)
     finally:

@@ -3,8 +3,8 @@ what the whole corpus would take on this deployment (``common.store.usage``).
 
 The sample's rows are drawn uniformly (reservoir sampling: one pass over the rows, none
 decoded), kept in their order, and run as a batch of their own named ``NAME.estimate``
-(its config says it is one). Its jobs are the corpus's: the full run later finds them
-done and does not run them again.
+(its config and key say it is one: the corpus's own run makes its own batch). Its jobs
+are the corpus's: the full run later finds them done and does not run them again.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from common.contracts import AnsweredBy, JobStatus, SourceRow
 from common.scores import wilson
 from common.store.overview import overview
 from common.store.reads import batch_counts
-from common.store.tables import Batch
 from common.store.usage import Z_95, project
 
 # two runs of the same rows on a shared machine took up to this much longer one than the
@@ -36,6 +35,11 @@ class Sample:
     rows: list[SourceRow]
     population: int
 
+    def marker(self, seed: int) -> dict[str, Any]:
+        """What the sample's batch says it is (in its config and key: the corpus's own
+        run is another batch, whichever rows were drawn)."""
+        return {"estimate": {"sample": len(self.rows), "rows": self.population, "seed": seed}}
+
 
 def draw(rows: Iterable[SourceRow], size: int, seed: int) -> Sample:
     """``size`` rows drawn uniformly from ``rows`` in one pass (Algorithm R), in their
@@ -52,14 +56,6 @@ def draw(rows: Iterable[SourceRow], size: int, seed: int) -> Sample:
         if slot < size:
             kept[slot] = row
     return Sample(sorted(kept, key=lambda row: row.position), seen)
-
-
-def mark(session: Session, batch_id: str, sample: Sample, seed: int) -> None:
-    """Say on the batch that it is an estimate (of how many rows, drawn how)."""
-    batch = session.get(Batch, batch_id)
-    if batch is not None:
-        marked = {"sample": len(sample.rows), "rows": sample.population, "seed": seed}
-        batch.config = {**(batch.config or {}), "estimate": marked}
 
 
 def print_estimate(

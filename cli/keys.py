@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -78,7 +79,7 @@ def run_create(args: argparse.Namespace) -> int:
         ("--jobs-per-day", args.jobs_per_day),
         ("--compute-s-per-day", args.compute_s_per_day),
     ):
-        if quota is not None and quota < 0:
+        if quota is not None and not 0 <= quota < math.inf:
             raise InvalidInput(f"{flag} is a quota: 0 or more, not {quota}")
     # committed before the secret is printed: a reader that takes the first line and
     # leaves (`keys create NAME | head -1`) must not leave us holding an unsaved key
@@ -116,7 +117,13 @@ def run_list(args: argparse.Namespace) -> int:
             state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
             role = "admin" if row.admin else f"tenant {row.tenant}"
             made = as_utc(row.created_at)
-            print(f"{row.id}  {row.name:<30} {made:%Y-%m-%d %H:%M} UTC  {state}  {role}")
+            quotas = [
+                f"{figure:g} {unit} a day"
+                for figure, unit in ((row.jobs_per_day, "jobs"), (row.compute_s_per_day, "s"))
+                if figure is not None
+            ]
+            limits = f"  quota {', '.join(quotas)}" if quotas else ""
+            print(f"{row.id}  {row.name:<30} {made:%Y-%m-%d %H:%M} UTC  {state}  {role}{limits}")
     return 0
 
 

@@ -201,7 +201,8 @@ def _print_usage(sessions: Any, names: list[str], markdown: bool, price: float |
                 ]
             table.append(row)
     print("\nmodel time (a batched call's shared by its jobs) and what the funnel saved against")
-    print("the agent alone (the accepted jobs at the agent's mean here, less the fast stage)")
+    print("the agent alone (the accepted jobs at what the agent's runs here say one costs, less")
+    print("the fast stage; docs/api.md)")
     _print(header, table, markdown)
     return 0
 

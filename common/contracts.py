@@ -21,6 +21,7 @@ the store records them (``common.store.claims``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -187,8 +188,9 @@ class Usage:
     seconds: dict[str, float] = field(default_factory=dict)
     tokens_in: int = 0
     tokens_out: int = 0
-    steps: int = 0  # the agent's generations (a trajectory's steps)
-    answer_s: float = 0.0  # the last one's seconds: the turn that answered
+    # the agent's turns, in order: each one's tokens read and written and its seconds
+    # (what ``common.store.usage`` fits a turn's cost on)
+    turns: list[tuple[int, int, float]] = field(default_factory=list)
 
     def add(self, phase: Phase, seconds: float, tokens_in: int = 0, tokens_out: int = 0) -> None:
         self.seconds[str(phase)] = self.seconds.get(str(phase), 0.0) + seconds
@@ -199,8 +201,7 @@ class Usage:
         for phase, seconds in other.seconds.items():
             self.add(Phase(phase), seconds)
         self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-        self.steps += other.steps
+        self.tokens_out += other.tokens_out  # (turns are one job's: not summed)
 
     @property
     def total_s(self) -> float:
@@ -209,9 +210,9 @@ class Usage:
     def to_dict(self) -> dict[str, Any]:
         seconds = {phase: round(value, 6) for phase, value in self.seconds.items()}
         shown = {"seconds": seconds, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
-        if not self.steps:
+        if not self.turns:
             return shown
-        return {**shown, "steps": self.steps, "answer_s": round(self.answer_s, 6)}
+        return {**shown, "turns": [[read, wrote, round(s, 6)] for read, wrote, s in self.turns]}
 
     @classmethod
     def of(cls, stored: Any) -> Usage:
@@ -224,15 +225,30 @@ class Usage:
             for phase, value in (seconds.items() if isinstance(seconds, dict) else ())
             if phase in {known.value for known in Phase} and _number(value)
         }
-        tokens_in, tokens_out, steps = (
-            _count(stored.get(name)) for name in ("tokens_in", "tokens_out", "steps")
-        )
-        answer: Any = stored.get("answer_s")
-        return cls(kept, tokens_in, tokens_out, steps, float(answer) if _number(answer) else 0.0)
+        tokens_in, tokens_out = (_count(stored.get(name)) for name in ("tokens_in", "tokens_out"))
+        turns = stored.get("turns")
+        kept_turns = [
+            (int(turn[0]), int(turn[1]), float(turn[2]))
+            for turn in (turns[:MAX_TURNS] if isinstance(turns, list) else ())
+            if isinstance(turn, list) and len(turn) == 3 and all(_number(x) for x in turn)
+        ]
+        return cls(kept, tokens_in, tokens_out, kept_turns)
+
+
+MAX_TURNS = 256  # a stored record's turns read back at most (a trajectory has a step limit)
+
+
+MAX_RECORDED = 1e9  # a stored figure past this (seconds or tokens) is no one's: not read
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    """A figure a stored record may hold: a finite number, 0 to ``MAX_RECORDED``."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_RECORDED
+    )
 
 
 def _count(value: Any) -> int:

@@ -25,6 +25,7 @@ from api.intake import (
     unsent,
 )
 from api.metrics import SUBMITTED, TENANT_SUBMITTED
+from api.quotas import quotas_of
 from api.schemas import (
     BatchesPage,
     BatchLineView,
@@ -47,7 +48,7 @@ from common.store import reads, reviews, submission
 from common.store.browse import PAGE_ROWS, BadCursor, results_page
 from common.store.export import result_row
 from common.store.listing import batches_page
-from common.store.overview import overview_or_soon
+from common.store.overview import overview_once_finished
 
 router = APIRouter(prefix="/batches", tags=["batches"])
 
@@ -181,7 +182,7 @@ def get_batch(
         batch = owned_batch(session, batch_id.hex, caller)
         audit = {**figures(session, settings, batch.id).as_dict(), "alarm": batch.audit_alarm}
         counts = reads.batch_counts(session, batch.id)
-        found = overview_or_soon(sessions, session, batch.id, counts)
+        found = overview_once_finished(sessions, session, batch.id, counts)
         price = settings.accounting.price_per_gpu_hour
         usage = None if found is None else found.usage.to_dict(price)
         return BatchView.of(batch, counts, audit, usage)
@@ -273,10 +274,14 @@ def cancel_batch(batch_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) 
     "again; done work is not redone",
 )
 def resume_batch(
-    batch_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep, dispatcher: DispatcherDep
+    batch_id: uuid.UUID,
+    caller: CallerDep,
+    sessions: SessionsDep,
+    dispatcher: DispatcherDep,
+    settings: SettingsDep,
 ) -> RequeuedView:
     found = _owned_id(batch_id, caller, sessions)
-    requeued = cancel.resume_batch(sessions, dispatcher, found)
+    requeued = cancel.resume_batch(sessions, dispatcher, found, quotas_of(caller, settings))
     return RequeuedView(id=found, requeued=len(requeued.job_ids), job_ids=requeued.job_ids)
 
 
@@ -291,10 +296,11 @@ def retry_batch(
     caller: CallerDep,
     sessions: SessionsDep,
     dispatcher: DispatcherDep,
+    settings: SettingsDep,
     error: str | None = Query(None, max_length=64),
 ) -> RequeuedView:
     found = _owned_id(batch_id, caller, sessions)
-    requeued = cancel.retry_batch(sessions, dispatcher, found, error)
+    requeued = cancel.retry_batch(sessions, dispatcher, found, error, quotas_of(caller, settings))
     return RequeuedView(id=found, requeued=len(requeued.job_ids), job_ids=requeued.job_ids)
 
 

@@ -26,6 +26,7 @@ from api.deps import CallerDep, DispatcherDep, SessionsDep, SettingsDep
 from api.errors import ApiError
 from api.intake import checked_callback, enqueue_job, new_item, parse_id, read_job
 from api.metrics import SUBMITTED, TENANT_SUBMITTED
+from api.quotas import quotas_of
 from api.schemas import JobsPage, JobSpec, JobSubmitted, JobView
 from common.contracts import JobStatus, Priority
 from common.pipeline import cancel
@@ -223,10 +224,14 @@ def cancel_job(job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep) -> J
     "else: 409 nothing_to_retry",
 )
 def retry_job(
-    job_id: uuid.UUID, caller: CallerDep, sessions: SessionsDep, dispatcher: DispatcherDep
+    job_id: uuid.UUID,
+    caller: CallerDep,
+    sessions: SessionsDep,
+    dispatcher: DispatcherDep,
+    settings: SettingsDep,
 ) -> JobView:
     with sessions() as session:
         found = owned_job(session, job_id.hex, caller).id
-    cancel.retry_job(sessions, dispatcher, found)
+    cancel.retry_job(sessions, dispatcher, found, quotas_of(caller, settings))
     with sessions() as session:
         return JobView.of(owned_job(session, found, caller))

@@ -32,7 +32,7 @@ class DayUsageView(BaseModel):
     cost: float | None = Field(None, description="with a price per GPU-hour set")
 
 
-class UsageView(BaseModel):
+class UsageWindowView(BaseModel):
     start: datetime = Field(alias="from")
     end: datetime = Field(alias="to")
     data: list[DayUsageView]
@@ -40,7 +40,7 @@ class UsageView(BaseModel):
 
 @router.get(
     "",
-    response_model=UsageView,
+    response_model=UsageWindowView,
     response_model_by_alias=True,
     summary="Jobs, model seconds and tokens by day and stage",
 )
@@ -53,7 +53,11 @@ def get_usage(
     ] = None,
     end: Annotated[datetime | None, Query(alias="to", description="before (default now)")] = None,
     tenant: Annotated[
-        str | None, Query(description="an admin key's choice of tenant (default: every one)")
+        str | None,
+        Query(
+            description="an admin key's choice of tenant (default: every one; empty: the "
+            "command line's); any other key may name only its own"
+        ),
     ] = None,
 ) -> dict[str, Any]:
     """The caller's tenant's jobs that finished in the window, by day (UTC) and tenant;

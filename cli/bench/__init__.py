@@ -47,6 +47,10 @@ COMMANDS = {
         "cli.bench.synth",
         "the SpecEyes-Synth report: accuracy, gates, speedup (trained tiny models)",
     ),
+    "accounting": (
+        "cli.bench.accounting",
+        "--estimate and the saved figure against full and agent-alone runs (synth)",
+    ),
     "ui": (
         "cli.bench.ui",
         "the review UI's server time per page over a seeded batch of 100,000 jobs",

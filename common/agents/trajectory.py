@@ -77,12 +77,12 @@ class Trajectory:
     def usage(self) -> Usage:
         """What its steps cost: the generations' seconds (SpecReason's proposals and
         scores too) and tokens, and the tools' seconds (a crop, a sandboxed program)."""
-        last = self.steps[-1].generate_seconds if self.steps else 0.0
-        used = Usage(steps=len(self.steps), answer_s=last)
+        used = Usage()
         for step in self.steps:
             written = step.new_tokens + step.proposal_tokens
             used.add(Phase.AGENT, step.generate_seconds, step.prompt_tokens, written)
             used.add(Phase.SANDBOX, step.tool_seconds)
+            used.turns.append((step.prompt_tokens, written, step.generate_seconds))
         return used
 
 

@@ -5,6 +5,7 @@ is (``Dispatcher.transaction``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -16,6 +17,8 @@ from common.store import cancels, openai_batches, webhooks
 from common.store.cancels import CancelResult
 from common.store.reads import batch_jobs
 from common.store.tables import Batch, Job
+
+Check = Callable[[Session, int], None]  # (a transaction, jobs to add): raises to refuse
 
 
 class AlreadyFinished(InvalidInput):
@@ -59,12 +62,19 @@ def cancel_batch(
 
 
 def resume_batch(
-    sessions: sessionmaker[Session], dispatcher: Dispatcher, batch_id: str
+    sessions: sessionmaker[Session],
+    dispatcher: Dispatcher,
+    batch_id: str,
+    check: Check | None = None,
 ) -> Requeued:
     """The batch's cancelled jobs wait for their stage again and are sent (with anything
     else of the batch that waits); done work is not redone. Nothing cancelled: nothing
-    changes."""
+    changes. ``check``: asked first, in the transaction, whether the jobs may run again
+    (it raises to refuse: nothing changes; asked before, as a requeued job's day is
+    over: it no longer counts as finished)."""
     with dispatcher.transaction(sessions) as outbox:
+        if check is not None:
+            check(outbox.session, 1)
         ids = cancels.requeue(outbox.session, batch_jobs(batch_id), [JobStatus.CANCELLED])
         _budget_live_again(outbox.session, batch_id)
         openai_batches.reopened(outbox.session, batch_id)
@@ -77,11 +87,14 @@ def retry_batch(
     dispatcher: Dispatcher,
     batch_id: str,
     code: str | None = None,
+    check: Check | None = None,
 ) -> Requeued:
     """The batch's failed and cancelled jobs (of error ``code`` only, if given) run again,
-    under the same batch. None of them: ``NothingToRetry``."""
+    under the same batch. None of them: ``NothingToRetry``. ``check``: as ``resume_batch``."""
     statuses = [JobStatus.FAILED, JobStatus.CANCELLED]
     with dispatcher.transaction(sessions) as outbox:
+        if check is not None:
+            check(outbox.session, 1)
         ids = cancels.requeue(outbox.session, batch_jobs(batch_id), statuses, code)
         if not ids:
             which = f"with error {code!r} " if code else ""
@@ -92,11 +105,19 @@ def retry_batch(
     return Requeued(batch_id, ids)
 
 
-def retry_job(sessions: sessionmaker[Session], dispatcher: Dispatcher, job_id: str) -> bool:
+def retry_job(
+    sessions: sessionmaker[Session],
+    dispatcher: Dispatcher,
+    job_id: str,
+    check: Check | None = None,
+) -> bool:
     """One failed or cancelled job runs again (a job sent alone has no batch to resume);
-    whether it was requeued. Done, waiting or running: ``NothingToRetry``."""
+    whether it was requeued. Done, waiting or running: ``NothingToRetry``. ``check``: as
+    ``resume_batch``."""
     statuses = [JobStatus.FAILED, JobStatus.CANCELLED]
     with dispatcher.transaction(sessions) as outbox:
+        if check is not None:
+            check(outbox.session, 1)
         if not cancels.requeue(outbox.session, [job_id], statuses):
             raise NothingToRetry(
                 f"job {job_id} is neither failed nor cancelled (or its image "

@@ -135,6 +135,7 @@ def submit_corpus(
     dispatcher: Dispatcher | None = None,
     on_item: Callable[[], None] | None = None,
     priority: Priority = Priority.NORMAL,
+    marked: dict[str, Any] | None = None,
 ) -> Submitted:
     """Create (or find) the batch for this source and configuration and add its rows, a
     chunk of ``sources.submit_rows`` at a time: each chunk is read and hashed (by a
@@ -148,10 +149,13 @@ def submit_corpus(
     One run at a time adds a batch's rows: a second run of the same corpus and settings
     (a retry, a second terminal) waits for the first to end (a lease in the store,
     ``SUBMIT_LEASE_S``, renewed with each chunk), then finds every row it made.
-    New jobs wait at ``priority``; a job found again keeps the one it has.
+    New jobs wait at ``priority``; a job found again keeps the one it has. ``marked``:
+    what makes this batch another one than the corpus's own (an estimate's sample): kept
+    in its config and its key, never in its jobs' (which the corpus's run finds again).
     """
     config = run_config(settings)
     config_key = idempotency_key(config)
+    batch_config = {**config, **(marked or {})}
     total = Submitted("", False, 0, 0)
     held: Held | None = None  # what the batch held before this run (the first chunk says)
     batch_key = lease = ""
@@ -167,7 +171,9 @@ def submit_corpus(
         with read as chunks:
             for chunk in chunks:
                 if not batch_key:  # named by its source, first question and settings
-                    batch_key = idempotency_key(source, [chunks.first_question], config_key)
+                    batch_key = idempotency_key(
+                        source, [chunks.first_question], idempotency_key(batch_config)
+                    )
                     lease = f"submit:{batch_key}"
                     _wait_for_lease(sessions, lease, holder)
                 first = held is None
@@ -187,7 +193,11 @@ def submit_corpus(
                                 f"stalled over {SUBMIT_LEASE_S:.0f} s): run the command again"
                             )
                         batch, created = get_or_create_batch(
-                            outbox.session, key=batch_key, name=name, source=source, config=config
+                            outbox.session,
+                            key=batch_key,
+                            name=name,
+                            source=source,
+                            config=batch_config,
                         )
                         if first:
                             held = Held(0 if created else next_position(outbox.session, batch.id))

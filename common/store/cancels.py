@@ -160,13 +160,17 @@ def requested(session: Session, job_id: str) -> bool:
     )
 
 
-def stop_running(session: Session, job_id: str, stage: Stage, trajectory: Any = None) -> bool:
+def stop_running(
+    session: Session, job_id: str, stage: Stage, trajectory: Any = None, usage: Any = None
+) -> bool:
     """Cancel a marked job its worker holds in ``stage`` (a trajectory stopped between
-    steps; ``trajectory``, if given: what it did, kept)."""
+    steps; ``trajectory`` and ``usage``, if given: what it did and what that cost, kept)."""
     values = _cancelled_values(CancelReason.CANCELLED, utcnow())
     values["error_code"] = func.coalesce(Job.cancel_requested, CancelReason.CANCELLED)
     if trajectory is not None:
         values["trajectory"] = trajectory
+    if usage is not None:
+        values["agent_usage"] = usage
     statement = (
         _jobs()
         .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.stage == stage)

@@ -3,11 +3,14 @@ very expression its index holds (a planner matches them as written)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Float, text
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement
+
+from common.contracts import MAX_RECORDED
 
 
 class GateMargin(ColumnElement[float]):
@@ -33,6 +36,52 @@ def _postgresql_margin(element: GateMargin, compiler: Any, **kw: Any) -> str:
     return (
         "(confidence - CASE WHEN json_typeof(gate -> 'threshold') = 'number' "
         "THEN CAST(gate ->> 'threshold' AS DOUBLE PRECISION) END)"
+    )
+
+
+class ModelSeconds(ColumnElement[float]):
+    """A job's model seconds, every phase of both stages (``jobs.fast_usage`` and
+    ``agent_usage``: ``common.contracts.Usage``), summed in SQL: what a compute quota
+    adds up (``common.store.usage.seconds_since``). A phase that holds no number counts
+    as 0 (a figure past ``MAX_RECORDED`` too, as ``Usage.of`` reads it)."""
+
+    type = Float()
+    inherit_cache = True
+
+
+_PHASES = ("screen", "speculate", "gate", "agent", "sandbox")
+
+
+@compiles(ModelSeconds, "sqlite")
+def _sqlite_seconds(element: ModelSeconds, compiler: Any, **kw: Any) -> str:
+    def term(column: str, phase: str) -> str:
+        path = f"'$.seconds.{phase}'"
+        value = f"json_extract({column}, {path})"
+        return (
+            f"(CASE WHEN json_type({column}, {path}) IN ('real', 'integer') "
+            f"AND {value} BETWEEN 0 AND {MAX_RECORDED:.0f} THEN {value} ELSE 0 END)"
+        )
+
+    return _summed(term)
+
+
+@compiles(ModelSeconds, "postgresql")
+def _postgresql_seconds(element: ModelSeconds, compiler: Any, **kw: Any) -> str:
+    def term(column: str, phase: str) -> str:
+        value = f"CAST({column} -> 'seconds' ->> '{phase}' AS DOUBLE PRECISION)"
+        return (
+            f"COALESCE(CASE WHEN json_typeof({column} -> 'seconds' -> '{phase}') = "
+            f"'number' THEN (CASE WHEN {value} BETWEEN 0 AND {MAX_RECORDED:.0f} "
+            f"THEN {value} END) END, 0)"
+        )
+
+    return _summed(term)
+
+
+def _summed(term: Callable[[str, str], str]) -> str:
+    """Every phase of both stages' usage, each as ``term`` reads it, added up."""
+    return (
+        "(" + " + ".join(term(c, p) for c in ("fast_usage", "agent_usage") for p in _PHASES) + ")"
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from common.contracts import Priority
@@ -73,3 +73,13 @@ def revoke_key(session: Session, name_or_id: str) -> int:
     for row in rows:
         row.revoked_at = utcnow()
     return len(rows)
+
+
+def tenant_quotas(session: Session, tenant: str) -> tuple[int | None, float | None]:
+    """The tenant's daily quotas its live keys set: the strictest of each (None: no key
+    sets one), whichever of its keys submits."""
+    query = select(func.min(ApiKey.jobs_per_day), func.min(ApiKey.compute_s_per_day)).where(
+        ApiKey.tenant == tenant, ApiKey.revoked_at.is_(None)
+    )
+    jobs, compute = session.execute(query).one()
+    return jobs, compute

@@ -119,6 +119,17 @@ def overview_or_soon(
     return overview(session, batch_id, counts)
 
 
+def overview_once_finished(
+    sessions: sessionmaker[Session], session: Session, batch_id: str, counts: BatchCounts
+) -> Overview | None:
+    """As ``overview_or_soon``, but a batch that runs has its overview made by a thread
+    too: what a caller polling it reads (``GET /v1/batches/{id}``), so that a poll never
+    pays a pass over a batch that changes between two polls."""
+    if counts.finished < counts.jobs:
+        return overview_soon(sessions, batch_id, counts)
+    return overview_or_soon(sessions, session, batch_id, counts)
+
+
 def _make(sessions: sessionmaker[Session], batch_id: str) -> None:
     try:
         with sessions() as session:

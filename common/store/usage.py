@@ -13,10 +13,13 @@ put the saving at 3.3 s where an agent-alone run measured none). So the basis is
 
 - ``tool_free_runs``: the agent-run jobs the screen also called tool-free (deferred by
   the gate, or a calibration run's), their whole agent time, where there are two;
-- ``answer_step``: else, one generation of the agent's, the turn that answers (each run's
-  last step): a job that needs no tool costs the agent that turn. It still leans high:
-  on SpecEyes-Synth the answering turn after a zoom (its prompt holds the crop) took
-  0.037 s, the agent's only turn on an accepted job 0.029 s.
+- ``turn_model``: else, one turn of the agent's, priced by what it reads and writes: a
+  turn's seconds fitted as ``a + b * tokens read + c * tokens written`` over every turn
+  the agent took in the batch (least squares, by running sums), at a first turn's
+  prompt (the image and the question) and an answering turn's length (each run's
+  last). A job that needs no tool costs the agent that one turn. The answering turn
+  itself is no measure: after a zoom its prompt holds the crop (on SpecEyes-Synth
+  0.037 s, against 0.029 s for the agent's only turn on an accepted job).
 
 Its 95% interval is the prediction interval of the accepted jobs' sum: their own spread
 (``n * var``) and the mean's uncertainty (``n^2 * var / m``), for ``n`` accepted and
@@ -29,13 +32,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+import numpy
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from common.contracts import AnsweredBy, Phase, Usage
+from common.store.db import is_postgres
+from common.store.expressions import ModelSeconds
 from common.store.tables import Job, as_utc
 
 Z_95 = 1.959964  # the normal quantile of a two-sided 95% interval
@@ -53,7 +59,7 @@ class BatchUsage:
     agent_runs: list[float] = field(default_factory=list)  # each agent-run job's seconds
     per_job: list[float] = field(default_factory=list)  # each job's seconds, both stages
     tool_free_runs: list[float] = field(default_factory=list)  # those screened tool-free
-    answer_steps: list[float] = field(default_factory=list)  # each run's answering turn
+    turn_cost: TurnCost = field(default_factory=lambda: TurnCost())
 
     def add(
         self, fast: Any, agent: Any, answered_by: str | None, needs_tools: bool | None = None
@@ -72,8 +78,7 @@ class BatchUsage:
             self.agent_runs.append(ran.total_s)
             if needs_tools is False:
                 self.tool_free_runs.append(ran.total_s)
-            if ran.steps:
-                self.answer_steps.append(ran.answer_s)
+            self.turn_cost.add_run(ran.turns)
             spent += ran.total_s
         self.per_job.append(spent)
         if answered_by == AnsweredBy.SMALL:
@@ -91,20 +96,26 @@ class BatchUsage:
     def saved(self) -> Saved | None:
         """What the funnel saved against the agent alone, or None while fewer than
         ``MIN_MEASURED`` of the batch's jobs ran the agent."""
-        accepted, basis = self.accepted, "tool_free_runs"
-        like = self.tool_free_runs
-        if len(like) < MIN_MEASURED:
-            like, basis = self.answer_steps, "answer_step"
-        if len(like) < MIN_MEASURED:
-            return None
-        mean = sum(like) / len(like)
-        variance = sum((run - mean) ** 2 for run in like) / (len(like) - 1)
+        accepted, like = self.accepted, self.tool_free_runs
+        if len(like) >= MIN_MEASURED:
+            mean = sum(like) / len(like)
+            variance = sum((run - mean) ** 2 for run in like) / (len(like) - 1)
+            # (the accepted jobs' own spread, and the mean's)
+            spread = accepted * variance + accepted**2 * variance / len(like)
+            measured, freedom, basis = len(like), len(like) - 1, "tool_free_runs"
+        else:
+            fitted = self.turn_cost.predict()
+            if fitted is None:
+                return None
+            mean, variance, of_mean, freedom = fitted
+            spread = accepted * variance + accepted**2 * of_mean
+            measured, basis = self.turn_cost.runs, "turn_model"
         avoided = accepted * mean
-        spread = math.sqrt(accepted * variance + accepted**2 * variance / len(like))
-        half = t_95(len(like) - 1) * spread
+        half = t_95(freedom) * math.sqrt(spread)
         seconds = avoided - self.fast_s
         alone = sum(self.agent_runs) + avoided  # the agent on every job ran or accepted
-        return Saved(seconds, seconds - half, seconds + half, avoided, alone, len(like), basis)
+        low = max(seconds - half, -self.fast_s)  # (at worst, nothing avoided)
+        return Saved(seconds, low, seconds + half, avoided, alone, measured, accepted, basis)
 
     def to_dict(self, price_per_gpu_hour: float | None = None) -> dict[str, Any]:
         """As the API, the report and the export show it (money only with a price)."""
@@ -124,6 +135,52 @@ class BatchUsage:
             shown["cost"] = round(self.spent.total_s * hours, 4)
             shown["saved_cost"] = None if saved is None else round(saved.seconds * hours, 4)
         return shown
+
+
+@dataclass
+class TurnCost:
+    """The agent's turns in a batch, for a least-squares fit of a turn's seconds on its
+    tokens read and written (``a + b * read + c * wrote``), kept as running sums."""
+
+    runs: int = 0
+    turns: int = 0
+    xtx: list[list[float]] = field(default_factory=lambda: [[0.0] * 3 for _ in range(3)])
+    xty: list[float] = field(default_factory=lambda: [0.0] * 3)
+    yty: float = 0.0
+    first_read: float = 0.0  # summed over runs: the prompt of a first turn
+    last_wrote: float = 0.0  # summed over runs: an answering turn's length
+
+    def add_run(self, turns: list[tuple[int, int, float]]) -> None:
+        if not turns:
+            return
+        self.runs += 1
+        self.first_read += turns[0][0]
+        self.last_wrote += turns[-1][1]
+        for read, wrote, seconds in turns:
+            row = (1.0, float(read), float(wrote))
+            self.turns += 1
+            self.yty += seconds * seconds
+            for i in range(3):
+                self.xty[i] += row[i] * seconds
+                for j in range(3):
+                    self.xtx[i][j] += row[i] * row[j]
+
+    def predict(self) -> tuple[float, float, float, int] | None:
+        """One no-tool turn's expected seconds, a turn's residual variance, the variance
+        of that expectation, and the fit's degrees of freedom; None where the turns do
+        not determine the fit (fewer than ``MIN_MEASURED`` runs, or too alike)."""
+        freedom = self.turns - 3
+        if self.runs < MIN_MEASURED or freedom < 1:
+            return None
+        xtx, xty = numpy.array(self.xtx), numpy.array(self.xty)
+        if numpy.linalg.matrix_rank(xtx) < 3:
+            return None
+        inverse = numpy.linalg.inv(xtx)
+        beta = inverse @ xty
+        residual = max(0.0, self.yty - float(beta @ xty)) / freedom
+        at = numpy.array([1.0, self.first_read / self.runs, self.last_wrote / self.runs])
+        mean = max(0.0, float(at @ beta))
+        return mean, residual, residual * float(at @ inverse @ at), freedom
 
 
 @dataclass(frozen=True)
@@ -149,7 +206,7 @@ def project(sample: list[float], population: int) -> Projection | None:
     variance = sum((x - mean) ** 2 for x in sample) / (n - 1)
     value = sum(sample) + rest * mean
     half = t_95(n - 1) * math.sqrt(rest * variance + rest**2 * variance / n)
-    return Projection(value, max(0.0, value - half), value + half)
+    return Projection(value, max(sum(sample), value - half), value + half)  # (spent already)
 
 
 @dataclass(frozen=True)
@@ -162,7 +219,13 @@ class Saved:
     avoided_s: float  # the accepted jobs' estimated agent time
     agent_alone_s: float  # the estimate of the agent on every job
     measured: int  # the agent-run jobs its mean and spread come from
-    basis: str  # which: "tool_free_runs" or "answer_step" (the module's docstring)
+    accepted: int  # the jobs the agent never ran
+    basis: str  # which: "tool_free_runs" or "turn_model" (the module's docstring)
+
+    @property
+    def per_job_s(self) -> float:
+        """What one accepted job would have cost the agent, by the basis."""
+        return self.avoided_s / self.accepted if self.accepted else 0.0
 
     @property
     def share(self) -> float | None:
@@ -176,6 +239,7 @@ class Saved:
             "high": round(self.high, 3),
             "share": _rounded(self.share, 4),
             "avoided_s": round(self.avoided_s, 3),
+            "per_job_s": round(self.per_job_s, 4),
             "agent_alone_s": round(self.agent_alone_s, 3),
             "measured_jobs": self.measured,
             "basis": self.basis,
@@ -266,6 +330,21 @@ def jobs_made_since(session: Session, tenant: str, start: datetime) -> int:
 
 
 def seconds_since(session: Session, tenant: str, start: datetime) -> float:
-    """The model seconds of the tenant's jobs that finished at or after ``start``."""
-    end = datetime.now(UTC) + timedelta(days=1)
-    return sum(day.spent.total_s for day in by_day(session, tenant, start, end))
+    """The model seconds of the tenant's jobs that finished at or after ``start``: summed
+    in SQL (``ModelSeconds``), over ``ix_jobs_tenant_finished``'s rows."""
+    query = select(func.sum(ModelSeconds())).where(Job.tenant == tenant, Job.finished_at >= start)
+    return float(session.scalar(query) or 0.0)
+
+
+def lock_tenant(session: Session, tenant: str) -> None:
+    """Hold the tenant's quota lock to the end of the transaction (PostgreSQL; SQLite has
+    one writer at a time already): two submissions of one tenant are checked one after
+    the other, each seeing the other's jobs."""
+    if is_postgres(session):
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:space, hashtext(:tenant))"),
+            {"space": QUOTA_LOCK, "tenant": tenant},
+        )
+
+
+QUOTA_LOCK = 50  # the advisory locks' key space of the quota checks (its other key: the tenant)

@@ -7,8 +7,11 @@ import base64
 import itertools
 import uuid
 
-from sqlalchemy import func, select
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
 
+from common.store import usage
 from common.store.tables import Batch, Job, utcnow
 from tests.helpers.api import refused
 from tests.helpers.images import png
@@ -40,7 +43,7 @@ def test_a_submission_past_the_jobs_quota_is_refused_whole(api):
     before = _counts(server)
     over = server.http.post("/v1/batches", json={"name": "b", "jobs": _jobs(2)}, headers=capped)
     refused(over, 429, "quota_jobs_per_day")
-    assert "2 jobs submitted today (UTC) and 2 new" in over.json()["detail"]
+    assert "4 jobs made today (UTC) with this submission's" in over.json()["detail"]
     assert 0 < int(over.headers["Retry-After"]) <= 86_400
     assert _counts(server) == before  # no batch, no job: nothing half-submitted
     assert server.enqueued == first.json()["job_ids"]  # and nothing sent on
@@ -49,7 +52,12 @@ def test_a_submission_past_the_jobs_quota_is_refused_whole(api):
     refused(
         server.http.post("/v1/jobs", json=_jobs(1)[0], headers=capped), 429, "quota_jobs_per_day"
     )
-    # another tenant has its own day; the deployment's default is no limit
+    # the tenant's quota, whichever of its keys submits; another tenant has its own day
+    # (the deployment's default: no limit)
+    sibling = server.key_for("capped-too", tenant="capped")
+    refused(
+        server.http.post("/v1/jobs", json=_jobs(1)[0], headers=sibling), 429, "quota_jobs_per_day"
+    )
     other = server.key_for("other")
     assert server.http.post("/v1/jobs", json=_jobs(1)[0], headers=other).status_code == 202
 
@@ -86,3 +94,43 @@ def test_once_the_compute_quota_is_spent_submissions_wait_for_the_next_day(api):
     assert _counts(server) == before
     metrics = server.http.get("/metrics").text
     assert 'speceyes_api_quota_refused_total{quota="compute_s_per_day",tenant="spender"}' in metrics
+
+
+def test_a_retry_past_the_compute_quota_is_refused_and_changes_nothing(api):
+    server = api()
+    spender = server.key_for("retrier", compute_s_per_day=5.0)
+    made = server.http.post("/v1/batches", json={"name": "d", "jobs": _jobs(2)}, headers=spender)
+    assert made.status_code == 202, made.text
+    with server.sessions.begin() as session:  # both failed, having used 6 s today
+        for job_id in made.json()["job_ids"]:
+            job = session.get(Job, job_id)
+            job.status, job.error_code, job.finished_at = "failed", "model_error", utcnow()
+            job.agent_usage = {"seconds": {"agent": 3.0}}
+    batch_id = made.json()["id"]
+    refused(
+        server.http.post(f"/v1/batches/{batch_id}/retry", headers=spender),
+        429,
+        "quota_compute_per_day",
+    )
+    one = made.json()["job_ids"][0]
+    refused(
+        server.http.post(f"/v1/jobs/{one}/retry", headers=spender), 429, "quota_compute_per_day"
+    )
+    with server.sessions() as session:
+        assert {session.get(Job, j).status for j in made.json()["job_ids"]} == {"failed"}
+
+
+def test_one_tenants_quota_checks_wait_for_each_other(api):
+    """Two submissions of one tenant at once: the second's check waits for the first's
+    transaction (the tenant's lock), so both never count the day without the other."""
+    server = api()  # (on PostgreSQL: SQLite has one writer at a time already)
+    assert server.sessions.engine.dialect.name == "postgresql"
+
+    with server.sessions.begin() as first:
+        usage.lock_tenant(first, "busy")
+        with server.sessions() as second:
+            second.execute(text("SET LOCAL lock_timeout = '200ms'"))
+            with pytest.raises(OperationalError):
+                usage.lock_tenant(second, "busy")
+            second.rollback()
+            usage.lock_tenant(second, "idle")  # another tenant's: free

@@ -125,6 +125,17 @@ def test_keys_need_a_name_and_a_second_key_of_a_name_is_pointed_out(tmp_path: Pa
     assert "note: 1 other active key(s) named 'svc'" in capsys.readouterr().err
 
 
+def test_a_key_sets_its_tenants_daily_quotas_and_the_list_shows_them(tmp_path: Path, capsys):
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
+    for bad in (["--jobs-per-day", "-1"], ["--compute-s-per-day", "nan"]):
+        assert main(["keys", "create", "svc", *bad, *db]) == 2
+        assert "is a quota: 0 or more" in capsys.readouterr().err
+    quotas = ["--jobs-per-day", "500", "--compute-s-per-day", "3600"]
+    assert main(["keys", "create", "svc", *quotas, *db]) == 0
+    assert main(["keys", "list", *db]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("quota 500 jobs a day, 3600 s a day")
+
+
 def test_a_key_made_again_with_replace_leaves_only_the_last_one_working(tmp_path: Path, capsys):
     """What `make browse` does on each run: the earlier demo key is revoked, not piled up."""
     db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]

@@ -74,8 +74,11 @@ class AgentWork(WorkUnit):
             return report
         except StopRequested as stop:
             done = None if stop.trajectory is None else stop.trajectory.to_dict()
-            with self.statements.begin() as session:  # (kept: the steps it took)
-                cancels.stop_running(session, ticket.job_id, Stage.AGENT, trajectory=done)
+            used = None if stop.trajectory is None else stop.trajectory.usage().to_dict()
+            with self.statements.begin() as session:  # (kept: the steps it took, their cost)
+                cancels.stop_running(
+                    session, ticket.job_id, Stage.AGENT, trajectory=done, usage=used
+                )
             log.info("job %s was cancelled: its trajectory stopped between steps", ticket.job_id)
             report.cancelled = 1
             return report

@@ -188,6 +188,11 @@ def test_a_trajectory_cancelled_while_it_runs_stops_before_its_next_step(session
     job = jobs(sessions)[ids[0]]
     assert (job.status, job.error_code, job.final_answer) == ("cancelled", "cancelled", None)
     assert job.cancel_requested is None and job.worker is None
+    # the step it took is kept, and what it cost (a cancelled job's compute was spent)
+    (step,) = job.trajectory["steps"]
+    assert job.agent_usage["turns"] == [
+        [step["prompt_tokens"], step["new_tokens"], round(step["generate_seconds"], 6)]
+    ]
 
 
 def test_a_restarted_workers_first_batch_is_split_and_each_job_screened_once(sessions, tmp_path):

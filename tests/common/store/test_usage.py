@@ -37,26 +37,40 @@ def test_saved_is_the_accepted_jobs_at_the_agents_mean_less_the_fast_stage():
     # the prediction interval of 3 more draws' sum: variance 4, 3 draws, 3 measured
     # (Student's t, 2 degrees of freedom)
     half = 4.302653 * math.sqrt(3 * 4.0 + 9 * 4.0 / 3)
-    assert (saved.low, saved.high) == (pytest.approx(9.0 - half), pytest.approx(9.0 + half))
+    # (its low end no lower than nothing avoided at all: the fast stage's 3 s spent)
+    assert (saved.low, saved.high) == (-3.0, pytest.approx(9.0 + half))
+    assert saved.per_job_s == pytest.approx(4.0)
     shown = usage.to_dict(price_per_gpu_hour=3.6)
     assert shown["seconds"] == {"agent": 9.0, "sandbox": 3.0, "screen": 1.5, "speculate": 1.5}
     assert shown["tokens_in"] == 60 and shown["tokens_out"] == 12 and shown["jobs"] == 6
     assert shown["cost"] == pytest.approx(15.0 * 0.001) and shown["saved_cost"] == 0.009
 
 
-def test_without_tool_free_runs_an_accepted_job_costs_the_agents_answering_turn():
+def test_without_tool_free_runs_an_accepted_job_costs_one_turn_priced_by_its_tokens():
     """Jobs the screen sent to the agent zoom first: their whole time is no measure of an
-    easy job's. One answering turn is (each run's last step)."""
+    easy job's. A turn's cost is fitted on its tokens (here exactly 0.01 + 0.001 a token
+    read + 0.002 a token written), and an accepted job costs one: a first turn's prompt,
+    an answering turn's length."""
     usage = BatchUsage()
     for _ in range(4):
         usage.add(fast(0.1), None, "small")
-    for turn in (0.2, 0.4):
-        run = {"seconds": {"agent": 3.0, "sandbox": 1.0}, "steps": 3, "answer_s": turn}
+
+    def turn(read: int, wrote: int) -> list:
+        return [read, wrote, 0.01 + 0.001 * read + 0.002 * wrote]
+
+    for read, zoom, answer in ((100, 60, 10), (120, 50, 14), (110, 70, 12)):
+        run = {"seconds": {"agent": 1.0}, "turns": [turn(read, zoom), turn(read + 200, answer)]}
         usage.add(fast(0.1), run, "large", needs_tools=True)
     saved = usage.saved()
-    assert saved is not None and saved.basis == "answer_step" and saved.measured == 2
-    assert saved.avoided_s == pytest.approx(4 * 0.3)  # not 4 x 4 s
-    assert saved.seconds == pytest.approx(1.2 - 0.6)
+    assert saved is not None and saved.basis == "turn_model" and saved.measured == 3
+    one_turn = 0.01 + 0.001 * 110 + 0.002 * 12  # at the mean first prompt, answer length
+    assert saved.avoided_s == pytest.approx(4 * one_turn)
+    assert saved.seconds == pytest.approx(4 * one_turn - 0.7)
+    assert saved.high - saved.low == pytest.approx(0.0, abs=1e-6)  # an exact fit
+    hostile = BatchUsage()  # turns all alike: no fit, no claim
+    for _ in range(3):
+        hostile.add(None, {"turns": [[5, 5, 0.1], [5, 5, 0.1]]}, "large")
+    assert hostile.saved() is None
 
 
 def test_nothing_is_claimed_saved_until_two_jobs_ran_the_agent():
@@ -83,7 +97,13 @@ def test_a_record_it_cannot_read_counts_as_nothing():
     }
     assert Usage.of(hostile) == Usage({"speculate": 0.25}, 0, 7)
     assert Usage.of(["not", "a", "record"]) == Usage() and Usage.of(None) == Usage()
-    kept = Usage({"screen": 0.1}, 3, 4, steps=2, answer_s=0.5)
+    endless = {
+        "seconds": {"agent": 1e308, "gate": float("nan")},
+        "tokens_in": 1e999,
+        "turns": [[1e999, 1, 0.5], [2, 3, 0.25]],
+    }
+    assert Usage.of(endless) == Usage({}, 0, 0, [(2, 3, 0.25)])
+    kept = Usage({"screen": 0.1}, 3, 4, turns=[(3, 2, 0.5), (9, 1, 0.25)])
     assert Usage.of(kept.to_dict()) == kept
 
 
@@ -123,3 +143,51 @@ def test_the_interval_holds_the_agent_time_the_accepted_jobs_would_have_taken():
         assert saved is not None
         held += saved.low <= hidden - usage.fast_s <= saved.high
     assert 0.90 <= held / batches <= 0.98, held / batches
+
+
+def test_a_tenants_seconds_are_summed_in_sql_as_usage_reads_them(sessions):
+    """``seconds_since`` (what a compute quota adds up, in SQL on either store) agrees
+    with ``by_day`` (the same records read in Python), hostile records included."""
+    from datetime import UTC, datetime, timedelta
+
+    from common.store import usage as store_usage
+    from common.store.tables import Job
+
+    now = datetime.now(UTC)
+    records = [
+        ({"seconds": {"screen": 0.5, "gate": 0.25}}, {"seconds": {"agent": 2.0, "sandbox": 1}}),
+        ({"seconds": {"screen": "9", "speculate": True, "gate": -1}}, None),
+        (None, {"seconds": {"agent": 1e300, "sandbox": 0.125}, "turns": "many"}),
+        ({"seconds": ["not", "a", "map"]}, {"seconds": {"nope": 5, "agent": 0.75}}),
+    ]
+    with sessions.begin() as session:
+        for index, (fast, agent) in enumerate(records):
+            key = f"usage{index}"
+            session.add(
+                Job(
+                    id=key,
+                    idempotency_key=key,
+                    question="Q?",
+                    status="done",
+                    tenant="t",
+                    finished_at=now,
+                    fast_usage=fast,
+                    agent_usage=agent,
+                )
+            )
+        session.add(
+            Job(
+                id="old",
+                idempotency_key="old",
+                question="Q?",
+                status="done",
+                tenant="t",
+                finished_at=now - timedelta(days=2),
+                agent_usage={"seconds": {"agent": 100.0}},
+            )
+        )
+    start = now - timedelta(hours=1)
+    with sessions() as session:
+        summed = store_usage.seconds_since(session, "t", start)
+        (day,) = store_usage.by_day(session, "t", start, now + timedelta(hours=1))
+    assert summed == pytest.approx(day.spent.total_s) == pytest.approx(0.75 + 3.0 + 0.125 + 0.75)
