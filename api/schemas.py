@@ -209,7 +209,7 @@ class SavedView(BaseModel):
     measured_jobs: int = Field(description="the batch's agent-run jobs the estimate rests on")
     basis: str = Field(
         description="tool_free_runs: the agent's time on jobs the screen also called "
-        "tool-free; answer_step: one agent generation a job (docs/api.md)"
+        "tool-free; turn_model: one agent turn a job, priced by its tokens (docs/api.md)"
     )
 
 
