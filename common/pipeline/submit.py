@@ -156,6 +156,7 @@ def submit_corpus(
     config = run_config(settings)
     config_key = idempotency_key(config)
     batch_config = {**config, **(marked or {})}
+    marked_key = idempotency_key(batch_config)  # (the config's own key, unless marked)
     total = Submitted("", False, 0, 0)
     held: Held | None = None  # what the batch held before this run (the first chunk says)
     batch_key = lease = ""
@@ -171,9 +172,7 @@ def submit_corpus(
         with read as chunks:
             for chunk in chunks:
                 if not batch_key:  # named by its source, first question and settings
-                    batch_key = idempotency_key(
-                        source, [chunks.first_question], idempotency_key(batch_config)
-                    )
+                    batch_key = idempotency_key(source, [chunks.first_question], marked_key)
                     lease = f"submit:{batch_key}"
                     _wait_for_lease(sessions, lease, holder)
                 first = held is None

@@ -62,8 +62,8 @@ PROMISES = (
         "Running the same command again resumes without redoing",
         "docs/annotating.md",
         "common/pipeline/submit.py",
-        "batch_key = idempotency_key(source, [chunks.first_question], config_key)",
-        "batch_key = idempotency_key(source, [chunks.first_question], config_key, time.time())",
+        "batch_key = idempotency_key(source, [chunks.first_question], marked_key)",
+        "batch_key = idempotency_key(source, [chunks.first_question], marked_key, time.time())",
         (
             "tests/cli/test_annotate.py::test_running_the_same_command_again_resumes_without_redoing",
         ),
