@@ -60,6 +60,9 @@ def test_a_submission_past_the_jobs_quota_is_refused_whole(api):
     )
     other = server.key_for("other")
     assert server.http.post("/v1/jobs", json=_jobs(1)[0], headers=other).status_code == 202
+    metrics = server.http.get("/metrics").text  # (counters per tenant)
+    assert 'speceyes_api_tenant_jobs_submitted_total{tenant="capped"}' in metrics
+    assert 'speceyes_api_quota_refused_total{quota="jobs_per_day",tenant="capped"}' in metrics
 
 
 def test_the_deployments_quota_applies_where_a_key_sets_none(api):
@@ -134,3 +137,27 @@ def test_one_tenants_quota_checks_wait_for_each_other(api):
                 usage.lock_tenant(second, "busy")
             second.rollback()
             usage.lock_tenant(second, "idle")  # another tenant's: free
+
+
+def test_with_a_broker_a_refused_submission_sends_nothing(api, broker_env):
+    """Distributed mode: the jobs a refused submission would have made are neither kept
+    nor sent (the broker's queue holds the accepted submission's messages only)."""
+    server = api(
+        broker_url=broker_env["SPECEYES_BROKER_URL"],
+        broker_key_prefix=broker_env["SPECEYES_BROKER_KEY_PREFIX"],
+        fast_queue=broker_env["SPECEYES_FAST_QUEUE"],
+        slow_queue=broker_env["SPECEYES_SLOW_QUEUE"],
+    )
+    capped = server.key_for("queued", jobs_per_day=2)
+    made = server.http.post("/v1/batches", json={"name": "e", "jobs": _jobs(2)}, headers=capped)
+    assert made.status_code == 202, made.text
+    queue = broker_env["SPECEYES_FAST_QUEUE"]
+    waiting = server.dispatcher.queue_depth(queue)
+    assert waiting >= 1
+    before = _counts(server)
+    over = server.http.post("/v1/batches", json={"name": "f", "jobs": _jobs(3)}, headers=capped)
+    refused(over, 429, "quota_jobs_per_day")
+    refused(
+        server.http.post("/v1/jobs", json=_jobs(1)[0], headers=capped), 429, "quota_jobs_per_day"
+    )
+    assert _counts(server) == before and server.dispatcher.queue_depth(queue) == waiting
