@@ -208,8 +208,9 @@ class SavedView(BaseModel):
     agent_alone_s: float
     measured_jobs: int = Field(description="the batch's agent-run jobs the estimate rests on")
     basis: str = Field(
-        description="tool_free_runs: the agent's time on jobs the screen also called "
-        "tool-free; turn_model: one agent turn a job, priced by its tokens (docs/api.md)"
+        description="audits: the agent's time on accepted jobs the audit ran; "
+        "tool_free_runs: on jobs the screen also called tool-free; turn_model: one agent "
+        "turn a job, priced by its tokens (docs/api.md)"
     )
 
 
@@ -218,7 +219,7 @@ class UsageView(BaseModel):
     its jobs; GPU-seconds on a GPU) and tokens."""
 
     jobs: int = Field(description="jobs with a usage record")
-    seconds: dict[str, float] = Field(description="screen, speculate, gate, agent, sandbox")
+    seconds: dict[str, float] = Field(description="screen, speculate, gate, agent, sandbox, audit")
     total_s: float
     tokens_in: int
     tokens_out: int

@@ -173,6 +173,7 @@ class Phase(StrEnum):
     GATE = "gate"  # phase III, the answer's separability
     AGENT = "agent"  # phase IV, the agent's generations (SpecReason's proposals too)
     SANDBOX = "sandbox"  # phase IV, its tools: a crop or a sandboxed program
+    AUDIT = "audit"  # the agent run on an accepted job to check it (common.pipeline.audit)
 
 
 @dataclass

@@ -66,10 +66,18 @@ def claim(
 
 
 def record(
-    session: Session, job_id: str, answer: str | None, agrees: bool | None, error: str | None
+    session: Session,
+    job_id: str,
+    answer: str | None,
+    agrees: bool | None,
+    error: str | None,
+    usage: dict[str, Any] | None = None,
 ) -> bool:
-    """Record an audit's end (an answer and whether it agrees, or the error)."""
+    """Record an audit's end (an answer and whether it agrees, or the error; ``usage``:
+    what its run of the agent cost)."""
     values: dict[str, Any] = {"audit_status": DONE if error is None else FAILED}
+    if usage is not None:
+        values["audit_usage"] = usage
     values |= {"audit_answer": answer, "audit_agrees": agrees, "audit_error": error}
     values["audited_at"] = utcnow()
     statement = update(Job).where(Job.id == job_id, Job.audit_status == RUNNING).values(values)

@@ -40,8 +40,9 @@ def _postgresql_margin(element: GateMargin, compiler: Any, **kw: Any) -> str:
 
 
 class ModelSeconds(ColumnElement[float]):
-    """A job's model seconds, every phase of both stages (``jobs.fast_usage`` and
-    ``agent_usage``: ``common.contracts.Usage``), summed in SQL: what a compute quota
+    """A job's model seconds, every phase of both stages and its audit
+    (``jobs.fast_usage``, ``agent_usage``, ``audit_usage``: ``common.contracts.Usage``),
+    summed in SQL: what a compute quota
     adds up (``common.store.usage.seconds_since``). A phase that holds no number counts
     as 0 (a figure past ``MAX_RECORDED`` too, as ``Usage.of`` reads it)."""
 
@@ -79,10 +80,10 @@ def _postgresql_seconds(element: ModelSeconds, compiler: Any, **kw: Any) -> str:
 
 
 def _summed(term: Callable[[str, str], str]) -> str:
-    """Every phase of both stages' usage, each as ``term`` reads it, added up."""
-    return (
-        "(" + " + ".join(term(c, p) for c in ("fast_usage", "agent_usage") for p in _PHASES) + ")"
-    )
+    """Every phase of both stages' usage and its audit's, each as ``term`` reads it,
+    added up."""
+    columns = ("fast_usage", "agent_usage", "audit_usage")
+    return "(" + " + ".join(term(c, p) for c in columns for p in _PHASES) + ")"
 
 
 def partial(where: str) -> dict[str, Any]:

@@ -183,6 +183,7 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
             Job.fast_usage,
             Job.agent_usage,
             Job.screen_needs_tools,
+            Job.audit_usage,
         )
         .join(Job, Job.id == BatchItem.job_id)
         .where(BatchItem.batch_id == batch_id)
@@ -192,7 +193,13 @@ def _overview_pass(session: Session, batch_id: str) -> Overview:
     for row in session.execute(query.execution_options(yield_per=2000)):
         tally.add(row)
         if row.id not in times:
-            usage.add(row.fast_usage, row.agent_usage, row.answered_by, row.screen_needs_tools)
+            usage.add(
+                row.fast_usage,
+                row.agent_usage,
+                row.answered_by,
+                row.screen_needs_tools,
+                row.audit_usage,
+            )
         times[row.id] = (row.fast_started_at, row.gated_at, row.agent_started_at, row.finished_at)
         if row.confidence is None:
             continue

@@ -183,9 +183,10 @@ class Job(Base):
     zoom_replay: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # phase IV
     trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    # what each stage cost (common.contracts.Usage: model seconds per phase, tokens)
+    # what each stage and its audit cost (common.contracts.Usage: seconds per phase, tokens)
     fast_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     agent_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    audit_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # outcome
     answered_by: Mapped[str | None] = mapped_column(String(8))  # small | large
     final_answer: Mapped[str | None] = mapped_column(Text)
@@ -196,8 +197,7 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     tenant: Mapped[str | None] = mapped_column(String(200))  # the API key's; None: the CLI's
     worker: Mapped[str | None] = mapped_column(String(100))  # the worker holding it (running)
-    # a running job asked to stop: the reason it is cancelled with once its step ends
-    # (common.store.cancels)
+    # a running job asked to stop: why it is cancelled once its step ends (store.cancels)
     cancel_requested: Mapped[str | None] = mapped_column(String(32))
     # a job sent alone announces its end (``job.finished``, common.store.webhooks) to its
     # tenant's endpoints and its own callback; when that end was last announced

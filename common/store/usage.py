@@ -6,7 +6,11 @@ every job? The jobs the gate accepted never ran the agent, so what they would ha
 is estimated from the jobs of the same batch that did, less what the fast stage spent
 on every job (screening and speculating cost something too).
 
-Which of the agent's jobs are like the accepted ones? Not all of them: an accepted job
+The best measure is the audit's (``common.pipeline.audit``): it runs the agent on a
+random share of the accepted jobs themselves, so where two or more of the batch's were
+audited, ``audits`` is the basis: the audited jobs' agent time is known, the rest is
+their mean. The audits' own cost is taken off what was saved. Without them, which of
+the agent's other jobs are like the accepted ones? Not all of them: an accepted job
 was screened tool-free and answered with confidence, the easy kind, and the agent spends
 far longer on a job it zooms into (on SpecEyes-Synth, taking every agent-run job's mean
 put the saving at 3.3 s where an agent-alone run measured none). So the basis is:
@@ -59,14 +63,20 @@ class BatchUsage:
     agent_runs: list[float] = field(default_factory=list)  # each agent-run job's seconds
     per_job: list[float] = field(default_factory=list)  # each job's seconds, both stages
     tool_free_runs: list[float] = field(default_factory=list)  # those screened tool-free
+    audit_runs: list[float] = field(default_factory=list)  # accepted jobs' audits: the agent
     turn_cost: TurnCost = field(default_factory=lambda: TurnCost())
 
     def add(
-        self, fast: Any, agent: Any, answered_by: str | None, needs_tools: bool | None = None
+        self,
+        fast: Any,
+        agent: Any,
+        answered_by: str | None,
+        needs_tools: bool | None = None,
+        audit: Any = None,
     ) -> None:
         """One job's records (as stored: anything unreadable counts as nothing) and what
         its screen said."""
-        if fast is None and agent is None:
+        if fast is None and agent is None and audit is None:
             return
         self.jobs += 1
         screened = Usage.of(fast)
@@ -80,6 +90,11 @@ class BatchUsage:
                 self.tool_free_runs.append(ran.total_s)
             self.turn_cost.add_run(ran.turns)
             spent += ran.total_s
+        if audit is not None:
+            audited = Usage.of(audit)
+            self.spent.add(Phase.AUDIT, audited.total_s, audited.tokens_in, audited.tokens_out)
+            self.audit_runs.append(audited.total_s)
+            spent += audited.total_s
         self.per_job.append(spent)
         if answered_by == AnsweredBy.SMALL:
             self.accepted += 1
@@ -96,8 +111,16 @@ class BatchUsage:
     def saved(self) -> Saved | None:
         """What the funnel saved against the agent alone, or None while fewer than
         ``MIN_MEASURED`` of the batch's jobs ran the agent."""
-        accepted, like = self.accepted, self.tool_free_runs
-        if len(like) >= MIN_MEASURED:
+        accepted, like, known = self.accepted, self.tool_free_runs, 0.0
+        audits = self.audit_runs
+        if len(audits) >= MIN_MEASURED and accepted >= len(audits):
+            mean = sum(audits) / len(audits)
+            variance = sum((run - mean) ** 2 for run in audits) / (len(audits) - 1)
+            rest = accepted - len(audits)  # (the audited ones' time is known)
+            spread = rest * variance + rest**2 * variance / len(audits)
+            measured, freedom, basis = len(audits), len(audits) - 1, "audits"
+            known, accepted = sum(audits), rest
+        elif len(like) >= MIN_MEASURED:
             mean = sum(like) / len(like)
             variance = sum((run - mean) ** 2 for run in like) / (len(like) - 1)
             # (the accepted jobs' own spread, and the mean's)
@@ -110,12 +133,12 @@ class BatchUsage:
             mean, variance, of_mean, freedom = fitted
             spread = accepted * variance + accepted**2 * of_mean
             measured, basis = self.turn_cost.runs, "turn_model"
-        avoided = accepted * mean
+        avoided = known + accepted * mean
         half = t_95(freedom) * math.sqrt(spread)
-        seconds = avoided - self.fast_s
+        seconds = avoided - self.fast_s - sum(audits)  # (an audit is compute spent too)
         alone = sum(self.agent_runs) + avoided  # the agent on every job ran or accepted
-        low = max(seconds - half, -self.fast_s)  # (at worst, nothing avoided)
-        return Saved(seconds, low, seconds + half, avoided, alone, measured, accepted, basis)
+        low = max(seconds - half, -self.fast_s - sum(audits))  # (at worst, nothing avoided)
+        return Saved(seconds, low, seconds + half, avoided, alone, measured, self.accepted, basis)
 
     def to_dict(self, price_per_gpu_hour: float | None = None) -> dict[str, Any]:
         """As the API, the report and the export show it (money only with a price)."""
@@ -220,7 +243,7 @@ class Saved:
     agent_alone_s: float  # the estimate of the agent on every job
     measured: int  # the agent-run jobs its mean and spread come from
     accepted: int  # the jobs the agent never ran
-    basis: str  # which: "tool_free_runs" or "turn_model" (the module's docstring)
+    basis: str  # "audits", "tool_free_runs" or "turn_model" (the module's docstring)
 
     @property
     def per_job_s(self) -> float:
@@ -301,18 +324,22 @@ def by_day(
     """The jobs finished in [``start``, ``end``) of ``tenant`` (or ``EVERY_TENANT``), by
     day and tenant, oldest first: a pass over those jobs' usage records (by
     ``ix_jobs_tenant_finished`` for one tenant)."""
-    query = select(Job.tenant, Job.finished_at, Job.fast_usage, Job.agent_usage).where(
-        Job.finished_at >= start, Job.finished_at < end
-    )
+    query = select(
+        Job.tenant, Job.finished_at, Job.fast_usage, Job.agent_usage, Job.audit_usage
+    ).where(Job.finished_at >= start, Job.finished_at < end)
     if tenant is not EVERY_TENANT:
         query = query.where(Job.tenant.is_(None) if tenant is None else Job.tenant == tenant)
     days: dict[tuple[str, str | None], DayUsage] = {}
-    for owner, finished, fast, agent in session.execute(query.execution_options(yield_per=2000)):
+    for owner, finished, fast, agent, audit in session.execute(
+        query.execution_options(yield_per=2000)
+    ):
         day = as_utc(finished).date().isoformat()
         found = days.setdefault((day, owner), DayUsage(day, owner))
         found.jobs += 1
         found.spent.merge(Usage.of(fast))
         found.spent.merge(Usage.of(agent))
+        audited = Usage.of(audit)  # (counted on the day its job finished)
+        found.spent.add(Phase.AUDIT, audited.total_s, audited.tokens_in, audited.tokens_out)
     return [days[key] for key in sorted(days, key=lambda key: (key[0], key[1] or ""))]
 
 

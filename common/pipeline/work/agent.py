@@ -143,14 +143,15 @@ class AgentWork(WorkUnit):
             outcome = Failed(
                 ticket.job_id, FailureCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
             )
+        used = None if isinstance(outcome, Failed) else outcome.trajectory.usage().to_dict()
         with self.sessions.begin() as session:
             if isinstance(outcome, Failed) or outcome.answer is None:
                 why = outcome.message if isinstance(outcome, Failed) else outcome.error
-                audits.record(session, ticket.job_id, None, None, why or "no answer")
+                audits.record(session, ticket.job_id, None, None, why or "no answer", used)
             else:
                 job = session.get(Job, ticket.job_id)
                 agreed = audit_agrees(job, outcome.answer) if job is not None else None
-                audits.record(session, ticket.job_id, outcome.answer, agreed, None)
+                audits.record(session, ticket.job_id, outcome.answer, agreed, None, used)
                 report.alarms = check_drift(session, ticket.job_id, self.settings)
         report.seconds["audit"] = time.perf_counter() - started
         return report

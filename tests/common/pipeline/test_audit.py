@@ -98,6 +98,10 @@ def test_a_small_model_that_turns_wrong_halfway_raises_the_alarm_within_the_boun
         drifted = [session.get(Job, jobs[i]) for i in range(half, 2 * half)]
         assert {job.final_answer for job in drifted} == {"A"}
         assert {job.audit_answer for job in drifted if job.audit_status == "done"} == {"B"}
+        # each audit kept what its run of the agent cost (the accounting's best basis)
+        audited = [job for job in drifted if job.audit_status == "done"]
+        assert audited and all(job.audit_usage["turns"] for job in audited)
+        assert all(job.agent_usage is None for job in audited)  # (the agent never ran it)
 
 
 def test_no_drift_raises_no_alarm_in_a_thousand_jobs(tmp_path: Path, sessions):

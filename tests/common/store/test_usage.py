@@ -46,6 +46,25 @@ def test_saved_is_the_accepted_jobs_at_the_agents_mean_less_the_fast_stage():
     assert shown["cost"] == pytest.approx(15.0 * 0.001) and shown["saved_cost"] == 0.009
 
 
+def test_audits_of_the_accepted_jobs_are_the_basis_and_their_cost_is_taken_off():
+    """An audit runs the agent on accepted jobs themselves: where two or more were, their
+    time is known and the rest are priced at their mean; the audits cost time too."""
+    usage = BatchUsage()
+    for seconds in (1.0, 3.0):  # accepted and audited
+        usage.add(fast(0.5), None, "small", needs_tools=False, audit=agent(seconds))
+    for _ in range(4):  # accepted, not audited
+        usage.add(fast(0.5), None, "small", needs_tools=False)
+    for _ in range(3):  # deferred, screened tool-free: not needed as a basis here
+        usage.add(fast(0.5), agent(50.0), "large", needs_tools=False)
+    saved = usage.saved()
+    assert saved is not None and saved.basis == "audits" and saved.measured == 2
+    assert saved.avoided_s == pytest.approx(1.0 + 3.0 + 4 * 2.0)
+    assert saved.seconds == pytest.approx(12.0 - 4.5 - 4.0)  # less fast (9 x 0.5), audits
+    half = 12.706205 * math.sqrt(4 * 2.0 + 16 * 2.0 / 2)  # 4 unknown, variance 2, 1 df
+    assert saved.high == pytest.approx(saved.seconds + half)
+    assert usage.to_dict()["seconds"]["audit"] == 4.0
+
+
 def test_without_tool_free_runs_an_accepted_job_costs_one_turn_priced_by_its_tokens():
     """Jobs the screen sent to the agent zoom first: their whole time is no measure of an
     easy job's. A turn's cost is fitted on its tokens (here exactly 0.01 + 0.001 a token
@@ -173,6 +192,7 @@ def test_a_tenants_seconds_are_summed_in_sql_as_usage_reads_them(sessions):
                     finished_at=now,
                     fast_usage=fast,
                     agent_usage=agent,
+                    audit_usage=agent if index == 0 else None,
                 )
             )
         session.add(
@@ -190,4 +210,5 @@ def test_a_tenants_seconds_are_summed_in_sql_as_usage_reads_them(sessions):
     with sessions() as session:
         summed = store_usage.seconds_since(session, "t", start)
         (day,) = store_usage.by_day(session, "t", start, now + timedelta(hours=1))
-    assert summed == pytest.approx(day.spent.total_s) == pytest.approx(0.75 + 3.0 + 0.125 + 0.75)
+    expected = 0.75 + 3.0 + 0.125 + 0.75 + 3.0  # (the first job's audit: 3 s more)
+    assert summed == pytest.approx(day.spent.total_s) == pytest.approx(expected)
