@@ -338,8 +338,9 @@ def by_day(
         found.jobs += 1
         found.spent.merge(Usage.of(fast))
         found.spent.merge(Usage.of(agent))
-        audited = Usage.of(audit)  # (counted on the day its job finished)
-        found.spent.add(Phase.AUDIT, audited.total_s, audited.tokens_in, audited.tokens_out)
+        if audit is not None:  # (counted on the day its job finished)
+            audited = Usage.of(audit)
+            found.spent.add(Phase.AUDIT, audited.total_s, audited.tokens_in, audited.tokens_out)
     return [days[key] for key in sorted(days, key=lambda key: (key[0], key[1] or ""))]
 
 
