@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import itertools
-import uuid
 
 import pytest
 from sqlalchemy import func, select, text
@@ -15,6 +14,7 @@ from common.store import usage
 from common.store.tables import Batch, Job, utcnow
 from tests.helpers.api import refused
 from tests.helpers.images import png
+from tests.helpers.store import finished_job
 
 _COLOURS = itertools.count(1000)
 
@@ -77,19 +77,8 @@ def test_once_the_compute_quota_is_spent_submissions_wait_for_the_next_day(api):
     server = api()
     capped = server.key_for("spender", compute_s_per_day=5.0)
     with server.sessions.begin() as session:  # a job of the tenant's that finished today
-        key = uuid.uuid4().hex
         used = {"seconds": {"screen": 1.0, "agent": 4.5}}
-        session.add(
-            Job(
-                id=key,
-                idempotency_key=key,
-                question="Q?",
-                status="done",
-                tenant="spender",
-                finished_at=utcnow(),
-                agent_usage=used,
-            )
-        )
+        finished_job(session, "spender", utcnow(), agent_usage=used)
     before = _counts(server)
     over = server.http.post("/v1/batches", json={"name": "c", "jobs": _jobs(3)}, headers=capped)
     refused(over, 429, "quota_compute_per_day")

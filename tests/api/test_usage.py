@@ -3,11 +3,10 @@ only; an admin's, every tenant's or the one it names (issue 50, point 4)."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 
-from common.store.tables import Job
 from tests.helpers.api import refused
+from tests.helpers.store import finished_job
 
 DAY_ONE = datetime(2026, 11, 30, 23, 59, tzinfo=UTC)
 DAY_TWO = datetime(2026, 12, 1, 0, 1, tzinfo=UTC)
@@ -19,19 +18,7 @@ def _finished(server, tenant: str | None, when: datetime, agent_s: float | None)
     if agent_s is not None:
         agent = {"seconds": {"agent": agent_s, "sandbox": 1.0}, "tokens_out": 7, "steps": 2}
     with server.sessions.begin() as session:
-        key = uuid.uuid4().hex
-        session.add(
-            Job(
-                id=key,
-                idempotency_key=key,
-                question="Q?",
-                status="done",
-                tenant=tenant,
-                finished_at=when,
-                fast_usage=fast,
-                agent_usage=agent,
-            )
-        )
+        finished_job(session, tenant, when, fast_usage=fast, agent_usage=agent)
 
 
 def test_a_tenant_reads_its_own_usage_by_day_and_stage(api):

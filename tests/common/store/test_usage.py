@@ -10,6 +10,7 @@ import pytest
 from common.contracts import Phase, Query, Usage
 from common.pipeline.metering import Meter
 from common.store.usage import BatchUsage, t_95
+from tests.helpers.store import finished_job
 
 
 def fast(seconds: float) -> dict:
@@ -170,7 +171,6 @@ def test_a_tenants_seconds_are_summed_in_sql_as_usage_reads_them(sessions):
     from datetime import UTC, datetime, timedelta
 
     from common.store import usage as store_usage
-    from common.store.tables import Job
 
     now = datetime.now(UTC)
     records = [
@@ -181,30 +181,10 @@ def test_a_tenants_seconds_are_summed_in_sql_as_usage_reads_them(sessions):
     ]
     with sessions.begin() as session:
         for index, (fast, agent) in enumerate(records):
-            key = f"usage{index}"
-            session.add(
-                Job(
-                    id=key,
-                    idempotency_key=key,
-                    question="Q?",
-                    status="done",
-                    tenant="t",
-                    finished_at=now,
-                    fast_usage=fast,
-                    agent_usage=agent,
-                    audit_usage=agent if index == 0 else None,
-                )
-            )
-        session.add(
-            Job(
-                id="old",
-                idempotency_key="old",
-                question="Q?",
-                status="done",
-                tenant="t",
-                finished_at=now - timedelta(days=2),
-                agent_usage={"seconds": {"agent": 100.0}},
-            )
+            audit = agent if index == 0 else None
+            finished_job(session, "t", now, fast_usage=fast, agent_usage=agent, audit_usage=audit)
+        finished_job(
+            session, "t", now - timedelta(days=2), agent_usage={"seconds": {"agent": 100.0}}
         )
     start = now - timedelta(hours=1)
     with sessions() as session:
