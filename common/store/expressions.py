@@ -10,7 +10,7 @@ from sqlalchemy import Float, text
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement
 
-from common.contracts import MAX_RECORDED
+from common.contracts import MAX_RECORDED, Phase
 
 
 class GateMargin(ColumnElement[float]):
@@ -50,7 +50,9 @@ class ModelSeconds(ColumnElement[float]):
     inherit_cache = True
 
 
-_PHASES = ("screen", "speculate", "gate", "agent", "sandbox")
+# the phases a stage's record holds seconds under (an audit's run is kept as agent and
+# sandbox in its own column; "audit" is the name a batch's totals give it)
+_PHASES = tuple(phase.value for phase in Phase if phase != Phase.AUDIT)
 
 
 @compiles(ModelSeconds, "sqlite")
