@@ -4,8 +4,10 @@ unnested on the server.
 One small statement to parse and plan, one round trip, whatever the number of rows
 (an executemany sends a statement per row, even pipelined). The job store inserts a
 submission's chunk of jobs this way (``common.store.submission``) and records a fast
-micro-batch's outcomes (``common.store.claims``). JSON columns travel as text and are
-cast back on the server.
+micro-batch's outcomes (``common.store.claims``). A JSON column travels as one JSON
+array (its rows' values, null for NULL), split into rows on the server: as an array of
+texts, each of 32 values would be escaped quote by quote on the client (psycopg's
+array dumper), about 20 microseconds a row for a small record.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ _DIALECT = postgresql.dialect()
 def unnest_from(table: Table, names: Sequence[str], alias: str = "rows") -> str:
     """``unnest(CAST(:a AS T[]), ...) AS alias(c_a, ...)``: the rows of ``names``'s arrays,
     each cast to its column's type in ``table`` (JSON as text: ``value``)."""
-    arrays = ", ".join(f"CAST(:{name} AS {_array_type(table, name)}[])" for name in names)
+    arrays = ", ".join(_array(table, name) for name in names)
     return f"unnest({arrays}) AS {alias}({', '.join(f'c_{name}' for name in names)})"
 
 
@@ -43,15 +45,24 @@ def value(table: Table, name: str) -> str:
 
 
 def as_arrays(table: Table, rows: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
-    """The parameters for ``unnest_from``: one list per column, JSON values as text (a
-    None stays NULL)."""
+    """The parameters for ``unnest_from``: one list per column; a JSON column's values as
+    one JSON array (a None stays NULL)."""
     arrays: dict[str, Any] = {}
     for name in names:
         column = [row[name] for row in rows]
-        if _is_json(table, name):
-            column = [None if item is None else json.dumps(item) for item in column]
-        arrays[name] = column
+        arrays[name] = json.dumps(column) if _is_json(table, name) else column
     return arrays
+
+
+def _array(table: Table, name: str) -> str:
+    """The parameter ``name`` as an array of its column's type; a JSON column's, from its
+    one JSON document: each element's text in order (JSON null: NULL)."""
+    if not _is_json(table, name):
+        return f"CAST(:{name} AS {_array_type(table, name)}[])"
+    return (
+        f"ARRAY(SELECT NULLIF(item.value::text, 'null') FROM json_array_elements("
+        f"CAST(:{name} AS JSON)) WITH ORDINALITY AS item(value, n) ORDER BY item.n)"
+    )
 
 
 def _is_json(table: Table, name: str) -> bool:
@@ -60,7 +71,7 @@ def _is_json(table: Table, name: str) -> bool:
 
 def _array_type(table: Table, name: str) -> str:
     """Text for strings (an explicit cast to VARCHAR(n) would cut a long value short
-    where storing it into the column refuses it) and JSON; else the column's type."""
-    if _is_json(table, name) or isinstance(table.c[name].type, String):
+    where storing it into the column refuses it); else the column's type."""
+    if isinstance(table.c[name].type, String):
         return "TEXT"
     return str(table.c[name].type.compile(dialect=_DIALECT))

@@ -109,8 +109,7 @@ class Batch(Base):
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
-        # What a batch's counts read (common.store.reads.counts_of), in an index of its
-        # own: counted from it alone, never from the wide rows (trajectories, scores).
+        # what a batch's counts read (reads.counts_of): this alone, never the wide rows
         Index(
             "ix_jobs_summary",
             "id",
@@ -130,8 +129,9 @@ class Job(Base):
         Index("ix_jobs_claim_order", "status", "priority", "created_at", "id"),
         # a tenant's unfinished jobs (its quota of jobs in flight: reads.unfinished_jobs)
         Index("ix_jobs_tenant_status", "tenant", "status"),
-        Index("ix_jobs_tenant_finished", "tenant", "finished_at"),  # its usage (store.usage)
-        Index("ix_jobs_tenant_created", "tenant", "created_at"),  # its jobs a day (quotas)
+        # a tenant's usage (store.usage), its jobs a day (quotas); not the command line's
+        Index("ix_jobs_tenant_finished", "tenant", "finished_at", **partial("tenant IS NOT NULL")),
+        Index("ix_jobs_tenant_created", "tenant", "created_at", **partial("tenant IS NOT NULL")),
         # what the reconciler reads (common.pipeline.reconcile): the jobs of a status and
         # priority whose message went out before a time; any read of one status too
         Index("ix_jobs_sent", "status", "priority", "sent_at"),
