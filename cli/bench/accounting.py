@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             audited = ["--audit-rate", args.audit_rate]
             _quiet(["annotate", source, *MODELS, *audited, "--db", db, "--name", "funnel"])
             _quiet(["annotate", source, *MODELS, "--db", db, "--name", "alone", "--baseline"])
-            measured, saved = _saved(db)
+            measured, saved = measured_saving(db)
             if saved is None:
                 print(f"{split:<20} no estimate (too few agent runs)")
                 continue
@@ -133,7 +133,10 @@ def _model_seconds(database: str) -> float:
         return overview(session, line.batch.id).usage.spent.total_s
 
 
-def _saved(database: str) -> tuple[float, Any]:
+def measured_saving(database: str) -> tuple[float, Any]:
+    """In a store holding a batch ``funnel`` and an agent-alone batch ``alone`` of the
+    same rows: what the funnel saved as measured (the agent-alone run's time on the rows
+    the funnel accepted, less the funnel's fast stage and audits), and its ``Saved``."""
     sessions = open_store(database, create=False)
     with sessions() as session:
         funnel_id, alone_id = (require_batch(session, name).id for name in ("funnel", "alone"))
@@ -148,5 +151,6 @@ def _saved(database: str) -> tuple[float, Any]:
             for item, job in batch_results(session, alone_id)
             if item.item_id in accepted
         )
+    sessions.close()
     audits = usage.spent.seconds.get("audit", 0.0)  # (compute the funnel spent too)
     return skipped - usage.fast_s - audits, usage.saved()
