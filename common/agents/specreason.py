@@ -9,8 +9,9 @@ at most six rounds; each round is one ``AgentStep``:
    first user turn) and, after the first round, the steps kept so far joined into one
    assistant turn; it writes the next step (the agent's stop strings and token limit);
 2. **score**: the large model is shown the same, the proposal as one more assistant
-   turn and the verify prompt, and writes at most 10 tokens; the first digit in them is
-   the score (0 without one);
+   turn and the verify prompt, and writes at most 10 tokens (DeepEyes' exactly 10, on
+   past its end of turn, as there); the first digit in them is the score (0 without
+   one);
 3. **decide**: a score of at least the threshold keeps the proposal (``proposer``
    "small"); otherwise the large model writes the step itself from the kept steps
    (``proposer`` "large", the proposal kept in the trace beside it).
@@ -145,6 +146,11 @@ class _Rounds:
             [Message("assistant", [proposal.text]), Message("user", [SPECREASON.VERIFY_PROMPT])],
             stop=(),
             max_new_tokens=SPECREASON.SCORE_MAX_NEW_TOKENS,
+            ignore_eos=(
+                SPECREASON.THYME_SCORE_IGNORES_EOS
+                if self.thyme
+                else SPECREASON.DEEPEYES_SCORE_IGNORES_EOS
+            ),
         )
         step.prompt_tokens = proposal.prompt_tokens + verdict.prompt_tokens
         step.score = score_of(verdict.text)
@@ -178,6 +184,7 @@ class _Rounds:
         *,
         stop: tuple[str, ...] | None = None,
         max_new_tokens: int | None = None,
+        ignore_eos: bool = False,
     ) -> Generation:
         """One generation after the first turn, the kept steps (one assistant turn) and
         ``after``; a new assistant turn."""
@@ -194,6 +201,7 @@ class _Rounds:
             conversation,
             stop=self.large.protocol.agent_stop if stop is None else stop,
             max_new_tokens=self.limits.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            ignore_eos=ignore_eos,
         )
 
     def _carry_out(self, step: AgentStep) -> None:

@@ -69,8 +69,17 @@ class VisionLanguageModel(Protocol):
     ) -> list[Speculation]: ...
 
     def generate(
-        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
-    ) -> Generation: ...
+        self,
+        conversation: Conversation,
+        *,
+        stop: Sequence[str],
+        max_new_tokens: int,
+        ignore_eos: bool = False,
+    ) -> Generation:
+        """One turn, ended at a ``stop`` string, the model's end of turn or
+        ``max_new_tokens``; ``ignore_eos``: not at the end of turn (the model writes on
+        past it to the limit, and the text leaves the special tokens out)."""
+        ...
 
     def agent_turns(
         self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int

@@ -8,7 +8,7 @@ the others), as ONE left-padded ``generate`` over all the waiting conversations,
 rendered as it would be alone (its own continuation), each cut at its own stop string.
 Under greedy decoding the trajectories are those the model gives one by one.
 
-Calls that cannot share a ``generate`` (other stop strings or token budgets) run in
+Calls that cannot share a ``generate`` (other stop strings, token budgets or ends) run in
 separate groups, one after the other. Screening and speculation pass through.
 """
 
@@ -30,6 +30,7 @@ class _Request:
     conversation: Conversation
     stop: tuple[str, ...]
     max_new_tokens: int
+    ignore_eos: bool = False
     result: Generation | None = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -64,9 +65,14 @@ class Lockstep:
                 self._lock.notify_all()
 
     def generate(
-        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+        self,
+        conversation: Conversation,
+        *,
+        stop: Sequence[str],
+        max_new_tokens: int,
+        ignore_eos: bool = False,
     ) -> Generation:
-        request = _Request(conversation, tuple(stop), max_new_tokens)
+        request = _Request(conversation, tuple(stop), max_new_tokens, ignore_eos)
         arrived = time.monotonic()
         with self._lock:
             self._waiting.append(request)
@@ -87,8 +93,8 @@ class Lockstep:
         """Called with the lock held: take one group of waiting requests, run them with
         the lock released, hand out the results."""
         first = self._waiting[0]
-        same = (first.stop, first.max_new_tokens)
-        group = [r for r in self._waiting if (r.stop, r.max_new_tokens) == same]
+        same = (first.stop, first.max_new_tokens, first.ignore_eos)
+        group = [r for r in self._waiting if (r.stop, r.max_new_tokens, r.ignore_eos) == same]
         group = group[: self.max_batch]
         for request in group:
             self._waiting.remove(request)
@@ -108,7 +114,7 @@ class Lockstep:
                 [r.conversation.messages for r in group],
                 max_new_tokens=group[0].max_new_tokens,
                 stop=group[0].stop,
-                end_ids=model.turn_end_ids,
+                end_ids=[] if group[0].ignore_eos else model.turn_end_ids,
                 rendered=[
                     model.render(r.conversation.messages, r.conversation.continue_cut)
                     for r in group

@@ -205,7 +205,12 @@ class ScriptedModel:
         ]
 
     def generate(
-        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+        self,
+        conversation: Conversation,
+        *,
+        stop: Sequence[str],
+        max_new_tokens: int,
+        ignore_eos: bool = False,
     ) -> Generation:
         (script,) = self._call("generate", [conversation.key])
         steps: Sequence[str | int] = script.steps()

@@ -129,11 +129,18 @@ class ServerModel:
         return [_speculation(reply, top_k, strip) for reply in replies]
 
     def generate(
-        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+        self,
+        conversation: Conversation,
+        *,
+        stop: Sequence[str],
+        max_new_tokens: int,
+        ignore_eos: bool = False,
     ) -> Generation:
         stops = self._stops(stop)
         proceed = conversation.continue_cut is not None
         body = self._body(conversation.messages, max_new_tokens, stops, proceed=proceed)
+        if ignore_eos:
+            body["ignore_eos"] = True  # (vLLM's sampling parameter; special tokens skipped)
         (reply,) = self._all([body])
         return _generation(reply, stop, stops)
 

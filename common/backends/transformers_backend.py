@@ -210,13 +210,18 @@ class TransformersModel:
         return text
 
     def generate(
-        self, conversation: Conversation, *, stop: Sequence[str], max_new_tokens: int
+        self,
+        conversation: Conversation,
+        *,
+        stop: Sequence[str],
+        max_new_tokens: int,
+        ignore_eos: bool = False,
     ) -> Generation:
         (row,) = self._generate(
             [conversation.messages],
             max_new_tokens=max_new_tokens,
             stop=stop,
-            end_ids=self.turn_end_ids,
+            end_ids=[] if ignore_eos else self.turn_end_ids,
             continue_cut=conversation.continue_cut,
         )
         return Generation(

@@ -7,7 +7,10 @@ agree on everything below unless a name says which agent it is for):
 - ``VERIFY_PROMPT``: ``get_utility_score``'s ``verify_prompt``, the user turn the large
   model scores the last step after (its source indentation is part of the string);
 - ``SCORE_MAX_NEW_TOKENS``: that call's ``max_new_tokens``; the score is the first digit
-  of its decoded text, 0 when it has none;
+  of its decoded text (special tokens skipped), 0 when it has none;
+- ``DEEPEYES_SCORE_IGNORES_EOS``: DeepEyes' call passes ``eos_token_id=None``, so it
+  writes all ten tokens, on past its end of turn; Thyme's passes the tokenizer's
+  ``eos_token_id`` and ends there;
 - ``SCORE_THRESHOLD``: ``--score_threshold``'s default (a step scoring at least this is
   kept);
 - ``ROUNDS``: ``speculative_reasoning`` stops with an error once ``step_id > 5``;
@@ -33,6 +36,8 @@ VERIFY_PROMPT = (
     "    "
 )
 SCORE_MAX_NEW_TOKENS = 10
+DEEPEYES_SCORE_IGNORES_EOS = True
+THYME_SCORE_IGNORES_EOS = False
 SCORE_THRESHOLD = 7.0
 ROUNDS = 6
 # the kept steps are joined with this into one assistant turn ("\n".join(reasoning_history))

@@ -95,6 +95,8 @@ def _complete(model: TransformersModel, body: dict[str, Any]) -> dict[str, Any]:
     stops = list(body.get("stop") or [])
     special = [s for s in stops if s in model.tokenizer.all_special_tokens]
     end_ids = [model.tokenizer.convert_tokens_to_ids(s) for s in special] or None
+    if body.get("ignore_eos"):  # (vLLM's: on past the end of turn, to max_tokens)
+        end_ids = []
     top_k = int(body["top_logprobs"]) if body.get("logprobs") else None
     (row,) = model._generate(
         [chat],

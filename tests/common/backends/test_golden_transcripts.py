@@ -15,6 +15,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from common.agents.deepeyes import run_deepeyes
+from common.backends.base import Generation
 from common.backends.transformers_backend import TransformersModel
 from common.chat import Conversation
 from common.config import AgentSettings
@@ -84,6 +85,17 @@ Return a json object with function name and arguments within <tool_call></tool_c
 
 **Example**:  \n<tool_call>  \n{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the apple on the desk"}}  \n</tool_call>
 """  # noqa: E501 -- the prompt's own lines; the three "  \n" keep its trailing spaces
+# SpecReason.py get_utility_score's verify_prompt (both agents'): its source indentation
+# is part of it, and "    \n" keeps the blank line's four spaces
+VERIFY_PROMPT = """
+    Please evaluate the quality of the last reasoning step. Score from 0-9, where:
+    9: Perfect logic, directly helps solve the problem
+    7-8: Good logic, contributes to the solution
+    5-6: Neutral, doesn't hurt but doesn't help much
+    3-4: Problematic, may lead to confusion
+    0-2: Incorrect, misleading, or irrelevant
+    \n    Only output the score as a single digit.
+    """
 
 
 def chat(system: str, user: str) -> str:
@@ -444,7 +456,6 @@ def test_specreason_shows_each_model_the_kept_steps_and_asks_a_new_turn(tiny_pat
     apply_chat_template(add_generation_prompt=True) for the proposal and the correction;
     the verify prompt as the last user turn. Through the real Qwen2.5-VL template."""
     from common.agents.specreason import run_specreason
-    from common.protocols.specreason import VERIFY_PROMPT
 
     first, second = "<think>look</think>", "<think>seen</think> <answer>B</answer>"
     # the one tiny model plays both: proposal, score "8", proposal, score "9"
@@ -466,6 +477,33 @@ def test_specreason_shows_each_model_the_kept_steps_and_asks_a_new_turn(tiny_pat
         f"{start}{first}<|im_end|>\n<|im_start|>assistant\n{second}<|im_end|>\n"
         f"<|im_start|>user\n{VERIFY_PROMPT}<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_deepeyes_specreason_scores_all_ten_tokens_past_the_end_of_turn(tiny_paths):
+    """eval_code_deepeyes/SpecReason.py get_utility_score: generate(max_new_tokens=10,
+    eos_token_id=None), decoded with skip_special_tokens=True, the first digit the score.
+    A score written after <|im_end|> counts there: "<|im_end|>\\n8" scores 8, so the
+    proposal is kept (a call that ends at <|im_end|> reads "" and scores 0)."""
+    from common.agents.specreason import run_specreason
+
+    proposal = "<think>seen</think> <answer>B</answer>"
+    model, _ = forced_agent(tiny_paths, [proposal, "<|im_end|>\n8", "<answer>C</answer>"])
+    seen: list[int] = []
+    real_generate = model.generate
+
+    def counted(conversation: Conversation, **kwargs) -> Generation:
+        generation = real_generate(conversation, **kwargs)
+        seen.append(generation.new_tokens)
+        return generation
+
+    model.generate = counted  # type: ignore[method-assign]
+    trajectory = run_specreason(
+        CHOICE, model, model, AgentSettings(max_new_tokens=60), threshold=7.0
+    )
+
+    (step,) = trajectory.steps
+    assert (step.score, step.proposer, trajectory.answer) == (8, "small", "B")
+    assert seen[1] == 10  # the score call: ten tokens, whatever they are
 
 
 def _thyme_answers_b_after(tiny_paths, code: str | list[int], query: Query | None = None):

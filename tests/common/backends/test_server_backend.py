@@ -13,6 +13,7 @@ from common.agents.deepeyes import run_deepeyes
 from common.backends.inference_client import Backoff
 from common.backends.server_backend import Endpoint, ServerModel
 from common.backends.transformers_backend import TransformersModel
+from common.chat import Conversation, Message
 from common.config import AgentSettings, GateSettings
 from common.contracts import Query
 from common.errors import BackendUnavailable, ConfigurationError
@@ -97,6 +98,25 @@ def test_deepeyes_trajectories_match_step_for_step(models, server):
     served = _forced_run(large, texts, lambda: run_deepeyes(query, remote(server, "large"), limits))
     assert local.answer == served.answer == "B"
     assert _steps(served) == _steps(local) and len(local.steps) == 3
+
+
+def test_a_turn_past_the_end_of_turn_matches_the_in_process_one(models, server):
+    """SpecReason's DeepEyes score call (``ignore_eos``): all its tokens, special ones
+    left out of the text, served as in process."""
+    large = models["large"]
+    conversation = Conversation(messages=[Message("user", ["Score it."])], key="q0")
+    said = [
+        _forced_run(
+            large,
+            ["<|im_end|>\n8"],
+            lambda model=model: model.generate(
+                conversation, stop=(), max_new_tokens=10, ignore_eos=True
+            ),
+        )
+        for model in (large, remote(server, "large"))
+    ]
+    assert said[0].text == said[1].text and said[0].text.startswith("\n8")
+    assert said[0].new_tokens == said[1].new_tokens == 10
 
 
 def test_unforced_random_trajectories_match_too(models, server):
