@@ -251,8 +251,9 @@ class BatchView(BaseModel):
     alpha: float | None = Field(description="share of speculated answers accepted")
     audit: dict[str, Any] | None = Field(
         None,
-        description="the online audit: audited, agreed, agreement, its 99% interval (low, "
-        "high), the baseline, drifted, and the alarm once raised (with the action taken)",
+        description="the online audit: audited, agreed, agreement, its interval (low, high: "
+        "valid at every audit, at level), the baseline, the evidence against it (the "
+        "alarm at 1 / level), drifted, and the alarm once raised (with the action taken)",
     )
     usage: UsageView | None = Field(
         None,

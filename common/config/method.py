@@ -141,9 +141,17 @@ class AuditSettings(Group):
     floor: float = setting(
         0.9,
         "The agreement the audit expects when no calibration file gives one; an alarm "
-        "when the agreement's interval falls below it.",
+        "when the audits reject it (at audit.level).",
         gt=0.0,
         le=1.0,
+    )
+    level: float = setting(
+        0.01,
+        "The chance that a batch whose agreement holds at the expected one raises a "
+        "false drift alarm, over all its audits (a sequential test, valid at every "
+        "audit: common.pipeline.drift).",
+        ge=1e-6,
+        le=0.5,
     )
     on_drift: Literal["warn", "raise-tau", "pause"] = setting(
         "warn",

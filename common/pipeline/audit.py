@@ -8,10 +8,11 @@ after every deferred job (its own queue, taken last). The accepted answer stays 
 job's answer; the audit's answer and whether the two agree are kept beside it.
 
 **Drift.** After each audit, the agreement of the job's batch (audited jobs that agree /
-audited) gets a Wilson interval at 99% (z = 2.576: the check runs after every audit, so
-it is stricter than one test would need). When the interval's upper end falls below the
-baseline, the agreement the calibration run measured (``--calibration``) or else
-``audit_floor``, the batch's alarm is raised, once: a log line, the
+audited) is tested against the baseline, the agreement the calibration run measured
+(``--calibration``) or else ``audit.floor``, by a sequential test whose false-alarm
+rate holds over all the batch's audits (``common.pipeline.drift``: at most
+``audit.level``, 1%, however many audits it takes). When the audits reject the
+baseline, the batch's alarm is raised, once: a log line, the
 ``speceyes_audit_alarms_total`` counter and ``speceyes_audit_drift`` gauge, a field of
 ``GET /v1/batches/{id}``, a line in ``annotate``'s summary, and the operator's action
 (``audit_on_drift``): ``warn``; ``raise-tau``, to the calibration's next stricter step
@@ -32,14 +33,14 @@ from sqlalchemy.orm import Session
 
 from common.config import Settings
 from common.config.calibration import CalibrationFile, read_calibration
+from common.pipeline.drift import evidence, interval
 from common.protocols.scoring import is_correct
-from common.scores import wilson
 from common.store import audits, webhooks
 from common.store.tables import Batch, Job, utcnow
 
 log = logging.getLogger(__name__)
 
-Z = 2.576  # a 99% interval
+EVIDENCE_SHOWN = 1e9  # the most evidence kept (the least level allowed is 1e-6)
 
 
 def sampled(key: str, rate: float) -> bool:
@@ -54,9 +55,11 @@ def sampled(key: str, rate: float) -> bool:
 class AuditFigures:
     audited: int
     agreed: int
-    low: float
+    low: float  # the agreement's interval, valid at every audit (``drift.interval``)
     high: float
     baseline: float
+    evidence: float  # against the baseline (``drift.evidence``); the alarm at 1 / level
+    level: float
 
     @property
     def agreement(self) -> float | None:
@@ -64,7 +67,7 @@ class AuditFigures:
 
     @property
     def drifted(self) -> bool:
-        return self.audited > 0 and self.high < self.baseline
+        return self.audited > 0 and self.evidence >= 1 / self.level
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "agreement": self.agreement, "drifted": self.drifted}
@@ -88,8 +91,11 @@ def figures(session: Session, settings: Settings, batch_id: str | None = None) -
 
 def figures_of(audited: int, agreed: int, settings: Settings) -> AuditFigures:
     """The figures of counts already made (a batch's, ``BatchCounts``)."""
-    low, high = wilson(agreed, audited, Z)
-    return AuditFigures(audited, agreed, low, high, baseline(settings))
+    level, expected = settings.audit.level, baseline(settings)
+    low, high = interval(agreed, audited, level)
+    against = evidence(agreed, audited - agreed, expected)
+    shown = round(min(against, EVIDENCE_SHOWN), 4)  # (JSON has no infinity)
+    return AuditFigures(audited, agreed, low, high, expected, shown, level)
 
 
 def agrees(job: Job, audit_answer: str | None) -> bool | None:
@@ -114,7 +120,7 @@ def check_drift(session: Session, job_id: str, settings: Settings) -> list[dict[
         webhooks.audit_alarm(session, batch)
         log.error(
             "audit drift in batch %s (%s): %d of %d audited answers agree with the agent "
-            "(99%% interval %.3f-%.3f, below %.3f); action: %s",
+            "(interval %.3f-%.3f, below %.3f at level %g); action: %s",
             batch.name,
             batch_id,
             found.agreed,
@@ -122,6 +128,7 @@ def check_drift(session: Session, job_id: str, settings: Settings) -> list[dict[
             found.low,
             found.high,
             found.baseline,
+            found.level,
             action,
         )
         raised.append(batch.audit_alarm)
@@ -153,8 +160,8 @@ def describe(session: Session, settings: Settings, batch: Batch) -> list[str]:
     line = f"audit        {found.agreed} of {found.audited} audited answers agree with the agent"
     if found.audited:
         line += (
-            f" ({found.agreement:.1%}; 99% interval {found.low:.2f}-{found.high:.2f}, "
-            f"expected >= {found.baseline:.2f})"
+            f" ({found.agreement:.1%}; interval {found.low:.2f}-{found.high:.2f} at level "
+            f"{found.level:g}, expected >= {found.baseline:.2f})"
         )
     if waiting:
         line += f"; {waiting} audit(s) not run yet"

@@ -15,10 +15,10 @@ from common.backends.base import Generation
 from common.backends.scripted import JobScript, ScriptedModel
 from common.chat import Conversation
 from common.config import Settings
-from common.pipeline.audit import Z, sampled
+from common.pipeline import drift
+from common.pipeline.audit import figures_of, sampled
 from common.pipeline.runner import EmbeddedRunner
 from common.pipeline.submit import submit_corpus
-from common.scores import wilson
 from common.sources.corpus import read_source
 from common.store import audits
 from common.store.tables import Batch, BatchItem, Job
@@ -84,16 +84,16 @@ def test_a_small_model_that_turns_wrong_halfway_raises_the_alarm_within_the_boun
     assert raised is not None and raised["action"] == "warned"
     # the bound, from the rates: the audited jobs of the first half (the sample is fixed
     # by the jobs' keys) can only delay the alarm; with all of them agreeing, it needs d
-    # disagreeing audits, d the least with Wilson's upper end of k / (k + d) below the floor
+    # disagreeing audits, d the least with which k agreeing reject the floor
     with sessions() as session:
         keys = audits.keys_of(session, list(jobs.values()))
     agreeing = sum(sampled(keys[jobs[i]], rate) for i in range(half))
-    needed = next(d for d in range(1, 500) if wilson(agreeing, agreeing + d, Z)[1] < floor)
+    needed = next(d for d in range(1, 500) if drift.drifted(agreeing, agreeing + d, floor, 0.01))
     disagreeing_at_alarm = raised["audited"] - raised["agreed"]
     assert 1 <= disagreeing_at_alarm <= needed, (raised, agreeing, needed)
-    assert raised["high"] < floor <= wilson(raised["agreed"], raised["audited"] - 1, Z)[1] or (
-        disagreeing_at_alarm == 1
-    )  # raised at the first audit that crossed, not later
+    assert raised["high"] < floor and raised["evidence"] >= 100  # (1 / level)
+    # raised at the first audit that crossed, not later
+    assert not drift.drifted(raised["agreed"], raised["audited"] - 1, floor, 0.01)
     with sessions() as session:  # the accepted answers stand; the audits sit beside them
         drifted = [session.get(Job, jobs[i]) for i in range(half, 2 * half)]
         assert {job.final_answer for job in drifted} == {"A"}
@@ -102,6 +102,14 @@ def test_a_small_model_that_turns_wrong_halfway_raises_the_alarm_within_the_boun
         audited = [job for job in drifted if job.audit_status == "done"]
         assert audited and all(job.audit_usage["turns"] for job in audited)
         assert all(job.agent_usage is None for job in audited)  # (the agent never ran it)
+
+
+def test_one_disagreeing_first_audit_is_no_drift():
+    """A 99% interval of 0 agreeing in 1 (0 to 0.87) fell below a floor of 0.9 and raised
+    the alarm at the first audit; one audit is not evidence of drift."""
+    figures = figures_of(1, 0, Settings(audit_floor=0.9))
+    assert figures.high >= 0.9 and not figures.drifted and figures.evidence < 100
+    assert figures_of(6, 0, Settings(audit_floor=0.9)).drifted  # (six of six: it is)
 
 
 def test_no_drift_raises_no_alarm_in_a_thousand_jobs(tmp_path: Path, sessions):
