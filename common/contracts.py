@@ -94,6 +94,7 @@ class CancelReason(StrEnum):
     CANCELLED = "cancelled"  # its caller asked (a job's or its batch's cancel)
     FAILURE_BUDGET = "failure_budget"  # its batch failed past its ``max_failure_rate``
     EXPIRED = "expired"  # its batch's completion window closed first (an OpenAI batch)
+    SUPERSEDED = "superseded"  # its row reads differently now, and has a new job
 
 
 class Priority(StrEnum):

@@ -116,6 +116,8 @@ def _cancelled_values(reason: str, now: Any) -> dict[str, Any]:
 _MESSAGES: dict[str, str] = {
     CancelReason.CANCELLED: "cancelled by its caller",
     CancelReason.FAILURE_BUDGET: "cancelled: its batch failed past its failure budget",
+    CancelReason.SUPERSEDED: "cancelled: its row's image or question changed, and a new "
+    "job answers it",
 }
 
 

@@ -20,9 +20,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from common.config import Method
-from common.contracts import JobStatus
+from common.contracts import CancelReason, JobStatus
 from common.errors import IdempotencyConflict, NotFound
-from common.store import arrays, budgets
+from common.store import arrays, budgets, cancels
 from common.store.db import is_postgres
 from common.store.ids import client_job_key, idempotency_key, new_id, scope
 from common.store.new_jobs import (
@@ -165,7 +165,9 @@ def submit_items(
     whose item now reads differently (its image's bytes were replaced, a broken file was
     mended, its question is another) is pointed at the job of its new key, so its
     answer is never one about other pixels; a row whose file is broken now (gone for a
-    while) keeps the answer it has. An item no held row is left for is a new row. A
+    while) keeps the answer it has. A re-pointed row's old job, held by no row now, ends
+    (cancelled, ``superseded``: a worker would spend model time on it for no one). An
+    item no held row is left for is a new row. A
     broken item (``error``) becomes a failed job. ``method`` is how new jobs are
     answered (``add_job``). Rows and jobs are written in bulk. ``created_jobs``
     collects (id, status) of each job created. Returns (jobs created, items added).
@@ -205,9 +207,13 @@ def submit_items(
     existing.update(jobs_by_key(session, set(proposed) - inserted))
     if created_jobs is not None:
         created_jobs.extend((job["id"], job["status"]) for job in new_jobs)
+    superseded = {row.job_id for _, _, row in changed}
     for item, key, row in changed:
         row.job_id = existing[key]
         row.expected, row.split, row.category = item.expected, item.split, item.category
+    if superseded:
+        session.flush()
+        _end_unheld(session, superseded - set(existing.values()))
     first_position = next_position(session, batch.id)
     new_rows = [
         {
@@ -227,6 +233,14 @@ def submit_items(
         session.execute(insert(BatchItem), new_rows)
     session.flush()
     return len(new_jobs), len(fresh)
+
+
+def _end_unheld(session: Session, job_ids: set[str]) -> None:
+    """Cancel those of ``job_ids`` no batch row holds (a job two batches share goes on
+    for the other; one that finished keeps its result)."""
+    held = set(session.scalars(select(BatchItem.job_id).where(BatchItem.job_id.in_(job_ids))))
+    if job_ids - held:
+        cancels.cancel(session, sorted(job_ids - held), CancelReason.SUPERSEDED)
 
 
 def _held_rows(

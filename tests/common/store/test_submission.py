@@ -234,6 +234,23 @@ def test_a_held_row_whose_item_changed_points_at_its_new_job_and_a_broken_one_ke
         assert now["y"] == old["y"]  # (broken for now: the answer it has is kept)
         assert now["x"] != old["x"]
         assert session.get(Job, now["x"]).question == "Another question?"
+        # the old job, held by no row, waits no more: no worker spends model time on it
+        ended = session.get(Job, old["x"])
+        assert (ended.status, ended.error_code) == ("cancelled", "superseded")
+        assert session.get(Job, old["y"]).status == "queued"
+
+
+def test_a_superseded_job_another_batch_holds_goes_on_for_it(sessions):
+    with sessions.begin() as session:
+        for key in ("first", "second"):  # (the same rows and settings: one job each)
+            submission.submit_items(session, new_batch(session, key), items("x"), "cfg")
+    with sessions() as session:
+        (shared,) = set(session.scalars(select(BatchItem.job_id)))
+    mended = items("x", question="Another question?")
+    with sessions.begin() as session:
+        submission.submit_items(session, new_batch(session, "first"), mended, "cfg")
+    with sessions() as session:
+        assert session.get(Job, shared).status == "queued"  # (the second batch's row)
 
 
 def test_a_corpus_of_more_ids_than_one_lookup_holds_is_matched_whole(sessions):
