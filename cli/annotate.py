@@ -24,7 +24,7 @@ from common.pipeline.submit import submit_corpus
 from common.sources.corpus import Corpus, open_source
 from common.sources.locations import name_of
 from common.sources.webdataset import Columns
-from common.store.analytics import batch_scores
+from common.store.analytics import REFERENCE_COUNTS, STRICT_COUNTS, batch_scores
 from common.store.db import Store, open_store
 from common.store.export import (
     LAYOUTS,
@@ -332,7 +332,8 @@ def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
         (scored, correct), splits = batch_scores(session, batch_id)
     if scored:
         print(
-            f"accuracy     {correct / scored:.1%} ({correct} of {scored} rows with a known answer)"
+            f"accuracy     {correct / scored:.1%} ({correct} of {scored} rows with a known answer;"
+            " a failed row is wrong)"
         )
     if splits:
         print("split                      rows   strict  reference  failed  undecided")
@@ -341,10 +342,7 @@ def _print_accuracy(sessions: sessionmaker[Session], batch_id: str) -> None:
                 f"{split.split:<26} {split.rows:>4}  {split.strict:>6.1%}  {split.reference:>9.1%}"
                 f"  {split.failed:>6}  {split.undecided:>9}"
             )
-        print(
-            "strict: our rules, a failed row is wrong; reference: the evaluation's rules and "
-            "its LLM judge (--judge-url), failed rows left out, undecided rows counted wrong"
-        )
+        print(f"strict: {STRICT_COUNTS}; reference: {REFERENCE_COUNTS}")
 
 
 def _export(

@@ -27,7 +27,9 @@ popular and random, then any others) and the average; one line for the baseline 
 for those of the BATCHes run with --method specreason ("SpecReason", the paper's
 comparison arm). Give one batch per split, or batches that hold several.
 
-Accuracy is the reference's (its rules, its LLM judge where asked, failed rows left out);
+Accuracy is the reference's (its rules, its LLM judge where asked; a failed row it would
+still score, an empty, tagged or cut-off answer, scored on its text, other failed rows
+left out as its errors are);
 speedup is the baseline's seconds per row over the line's, on the same split (--baseline:
 batches run with --baseline), each split timed from its first claim to its last result
 (the reference's latency per item). Then beta and alpha per split (SpecEyes), the small
@@ -71,8 +73,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--scoring",
         choices=["reference", "strict"],
         default="reference",
-        help="reference: the evaluation's rules (and judge), failed rows left out; strict: "
-        "ours, a failed row is wrong (reference)",
+        help="reference: the evaluation's rules (and judge), failed rows as it counts them "
+        "(scored where it would score them, else left out); strict: ours, a failed row is "
+        "wrong (reference)",
     )
     add_store_flags(parser)
     parser.set_defaults(run=run)
@@ -352,7 +355,11 @@ def _how_scored(run: SplitRun, scoring: str) -> str:
     if scoring == "strict":
         return f"{rows}, by our rules, failed rows counted wrong"
     undecided = f", {score.undecided} left undecided (counted wrong)" if score.undecided else ""
-    return f"{rows}, by the reference's rules and judge, failed rows left out{undecided}"
+    kept = score.failed - score.failed_scored
+    return (
+        f"{rows}, by the reference's rules and judge: {score.failed_scored} failed scored on "
+        f"the text it would score, {kept} left out as its errors{undecided}"
+    )
 
 
 def _paper_position(split: str) -> tuple[int, str]:

@@ -42,6 +42,7 @@ from common.errors import InvalidInput
 from common.pipeline import cancel
 from common.pipeline.audit import figures_of
 from common.store import reads, reviews
+from common.store.analytics import REFERENCE_COUNTS, STRICT_COUNTS
 from common.store.browse import BadCursor, Rows, results_page
 from common.store.export import result_row
 from common.store.keys import check_key
@@ -207,6 +208,7 @@ def batch_page(
             request,
             ui,
             overview=found,
+            counting={"strict": STRICT_COUNTS, "reference": REFERENCE_COUNTS},
             usage=found.usage.to_dict(settings.accounting.price_per_gpu_hour) if found else None,
             bars=views.histogram_bars(found.histogram) if found else [],
             tau_x=views.threshold_x(found.histogram.threshold) if found else None,

@@ -137,9 +137,9 @@ def verdicts(item: BatchItem | None, job: Job) -> Verdicts:
         return Verdicts(None, None, None)
     strict = is_correct(job.final_answer, item.expected, job.options)
     reference = None
-    if item.split and job.final_answer is not None:
+    if item.split and job.scored_text is not None:  # (a failed answer the reference scores)
         benchmark = item.split.split("/")[0]
-        reference = reference_verdict(benchmark, job.final_answer, item.expected, job.options)
+        reference = reference_verdict(benchmark, job.scored_text, item.expected, job.options)
     return Verdicts(strict, reference, item.judge_verdict)
 
 

@@ -99,9 +99,11 @@ def run_deepeyes(
             conversation.messages += follow_up
             if answer is not None:
                 closed = "</answer>" in step.text.split("<answer>", 1)[-1]
-                trajectory.conclude(answer, cut=not closed and step.finish_reason == "length")
-                if not closed and protocol.malformed == "reference":
+                as_reference = protocol.malformed == "reference"
+                if not closed and as_reference:
                     trajectory.scored = step.text  # the evaluation scores the whole output
+                cut = not closed and step.finish_reason == "length"
+                trajectory.conclude(answer, cut=cut, as_reference=as_reference)
                 return trajectory
     trajectory.error_code = "step_limit"
     trajectory.error = f"no answer after {limits.max_steps} generations"

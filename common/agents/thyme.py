@@ -157,7 +157,8 @@ class _Loop:
         # otherwise set the answer (the same whenever that output holds no answer tag).
         match = _ANSWER.search("".join(self.written))
         if match is not None:
-            self.trajectory.conclude(match.group(1).strip())
+            as_reference = self.protocol.malformed == "reference"
+            self.trajectory.conclude(match.group(1).strip(), as_reference=as_reference)
         else:
             self.trajectory.error_code = "no_answer"
             self.trajectory.error = (

@@ -58,18 +58,24 @@ class Trajectory:
     error_code: str | None = None
     error: str | None = None
     # the text the reference scores where it differs from ``answer`` (an unclosed
-    # <answer>: the whole output; Thyme's SpecReason: the whole last step)
+    # <answer>: the whole output; Thyme's SpecReason: the whole last step; a failed
+    # answer the evaluation still scores: ``conclude``)
     scored: str | None = None
 
-    def conclude(self, answer: str, *, cut: bool = False) -> None:
+    def conclude(self, answer: str, *, cut: bool = False, as_reference: bool = False) -> None:
         """End with ``answer``; or, where it is not one a reader can take
         (``answer_problem``), end as a failure saying why. The text stays in the steps
-        either way."""
+        either way. ``as_reference`` (the ``reference`` and ``thyme`` protocols): a failed
+        answer keeps the text the evaluation scores (``scored``: the answer, unless set
+        already), as the evaluation records any answer as one and judges it; so the
+        reference's accuracy counts the row as it does (``common.store.analytics``)."""
         problem = answer_problem(answer, cut=cut)
         if problem is None:
             self.answer = answer
             return
         self.error_code, self.error = UNREADABLE, problem
+        if as_reference and self.scored is None:
+            self.scored = answer
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

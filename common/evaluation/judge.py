@@ -115,7 +115,7 @@ def judge_batch(
             if item.split
             and item.expected
             and item.judge_verdict is None
-            and job.status == JobStatus.DONE
+            and job.status in (JobStatus.DONE, JobStatus.FAILED)  # (a failed one it scores)
             and job.scored_text is not None
         ]
     pending: dict[str, tuple[str, str, list[int]]] = {}  # key -> (benchmark, prompt, rows)

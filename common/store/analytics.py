@@ -16,6 +16,14 @@ from common.scores import DepthReplay
 from common.store.reads import BatchCounts, batch_jobs, batch_results, counts_of
 from common.store.tables import BatchItem, Job
 
+# how each accuracy counts failed rows, said wherever one is printed
+STRICT_COUNTS = "our rules, a failed row is wrong"
+REFERENCE_COUNTS = (
+    "the evaluation's rules and its LLM judge (--judge-url); a failed row it would still "
+    "score (an empty, tagged or cut-off answer) is scored on its text, other failed rows "
+    "are left out as its errors are; undecided rows count as wrong"
+)
+
 
 def batch_accuracy(session: Session, batch_id: str) -> tuple[int, int]:
     """(rows with a known answer that are finished, of those answered right)."""
@@ -33,7 +41,9 @@ class SplitScore:
     rows: int = 0
     failed: int = 0
     strict_correct: int = 0  # our rules; a failed row is wrong
-    reference_correct: int = 0  # the reference's rules, over rows that did not fail
+    # the reference's rules, over rows that did not fail and the failed rows it scores
+    reference_correct: int = 0
+    failed_scored: int = 0  # failed rows the reference scores (on ``Job.scored_answer``)
     undecided: int = 0  # rows the reference's rules leave to its LLM judge (counted wrong)
 
     @property
@@ -42,11 +52,12 @@ class SplitScore:
 
     @property
     def reference(self) -> float:
-        """As the reference reports it: failed rows are left out. Rows of no benchmark
-        have no reference: ours (a failed row is wrong)."""
+        """As the reference reports it (``REFERENCE_COUNTS``): the failed rows it would
+        score are scored, the others (its errors) left out. Rows of no benchmark have no
+        reference: ours (a failed row is wrong)."""
         if not self.benchmark:
             return self.strict
-        scored = self.rows - self.failed
+        scored = self.rows - self.failed + self.failed_scored
         return self.reference_correct / scored if scored else 0.0
 
 
@@ -107,10 +118,14 @@ class ScoreTally:
         else:
             score = self.scores.setdefault(row.split, SplitScore(row.split))
         score.rows += 1
-        if row.status == JobStatus.FAILED or row.final_answer is None:
+        failed = row.status == JobStatus.FAILED or row.final_answer is None
+        if failed:
             score.failed += 1
-            return
-        score.strict_correct += right
+            if row.split is None or row.scored_answer is None:
+                return  # (an error the evaluation has too: left out of its figure)
+            score.failed_scored += 1
+        else:
+            score.strict_correct += right
         if row.split is None:  # no benchmark: ours stands for the reference's
             score.reference_correct += right
             return

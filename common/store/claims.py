@@ -368,6 +368,8 @@ def record_agent(session: Session, outcome: AgentOutcome | Failed) -> bool:
             "status": JobStatus.FAILED,
             "error_code": outcome.error_code,
             "error_message": outcome.error,
+            # (what the evaluation would still score: Trajectory.conclude's as_reference)
+            "scored_answer": outcome.trajectory.scored,
             "trajectory": outcome.trajectory.to_dict(),
             "agent_usage": outcome.trajectory.usage().to_dict(),
         }

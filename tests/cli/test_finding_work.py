@@ -205,4 +205,4 @@ def test_a_manifest_row_whose_image_is_missing_keeps_its_known_answer(tmp_path: 
     manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
     db = ["--db", f"sqlite:///{tmp_path / 's.db'}"]
     main(["annotate", str(manifest), "--backend", "scripted", "--no-progress", *db])
-    assert "(1 of 2 rows with a known answer)" in capsys.readouterr().out
+    assert "(1 of 2 rows with a known answer; a failed row is wrong)" in capsys.readouterr().out

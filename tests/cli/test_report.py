@@ -34,6 +34,8 @@ def test_the_report_puts_accuracy_and_speedup_per_split(tmp_path: Path, capsys, 
     assert "| | pope/random | avg |" in printed.replace("|  |", "| |")
     # scripted answers are "A": wrong for every yes/no row, under the reference's rules
     assert "| agent alone | 0.00 | 0.00 |" in printed
+    # how each line counts failed rows: none failed here
+    assert "by the reference's rules and judge: 0 failed scored on the text it would" in printed
     lines = printed.splitlines()
     for name in ("SpecEyes", "SpecReason"):  # three rows: each with accuracy / speedup
         row = next(line for line in lines if line.startswith(f"| {name} |"))

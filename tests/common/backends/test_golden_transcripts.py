@@ -506,6 +506,52 @@ def test_deepeyes_specreason_scores_all_ten_tokens_past_the_end_of_turn(tiny_pat
     assert seen[1] == 10  # the score call: ten tokens, whatever they are
 
 
+def reference_prediction(output_text: str) -> str:
+    """SpecEyes.py (both agents): the text the evaluation records as the prediction and
+    judges, whatever it holds (written out from there)."""
+    if "</answer>" in output_text and "<answer>" in output_text:
+        return output_text.split("<answer>")[1].split("</answer>")[0].strip()
+    return output_text
+
+
+@pytest.mark.parametrize(
+    "written", ["<answer></answer>", "<think>x</think> <answer>B<think>hm</think></answer>"]
+)
+def test_deepeyes_an_answer_we_fail_keeps_the_text_the_evaluation_scores(tiny_paths, written):
+    """An empty answer, or one holding a tag: no answer a reader can take, so the job
+    fails here (and waits for a person in the review queue); the evaluation records it as
+    its prediction and judges it, so the job keeps that text (``scored``)."""
+    large, _ = forced_agent(tiny_paths, [written])
+    trajectory = run_deepeyes(CHOICE, large, AgentSettings(max_steps=2, max_new_tokens=60))
+
+    assert trajectory.answer is None and trajectory.error_code == "answer_unreadable"
+    assert trajectory.scored == reference_prediction(written)
+
+
+def test_deepeyes_an_answer_cut_at_the_token_limit_keeps_the_whole_output(tiny_paths):
+    written = "<think>x</think> <answer>B is the colour of the umbrella"
+    large, _ = forced_agent(tiny_paths, [written])
+    trajectory = run_deepeyes(CHOICE, large, AgentSettings(max_steps=2, max_new_tokens=8))
+
+    assert trajectory.answer is None and trajectory.error_code == "answer_unreadable"
+    (step,) = trajectory.steps
+    assert step.finish_reason == "length" and trajectory.scored == reference_prediction(step.text)
+
+
+@pytest.mark.sandbox
+def test_thyme_an_empty_answer_keeps_the_text_the_evaluation_scores(tiny_paths):
+    bubblewrap_or_skip()
+    from common.agents.thyme import run_thyme
+
+    large, _ = forced_agent(tiny_paths, ["<think>x</think><answer> </answer>"], THYME)
+    image = Image.new("RGB", (448, 336), (0, 0, 255))
+    query = Query("q", image, CHOICE.question, CHOICE.options)
+    trajectory = run_thyme(query, large, AgentSettings(max_steps=2, max_new_tokens=60))
+
+    assert trajectory.answer is None and trajectory.error_code == "answer_unreadable"
+    assert trajectory.scored == reference_prediction("<think>x</think><answer> </answer>") == ""
+
+
 def _thyme_answers_b_after(tiny_paths, code: str | list[int], query: Query | None = None):
     """Thyme with the model forced to write ``code`` (text or token ids), then answer B;
     by default on a 448 x 336 blue image. The trajectory and what the model was sent at
