@@ -44,9 +44,11 @@ job (each job's own measured times; "all": the jobs the screen sent to the agent
 too). One run at D = 2 reads D = 0, 1 and 2.
 
 A batch that is not a benchmark but has known answers (a manifest's "answer" column) is
-one column of its own, named after it, scored by our rules (the reference has none for
-it). The last lines say which columns were scored how. --markdown prints the tables as
-Markdown.
+one column of its own, scored by our rules (the reference has none for it): named after
+the batch (with its id's last 8 characters where two batches named share a name, such
+as the API's default "api"), or as --column BATCH=KEY says: give a baseline batch the
+same KEY as the funnel's to get its speedup. The last lines say which columns were
+scored how. --markdown prints the tables as Markdown.
 """
 
 PAPER_ORDER = (
@@ -70,6 +72,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true", help="Markdown tables")
     parser.add_argument("--label", default="SpecEyes", help="the BATCHes' line (SpecEyes)")
     parser.add_argument(
+        "--column",
+        dest="columns",
+        action="append",
+        default=[],
+        metavar="BATCH=KEY",
+        help="the column a non-benchmark batch's rows go in (default: the batch's name); "
+        "repeat for more batches, e.g. a funnel and its baseline under one KEY",
+    )
+    parser.add_argument(
         "--scoring",
         choices=["reference", "strict"],
         default="reference",
@@ -79,6 +90,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_store_flags(parser)
     parser.set_defaults(run=run)
+
+
+def _column_keys(given: list[str]) -> dict[str, str]:
+    """``--column BATCH=KEY`` flags as {batch: key}."""
+    keys = {}
+    for pair in given:
+        batch, equals, key = pair.partition("=")
+        if not equals or not batch or not key.strip():
+            raise InvalidInput(f"--column {pair!r}: give BATCH=KEY (a batch name or id, a key)")
+        keys[batch] = key.strip()
+    return keys
 
 
 def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
@@ -94,39 +116,63 @@ def _print_audits(sessions: Any, args: argparse.Namespace) -> None:
                 print("\n".join(lines))
 
 
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """A line of the tables: its label, the method its batches ran, their split runs."""
+
+    label: str
+    method: str  # "baseline", "speceyes" or "specreason"
+    runs: dict[str, SplitRun]
+
+
 def run(args: argparse.Namespace) -> int:
     sessions = open_store(settings_from_args(args).database_url, create=False)
+    keys = _column_keys(args.columns)
+    named = [*args.batches, *(args.baselines or [])]
+    with sessions() as session:
+        found = {name: require_batch(session, name) for name in named}
+    names = [batch.name for batch in found.values()]
+
+    def column(name: str) -> str:
+        """The column of a batch's rows of no benchmark split (``--column``, else its name,
+        with its id's start where two batches share that name)."""
+        batch = found[name]
+        chosen = keys.get(name, keys.get(batch.name, keys.get(batch.id)))
+        if chosen is not None:
+            return chosen
+        return batch.name if names.count(batch.name) == 1 else f"{batch.name}:{batch.id[-8:]}"
 
     def runs_of(names: list[str], method: str | None = None) -> dict[str, SplitRun]:
         """The named batches' split runs (``method``: only batches run with it, or only
         the others for "speceyes")."""
-        found: dict[str, SplitRun] = {}
+        runs: dict[str, SplitRun] = {}
         with sessions() as session:
             for name in names:
-                batch = require_batch(session, name)
+                batch = found[name]
                 ran = (batch.config or {}).get("method", "speceyes")
                 if method is None or ran == method:
-                    found.update(split_runs(session, batch.id, batch.name))
-        return found
+                    runs.update(split_runs(session, batch.id, column(name)))
+        return runs
 
     _print_audits(sessions, args)
     _print_depths(sessions, args)
     baselines = runs_of(args.baselines or [])
-    methods = [("agent alone", baselines)] if baselines else []
-    methods.append((args.label, runs_of(args.batches, "speceyes")))
+    lines = [Line("agent alone", "baseline", baselines)] if baselines else []
+    lines.append(Line(args.label, "speceyes", runs_of(args.batches, "speceyes")))
     specreason = runs_of(args.batches, "specreason")
     if specreason:
-        methods.append(("SpecReason", specreason))
-    methods = [(name, runs) for name, runs in methods if runs or name == args.label]
-    splits = sorted({s for _, runs in methods for s in runs}, key=_paper_position)
-    named = [*args.batches, *(args.baselines or [])]
+        lines.append(Line("SpecReason", "specreason", specreason))
+    lines = [line for line in lines if line.runs or line.method == "speceyes"]
+    methods = [(line.label, line.runs) for line in lines]
+    splits = sorted({s for line in lines for s in line.runs}, key=_paper_position)
     price = settings_from_args(args).accounting.price_per_gpu_hour
     if not splits:  # nothing to score: what the funnel did needs no labels
         _print_funnel(sessions, named, args.markdown)
         return _print_usage(sessions, named, args.markdown, price)
     header = ["", *splits, "avg"]
     table, funnel, shares, tokens = [], [], [], []
-    for name, runs in methods:
+    for line in lines:
+        name, runs = line.label, line.runs
         cells, accuracies, speedups = [name], [], []
         for split in splits:
             run_ = runs.get(split)
@@ -145,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         if speedups:
             average += f"/{sum(speedups) / len(speedups):.2f}"
         table.append([*cells, average])
-        is_funnel = name == args.label
+        is_funnel = line.method == "speceyes"
         funnel.append(
             [name, *(_beta_alpha(runs.get(split) if is_funnel else None) for split in splits), ""]
         )

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from cli.main import main
 from common.contracts import DeferReason, JobStatus
 from common.store.db import open_store
-from common.store.tables import Job
+from common.store.tables import Batch, Job
 from tests.helpers.benchmarks import write_pope
 from tests.helpers.images import write_images
 
@@ -124,3 +124,49 @@ def test_a_batch_without_known_answers_reports_what_needs_none(tmp_path: Path, c
     assert (name, jobs, finished) == ("photos", "4", "4")
     assert 0 <= float(beta) <= 1 and 0 <= float(alpha) <= 1 and float(fast_s) > 0
     assert 0 <= float(accepted) <= 100
+
+
+def test_non_benchmark_columns_never_collide_and_the_user_keys_them(
+    tmp_path: Path, capsys, monkeypatch
+):
+    """Two API batches share the default name "api": each keeps a column of its own. A
+    baseline of another name lands in the funnel's column when --column keys both, so a
+    corpus of no benchmark gets its speedup."""
+    monkeypatch.setenv("SPECEYES_SCRIPTED__AGENT_STEP_S", "0.01")
+    write_images(tmp_path / "imgs", 4)
+    for name, answer in (("a", "A"), ("b", "B")):
+        rows = [
+            {"image": f"imgs/img00{i}.png", "question": f"{name}?", "answer": answer}
+            for i in range(4)
+        ]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    flags = ["--backend", "scripted", "--db", db, "--no-progress"]
+    for name in ("a", "b"):
+        assert main(["annotate", str(tmp_path / f"{name}.jsonl"), "--name", "api", *flags]) == 0
+    assert (
+        main(["annotate", str(tmp_path / "a.jsonl"), "--name", "alone", "--baseline", *flags]) == 0
+    )
+    sessions = open_store(db, create=False)
+    with sessions() as session:
+        first, second = (
+            session.scalar(
+                select(Batch.id).where(Batch.source.endswith(f"{name}.jsonl"), Batch.name == "api")
+            )
+            for name in ("a", "b")
+        )
+    sessions.close()
+    capsys.readouterr()
+
+    assert main(["report", first, second, "--db", db]) == 0
+    header = capsys.readouterr().out.splitlines()[1].split()
+    assert sorted(header[:2]) == sorted([f"api:{first[-8:]}", f"api:{second[-8:]}"])
+
+    keyed = ["--column", f"{first}=photos", "--column", "alone=photos"]
+    assert main(["report", first, "--baseline", "alone", *keyed, "--db", db]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["photos", "avg"]
+    funnel = next(line for line in lines if line.startswith("SpecEyes"))
+    assert re.search(r"SpecEyes\s+\d+\.\d\d/\d+\.\d\d", funnel), lines  # accuracy / speedup
+
+    assert main(["report", first, "--column", "photos", "--db", db]) == 2  # (no BATCH=)
