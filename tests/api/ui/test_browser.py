@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -28,6 +29,7 @@ from common.store.keys import create_key
 from common.store.tables import Job
 from tests.helpers.images import write_images
 from tests.helpers.live_app import live_app
+from tests.helpers.reviewing import decided_batch
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.browser
@@ -53,6 +55,7 @@ class Live:
     http: httpx.Client  # the API, as the "team" key
     reviewer: httpx.Client  # the API, as a "team" key whose name is hostile
     images: list[Path]
+    sessions: Any  # the store, for rows a test lays down itself
 
     def submit(self, questions: list[str], name: str, options: list[str] | None = None) -> str:
         jobs = [
@@ -127,7 +130,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             base_url=base, headers={"Authorization": f"Bearer {hostile}"}, timeout=30
         ) as reviewer,
     ):
-        yield Live(base, key, other, http, reviewer, images)
+        yield Live(base, key, other, http, reviewer, images, sessions)
     sessions.close()
 
 
@@ -223,6 +226,37 @@ def test_open_a_job_and_see_its_zoom_box_drawn(page: Page, page_errors, live: Li
     assert page.evaluate("img => img.naturalWidth", crop.element_handle()) == x2 - x1
     page.locator("[data-zoomable]").click()  # zooms in place
     expect(page.locator("[data-zoomable]")).to_have_class("zoomable zoomed")
+    assert page_errors == []
+
+
+def test_a_specreason_job_shows_who_wrote_each_step_its_score_and_the_rejected_proposal(
+    page: Page, page_errors, live: Live
+) -> None:
+    kept = {"index": 0, "text": "<think>look left</think>", "finish_reason": "stop"}
+    corrected = {"index": 1, "text": "<answer>B</answer>", "finish_reason": "stop"}
+    steps = [
+        kept | {"proposer": "small", "score": 8, "accepted": True},
+        corrected
+        | {"proposer": "large", "score": 3, "accepted": False, "proposal": "<answer>C</answer>"},
+    ]
+    _, (job_id,) = decided_batch(
+        live.sessions,
+        [{"answered_by": "large", "final_answer": "B", "trajectory": {"steps": steps}}],
+        live.images[0],
+        tenant="team",
+        name="specreason",
+    )
+    sign_in(page, live, then=f"/ui/jobs/{job_id}")
+    articles = page.locator("section.trajectory article.step")
+    expect(articles).to_have_count(2)
+    expect(articles.nth(0).locator("p.specreason")).to_have_text(
+        "Proposed by the small model; the large model scored it 8: kept."
+    )
+    expect(articles.nth(1).locator("p.specreason")).to_have_text(
+        "The small model's proposal scored 3: rejected; the large model wrote this step."
+    )
+    expect(articles.nth(1).locator("pre.proposal")).to_have_text("<answer>C</answer>")
+    expect(articles.nth(0).locator("pre.proposal")).to_have_count(0)
     assert page_errors == []
 
 
