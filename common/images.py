@@ -43,6 +43,12 @@ from common.sandbox.guest.pixels import to_rgb
 
 Image.MAX_IMAGE_PIXELS = None  # ours applies instead (decode_image), before any decode
 
+# An image the evaluation resizes in a mode Pillow resizes by nearest neighbour ("1", or a
+# benchmark's palette image: ``reference_view``) is marked so in its ``info`` (from a
+# PNG text chunk of that name, or its own mode); a crop keeps the mark.
+RESAMPLE_MARK = "speceyes-resample"
+NEAREST = "nearest"
+
 # Qwen2.5-VL (DeepEyes, Thyme): 14 px patches merged 2 x 2.
 QWEN25_FACTOR = 28
 QWEN25_MIN_PIXELS = 4 * 28 * 28
@@ -65,9 +71,14 @@ class ResizeRule:
         return new_width, new_height
 
     def apply(self, image: Image.Image) -> Image.Image:
-        """Resize ``image`` (bicubic) to the size the model sees it at."""
+        """Resize ``image`` to the size the model sees it at: bicubic, as the evaluation
+        asks; by nearest neighbour where it is marked (``RESAMPLE_MARK``), as Pillow
+        resizes a bilevel or palette image whatever it is asked."""
         size = self.size_for(*image.size)
-        return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
+        if size == image.size:
+            return image
+        nearest = image.info.get(RESAMPLE_MARK) == NEAREST
+        return image.resize(size, Image.Resampling.NEAREST if nearest else Image.Resampling.BICUBIC)
 
 
 def smart_resize(
@@ -213,7 +224,11 @@ def _decode(
                 return opened
             if limits.exif_rotate:
                 ImageOps.exif_transpose(opened, in_place=True)  # (no second copy)
-            return to_rgb(opened)
+            nearest = opened.mode == "1" or opened.info.get(RESAMPLE_MARK) == NEAREST
+            rgb = to_rgb(opened)
+            if nearest:
+                rgb.info[RESAMPLE_MARK] = NEAREST
+            return rgb
     except ImageError:
         raise
     except UnidentifiedImageError:

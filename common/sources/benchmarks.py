@@ -35,12 +35,12 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 from common.config import ImageSettings
 from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
-from common.images import image_suffix, keep_bytes
+from common.images import NEAREST, RESAMPLE_MARK, image_suffix, keep_bytes
 from common.protocols.thyme import HR_PATH as THYME_HR_PATH
 from common.protocols.thyme import JPEG_QUALITY as THYME_JPEG_QUALITY
 from common.protocols.thyme import POPE_PATH as THYME_POPE_PATH
@@ -255,7 +255,10 @@ def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) 
     RGBA and P converted to RGB first (``decode_base64_to_image``), then everything as
     qwen_vl_utils' ``to_rgb`` makes it (RGBA composed on white, other modes converted),
     kept as a lossless PNG our loader decodes to those pixels. Other images as they
-    are."""
+    are. The evaluation resizes V*'s and POPE's palette images, and every bilevel one,
+    before converting them, which Pillow does by nearest neighbour whatever it is asked:
+    the PNG is marked so (``RESAMPLE_MARK``), and the model's view and crops of it are
+    resized that way (converting and picking pixels commute: the same pixels)."""
     limits = limits or ImageSettings()
     if not _differs(io.BytesIO(data)):
         return data
@@ -265,6 +268,7 @@ def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) 
             if width * height > limits.max_pixels:
                 raise ImageError(f"image is {width}x{height}, above the pixel limit")
             image = opened.copy()
+        nearest = image.mode == "1" or (image.mode == "P" and kind != "hr")
         if kind == "hr" and image.mode in ("RGBA", "P"):
             image = image.convert("RGB")
         if image.mode == "RGBA":
@@ -272,7 +276,10 @@ def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) 
             canvas.paste(image, mask=image.split()[3])
             image = canvas
         buffer = io.BytesIO()
-        image.convert("RGB").save(buffer, format="PNG")
+        marks = PngImagePlugin.PngInfo()
+        if nearest:
+            marks.add_text(RESAMPLE_MARK, NEAREST)
+        image.convert("RGB").save(buffer, format="PNG", pnginfo=marks)
     except ImageError:
         raise
     except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises

@@ -339,3 +339,58 @@ def test_a_linked_vstar_file_is_named_by_its_own_name(tmp_path):
     (root / "sa_7.json").write_text(json.dumps({"question": "Q?", "options": ["a", "b"]}))
     (row,) = read_source(tmp_path / "vstar", image_store=tmp_path / "store", for_thyme=True)
     assert row.shown_path == "data/vstar/direct_attributes/sa_7.jpg"
+
+
+def _noise(mode: str) -> bytes:
+    """A 300 x 200 textured image in ``mode``, as PNG bytes."""
+    import numpy
+
+    pixels = numpy.random.default_rng(2).integers(0, 256, (200, 300, 3), dtype=numpy.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("benchmark", "mode"), [("vstar", "P"), ("vstar", "1"), ("pope", "P")])
+def test_a_palette_or_bilevel_image_is_resized_before_it_is_converted(tmp_path, benchmark, mode):
+    """eval_code_deepeyes/SpecEyes.py: pil_img.resize((w, h), resample=Image.BICUBIC) on
+    the image as it was opened, which Pillow does by nearest neighbour for "P" and "1";
+    then qwen_vl_utils' to_rgb. Converting first and resizing bicubic was 26 ("P") and
+    55 ("1") grey levels apart on average. The same for a zoom's crop."""
+    from common.protocols import REFERENCE
+
+    data = _noise(mode)
+    if benchmark == "vstar":
+        root = tmp_path / "vstar" / "direct_attributes"
+        root.mkdir(parents=True)
+        (root / "sa_1.jpg").write_bytes(data)  # (a PNG under V*'s name: opened by content)
+        (root / "sa_1.json").write_text(json.dumps({"question": "Q?", "options": ["a", "b"]}))
+        (row,) = read_source(tmp_path / "vstar", image_store=tmp_path / "store")
+    else:
+        write_pope(tmp_path / "POPE" / "Full" / "random-00000-of-00001.parquet", image=data)
+        (row, *_) = read_source(tmp_path / "POPE", image_store=tmp_path / "store")
+    ours = load_image(row.image_path or "")[0]
+    grid = REFERENCE.image_grid
+    assert grid is not None
+
+    opened = Image.open(io.BytesIO(data))  # the reference's pil_img
+    size = grid.size_for(*opened.size)
+    reference = _qwen_to_rgb(opened.resize(size, resample=Image.BICUBIC))
+    assert REFERENCE.view(ours).tobytes() == reference.tobytes()
+
+    box = (17, 9, 140, 101)  # a zoom's crop, resized as the evaluation resizes it
+    crop_size = grid.size_for(box[2] - box[0], box[3] - box[1])
+    cropped = _qwen_to_rgb(opened.crop(box).resize(crop_size, resample=Image.BICUBIC))
+    assert grid.apply(ours.crop(box)).tobytes() == cropped.tobytes()
+
+
+def test_an_rgb_image_and_hr_benchs_palette_are_resized_bicubic():
+    """HR-Bench converts a palette image to RGB before anything (decode_base64_to_image):
+    bicubic, as every RGB image."""
+    from common.images import RESAMPLE_MARK
+    from common.sources.benchmarks import reference_view
+
+    hr = Image.open(io.BytesIO(reference_view(_noise("P"), "hr")))
+    assert RESAMPLE_MARK not in hr.info
+    vstar = Image.open(io.BytesIO(reference_view(_noise("P"), "vstar")))
+    assert vstar.info[RESAMPLE_MARK] == "nearest"
