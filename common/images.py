@@ -112,6 +112,31 @@ def keep_bytes(data: bytes, folder: Path, suffix: str) -> tuple[str, str]:
     return str(target), digest
 
 
+ORIGINAL = ".original"  # beside a kept image: the file it was made from (``keep_original``)
+
+
+def keep_original(kept: str, data: bytes) -> None:
+    """Keep ``data``, the file an image kept at ``kept`` (``keep_bytes``) was made from,
+    beside it: a V* file for Thyme, whose code is handed the file itself while the models
+    see the kept image. Only we write such a name: no upload is kept under it."""
+    target = Path(kept).with_suffix(ORIGINAL)
+    if not target.exists():
+        handle, scratch = tempfile.mkstemp(dir=target.parent, suffix=".part")
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(scratch, target)
+
+
+def original_of(kept: str | None) -> bytes | None:
+    """The file a kept image was made from (``keep_original``), or None."""
+    if kept is None:
+        return None
+    try:
+        return Path(kept).with_suffix(ORIGINAL).read_bytes()
+    except (OSError, ValueError):
+        return None
+
+
 def image_suffix(data: bytes) -> str:
     """The file suffix of image bytes by their format (read from the header only)."""
     try:

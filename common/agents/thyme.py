@@ -3,9 +3,11 @@
 Following the SpecEyes evaluation of Thyme (``eval_code_thyme/utils.py``,
 ``run_evaluation``), with the strings of ``common.protocols.thyme``:
 
-1. The image goes into the trajectory's private sandbox folder: the job's own file where
-   it is a JPEG (as the evaluation hands V*'s files over), else saved as an RGB JPEG at
-   quality 95 (as it saves HR-Bench's and POPE's); the first user turn shows that file,
+1. The image goes into the trajectory's private sandbox folder: a V* file as it is, also
+   where the reader kept the reference's pixels of it for the models (an EXIF
+   orientation, a palette, alpha); the job's own file where it is a JPEG (as the
+   evaluation hands V*'s files over); else saved as an RGB JPEG at quality 95 (as it
+   saves HR-Bench's and POPE's); the first user turn shows that file,
    the question, its path and its size "WxH", so the code opens the file and works in
    original pixels. A benchmark image is placed and named as the evaluation names it
    (``data/vstar/SPLIT/NAME.jpg``, ``./eval_code_thyme/_tmp_hr_images/SPLIT/N.jpg``,
@@ -48,7 +50,7 @@ from common.chat import Conversation, Message, Part
 from common.config import AgentSettings, ImageSettings
 from common.contracts import Query
 from common.errors import ImageError, SourceUnavailable
-from common.images import image_suffix
+from common.images import image_suffix, original_of
 from common.protocols import Protocol
 from common.protocols import thyme as THYME
 from common.sandbox import QWEN25_GRID, Sandbox, SandboxSession, view_request
@@ -184,11 +186,16 @@ def start(query: Query, protocol: Protocol, session: SandboxSession) -> list[Mes
 
 
 def place_image(query: Query, session: SandboxSession) -> Image.Image:
-    """The job's image as the sandbox's JPEG file, and as the model sees that file: the
-    job's own file where it is a JPEG (V*'s, which the evaluation hands to the code as
-    they are), else the image saved as an RGB JPEG at quality 95 (as the evaluation
-    saves HR-Bench's and POPE's)."""
-    data = _own_jpeg(query)
+    """The job's image as the sandbox's file, and as the model sees that file: a V* file
+    the reader kept the reference's pixels of (an EXIF orientation, a palette, alpha)
+    as the file itself (``original_of``: the evaluation hands V*'s files to the code as
+    they are), shown as those pixels; else the job's own file where it is a JPEG (V*'s);
+    else the image saved as an RGB JPEG at quality 95 (as the evaluation saves
+    HR-Bench's and POPE's)."""
+    data = original_of(query.image_path)
+    shown = None if data is None else query.image  # (the file's pixels as the reference's)
+    if data is None:
+        data = _own_jpeg(query)
     if data is None:
         buffer = io.BytesIO()
         query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
@@ -196,7 +203,7 @@ def place_image(query: Query, session: SandboxSession) -> Image.Image:
     place = session.folder / image_place(query, session)[2]
     place.parent.mkdir(parents=True, exist_ok=True)
     place.write_bytes(data)
-    return Image.open(io.BytesIO(data)).convert("RGB")
+    return shown if shown is not None else Image.open(io.BytesIO(data)).convert("RGB")
 
 
 def image_place(query: Query, session: SandboxSession) -> tuple[str, str, str]:

@@ -40,7 +40,7 @@ from PIL import Image, PngImagePlugin
 from common.config import ImageSettings
 from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
-from common.images import NEAREST, RESAMPLE_MARK, image_suffix, keep_bytes
+from common.images import NEAREST, RESAMPLE_MARK, image_suffix, keep_bytes, keep_original
 from common.protocols.thyme import HR_PATH as THYME_HR_PATH
 from common.protocols.thyme import JPEG_QUALITY as THYME_JPEG_QUALITY
 from common.protocols.thyme import POPE_PATH as THYME_POPE_PATH
@@ -89,7 +89,7 @@ def read_benchmark(source: Path, image_store: Path, *, for_thyme: bool = False) 
         rows = read_vstar(source)
         if for_thyme:
             rows = [replace(row, shown_path=_vstar_shown(row)) for row in rows]
-        return [_as_seen(row, keep) for row in rows]
+        return [_as_seen(row, keep, keep_file=for_thyme) for row in rows]
     if kind == "hr":
         return list(_numbered(_hr_rows(source, _Keeper(image_store, for_thyme, "hr"))))
     if kind == "pope":
@@ -222,16 +222,21 @@ def _vstar_shown(row: SourceRow) -> str | None:
     return THYME_VSTAR_PATH.format(split=row.split.split("/")[1], name=name)
 
 
-def _as_seen(row: SourceRow, keep: _Keeper) -> SourceRow:
+def _as_seen(row: SourceRow, keep: _Keeper, *, keep_file: bool = False) -> SourceRow:
     """A V* row whose file our loader would decode otherwise than the reference (an EXIF
-    turn, a palette's transparency) points at a kept PNG of the reference's pixels."""
+    turn, a palette's transparency) points at a kept PNG of the reference's pixels;
+    ``keep_file`` (Thyme): with the file itself beside it (``keep_original``), which
+    Thyme's evaluation hands to the model's code as it is."""
     if row.error is not None or row.image_path is None or not _differs(row.image_path):
         return row
     try:
         data = Path(row.image_path).read_bytes()
     except OSError:
         return row  # (reported as the job's own error when it is loaded)
-    return _with_image(row, keep.bytes(data))
+    stored = keep.bytes(data)
+    if keep_file and not isinstance(stored, str):
+        keep_original(stored[0], data)
+    return _with_image(row, stored)
 
 
 _KEPT_MODES = ("RGB", "L", "CMYK", "YCbCr", "1")  # to RGB alike, ours and the reference's

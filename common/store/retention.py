@@ -31,6 +31,7 @@ from sqlalchemy import ColumnElement, delete, exists, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.contracts import FINISHED, UNFINISHED
+from common.images import ORIGINAL
 from common.store.tables import Batch, BatchItem, Job
 
 SLICE = 1000
@@ -128,7 +129,8 @@ def _remove_orphan_images(
     sessions: sessionmaker[Session], paths: list[str | None], upload_dir: Path
 ) -> int:
     """Remove the files among ``paths`` that lie under ``upload_dir`` and that no job
-    left in the store names; how many."""
+    left in the store names (and the file each was made from, kept beside it:
+    ``images.keep_original``); how many."""
     root = upload_dir.resolve()
     ours = {
         path
@@ -142,6 +144,7 @@ def _remove_orphan_images(
     removed = 0
     for path in ours - named:
         Path(path).unlink(missing_ok=True)
+        Path(path).with_suffix(ORIGINAL).unlink(missing_ok=True)
         removed += 1
     return removed
 

@@ -394,3 +394,38 @@ def test_an_rgb_image_and_hr_benchs_palette_are_resized_bicubic():
     assert RESAMPLE_MARK not in hr.info
     vstar = Image.open(io.BytesIO(reference_view(_noise("P"), "vstar")))
     assert vstar.info[RESAMPLE_MARK] == "nearest"
+
+
+class _Folder:
+    """What ``place_image`` needs of a sandbox session: its folder, and a path inside."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def inside(self, relative: str) -> str:
+        return f"/mnt/data/{relative}"
+
+
+@pytest.mark.parametrize("mode", ["exif", "P"])
+def test_thyme_hands_a_vstar_file_to_its_code_as_it_is(tmp_path, mode):
+    """eval_code_thyme: the code is handed the V* file's own path, so its own bytes,
+    whatever they hold (an EXIF orientation, a palette); the models see its pixels as
+    the reference does. A quality-95 re-save of the kept PNG was 5.9 grey levels off."""
+    from common.agents.thyme import place_image
+    from common.contracts import Query
+
+    data = _turned_jpeg() if mode == "exif" else _noise("P")
+    root = tmp_path / "vstar" / "direct_attributes"
+    root.mkdir(parents=True)
+    (root / "sa_1.jpg").write_bytes(data)
+    (root / "sa_1.json").write_text(json.dumps({"question": "Q?", "options": ["a", "b"]}))
+    (row,) = read_source(tmp_path / "vstar", image_store=tmp_path / "store", for_thyme=True)
+    assert row.image_path != str((root / "sa_1.jpg").resolve())  # (the models' PNG)
+    image = load_image(row.image_path or "")[0]
+    query = Query("q", image, "Q?", ("a", "b"), row.image_path, row.shown_path)
+
+    shown = place_image(query, _Folder(tmp_path / "sandbox"))  # type: ignore[arg-type]
+
+    placed = tmp_path / "sandbox" / "data" / "vstar" / "direct_attributes" / "sa_1.jpg"
+    assert placed.read_bytes() == data
+    assert shown.tobytes() == _qwen_to_rgb(Image.open(io.BytesIO(data))).tobytes()
