@@ -85,6 +85,7 @@ def run_deepeyes(
                 new_tokens=generation.new_tokens,
                 prompt_tokens=generation.prompt_tokens,
                 generate_seconds=time.perf_counter() - started,
+                model_seconds=generation.seconds,
             )
             trajectory.steps.append(step)
             conversation.add_generation(generation.text)

@@ -169,6 +169,9 @@ class _Rounds:
             kept.new_tokens,
         )
         step.generate_seconds = time.perf_counter() - started
+        calls = [proposal, verdict] if step.accepted else [proposal, verdict, kept]
+        shares = [call.seconds for call in calls if call.seconds is not None]
+        step.model_seconds = sum(shares) if len(shares) == len(calls) else None  # (batched)
         if not step.accepted:
             started = time.perf_counter()
             self._carry_out(step)

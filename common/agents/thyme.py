@@ -124,6 +124,7 @@ class _Loop:
             new_tokens=generation.new_tokens,
             prompt_tokens=generation.prompt_tokens,
             generate_seconds=time.perf_counter() - started,
+            model_seconds=generation.seconds,
         )
         answered = "</answer>" in text
         content: list[Part] = [text] if answered else []

@@ -25,8 +25,11 @@ class AgentStep:
     text: str
     finish_reason: str
     new_tokens: int
-    generate_seconds: float
+    generate_seconds: float  # from asking to the answer (a batched call's wait included)
     prompt_tokens: int = 0  # what its generations read (0: the backend does not say)
+    # its share of the batched calls that ran it (``Generation.seconds``); None: its
+    # generations ran alone, and ``generate_seconds`` is their model time
+    model_seconds: float | None = None
     tool_call: dict[str, Any] | None = None
     box_model: list[float] | None = None  # as the model wrote it, in its view's pixels
     box_original: list[int] | None = None  # cropped from the original: [x1, y1, x2, y2]
@@ -86,9 +89,10 @@ class Trajectory:
         used = Usage()
         for step in self.steps:
             written = step.new_tokens + step.proposal_tokens
-            used.add(Phase.AGENT, step.generate_seconds, step.prompt_tokens, written)
+            seconds = step.generate_seconds if step.model_seconds is None else step.model_seconds
+            used.add(Phase.AGENT, seconds, step.prompt_tokens, written)
             used.add(Phase.SANDBOX, step.tool_seconds)
-            used.turns.append((step.prompt_tokens, written, step.generate_seconds))
+            used.turns.append((step.prompt_tokens, written, seconds))
         return used
 
 

@@ -53,6 +53,9 @@ class Generation:
     scores: TokenScores | None = None
     pieces: tuple[str, ...] | None = None
     prompt_tokens: int = 0  # the tokens it read (0: its backend does not say)
+    # its model time where a batched call ran it with others: the call's seconds over the
+    # generations in it (None: the call was its own, and its wall time is its time)
+    seconds: float | None = None
 
 
 class VisionLanguageModel(Protocol):

@@ -109,6 +109,7 @@ class Lockstep:
 
     def _generate(self, group: list[_Request]) -> None:
         model = self.model
+        started = time.perf_counter()
         try:
             rows = model._generate(
                 [r.conversation.messages for r in group],
@@ -129,6 +130,13 @@ class Lockstep:
                 self._generate([request])
             return
         self.batch_sizes.append(len(group))
+        share = (time.perf_counter() - started) / len(group)  # (each its part of the call)
         for request, row in zip(group, rows, strict=True):
-            request.result = Generation(row.text, row.finish_reason, len(row.token_ids))
+            request.result = Generation(
+                row.text,
+                row.finish_reason,
+                len(row.token_ids),
+                prompt_tokens=row.prompt_tokens,
+                seconds=share,
+            )
             request.done.set()

@@ -57,6 +57,14 @@ def test_batched_trajectories_are_the_ones_run_one_by_one(tiny_large, max_new_to
     for query in items:
         assert summary(together[query.job_id]) == summary(alone[query.job_id]), query.job_id
     assert max(sizes) > 1  # they did share generate calls
+    # what each used: the tokens it read as alone, and its share of each batched call,
+    # never the whole call (nor the wait for it) for every job in it
+    for query in items:
+        batched, single = together[query.job_id].trajectory, alone[query.job_id].trajectory
+        assert batched.usage().tokens_in == single.usage().tokens_in > 0
+        for step in batched.steps:
+            assert step.model_seconds is not None
+            assert 0 < step.model_seconds <= step.generate_seconds
 
 
 def test_trajectories_that_end_at_different_steps_and_fail_keep_their_own_course(tiny_large):
