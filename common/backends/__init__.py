@@ -96,6 +96,7 @@ def load_models(
             protocol=protocol,
             stop=stop,
         )
+        model.warm_up()
         say(f"loaded the {role} model in {time.perf_counter() - started:.1f} s ({model.device})")
         return model
 
