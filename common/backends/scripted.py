@@ -8,7 +8,9 @@ if there is one (so a whole corpus can replay chosen agent steps, e.g. Thyme cod
 auditor wants to see run through the workers), else ``default(job_id)``.
 
 An optional simulated cost per call (fixed seconds + seconds per item, slept) makes the
-funnel's throughput measurable without a model.
+funnel's throughput measurable without a model; an agent step's model time
+(``Generation.seconds``) is then the cost it was told, not the sleep's overshoot on a
+busy machine.
 """
 
 from __future__ import annotations
@@ -224,7 +226,14 @@ class ScriptedModel:
         read = sum(_words(part) for part in said)
         if ends:
             text = text[: min(ends)]
-        return Generation(text, "stop" if ends else "eos", _words(text), prompt_tokens=read)
+        told = self.costs.get("generate", SimulatedCost()).seconds(1)
+        return Generation(
+            text,
+            "stop" if ends else "eos",
+            _words(text),
+            prompt_tokens=read,
+            seconds=told if told > 0 else None,  # (its model time is what it was told)
+        )
 
     def agent_turns(
         self, conversations: Sequence[Conversation], *, max_new_tokens: int, top_k: int

@@ -51,7 +51,7 @@ def test_each_job_keeps_what_its_stages_used_and_the_report_says_what_was_saved(
         for job in ran:  # one scripted step of 0.02 s, counted where it ran
             steps = Usage.of(job.agent_usage)
             assert steps.seconds["agent"] >= 0.02 and steps.tokens_out > 0
-            spent = sum(step["generate_seconds"] for step in job.trace_steps)
+            spent = sum(step["model_seconds"] for step in job.trace_steps)  # (0.02 each)
             assert steps.seconds["agent"] == round(spent, 6)
         usage = overview(session, batch.id).usage
     saved = usage.saved()
