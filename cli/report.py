@@ -163,7 +163,6 @@ def run(args: argparse.Namespace) -> int:
     if specreason:
         lines.append(Line("SpecReason", "specreason", specreason))
     lines = [line for line in lines if line.runs or line.method == "speceyes"]
-    methods = [(line.label, line.runs) for line in lines]
     splits = sorted({s for line in lines for s in line.runs}, key=_paper_position)
     price = settings_from_args(args).accounting.price_per_gpu_hour
     if not splits:  # nothing to score: what the funnel did needs no labels
@@ -199,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         tokens.append(
             _row(name, splits, runs, lambda run, f=is_funnel: None if f else _tokens(run))
         )
-    benchmark = [run.score.benchmark for _, runs in methods for run in runs.values()]
+    benchmark = [run.score.benchmark for line in lines for run in line.runs.values()]
     scoring = f"{args.scoring} scoring"
     if not any(benchmark):
         scoring = "our rules: no benchmark rows"
@@ -215,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
     _print(header, tokens, args.markdown)
     print("\nscored:")
     bullet = "- " if args.markdown else "  "
-    for name, runs in methods:
+    for line in lines:
+        name, runs = line.label, line.runs
         for split in splits:
             if split in runs:
                 print(f"{bullet}{name:<12} {split}: {_how_scored(runs[split], args.scoring)}")

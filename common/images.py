@@ -103,13 +103,20 @@ def keep_bytes(data: bytes, folder: Path, suffix: str) -> tuple[str, str]:
     atomically, once; returns (path, hash). Nothing is decoded."""
     digest = content_hash(data)
     target = folder / digest[:2] / f"{digest}{suffix}"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, scratch = tempfile.mkstemp(dir=target.parent, suffix=".part")
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(scratch, target)  # a reader sees the whole file or none
+    _write_once(target, data)
     return str(target), digest
+
+
+def _write_once(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` unless it exists, atomically: a reader sees the whole
+    file or none."""
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(dir=target.parent, suffix=".part")
+    with os.fdopen(handle, "wb") as out:
+        out.write(data)
+    os.replace(scratch, target)
 
 
 ORIGINAL = ".original"  # beside a kept image: the file it was made from (``keep_original``)
@@ -119,12 +126,7 @@ def keep_original(kept: str, data: bytes) -> None:
     """Keep ``data``, the file an image kept at ``kept`` (``keep_bytes``) was made from,
     beside it: a V* file for Thyme, whose code is handed the file itself while the models
     see the kept image. Only we write such a name: no upload is kept under it."""
-    target = Path(kept).with_suffix(ORIGINAL)
-    if not target.exists():
-        handle, scratch = tempfile.mkstemp(dir=target.parent, suffix=".part")
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(scratch, target)
+    _write_once(Path(kept).with_suffix(ORIGINAL), data)
 
 
 def original_of(kept: str | None) -> bytes | None:
