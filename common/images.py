@@ -130,13 +130,17 @@ def keep_original(kept: str, data: bytes) -> None:
 
 
 def original_of(kept: str | None) -> bytes | None:
-    """The file a kept image was made from (``keep_original``), or None."""
+    """The file a kept image was made from (``keep_original``), or None; and None for
+    one that is no image within the limits (a job may name an image beside which some
+    other file lies: only an image, checked, goes on to a sandbox)."""
     if kept is None:
         return None
     try:
-        return Path(kept).with_suffix(ORIGINAL).read_bytes()
-    except (OSError, ValueError):
+        data = read_image_bytes(Path(kept).with_suffix(ORIGINAL), ImageSettings())
+        check_image(data, ImageSettings())
+    except (OSError, ValueError, ImageError):
         return None
+    return data
 
 
 def image_suffix(data: bytes) -> str:

@@ -429,3 +429,21 @@ def test_thyme_hands_a_vstar_file_to_its_code_as_it_is(tmp_path, mode):
     placed = tmp_path / "sandbox" / "data" / "vstar" / "direct_attributes" / "sa_1.jpg"
     assert placed.read_bytes() == data
     assert shown.tobytes() == _qwen_to_rgb(Image.open(io.BytesIO(data))).tobytes()
+
+
+def test_a_file_beside_a_jobs_image_that_is_no_image_never_reaches_the_sandbox(tmp_path):
+    """``.original`` is the name the V* reader keeps a file under for Thyme; a job may
+    name an image beside which a file of that name lies that is no image (a secret, a
+    script): it is not handed to the code, the image is (re-saved as a JPEG)."""
+    from common.agents.thyme import place_image
+    from common.contracts import Query
+
+    image = tmp_path / "photo.png"
+    image.write_bytes(_noise("RGB"))
+    (tmp_path / "photo.original").write_text("TOKEN=secret\n")
+    query = Query("q", load_image(image)[0], "Q?", None, str(image))
+
+    place_image(query, _Folder(tmp_path / "sandbox"))  # type: ignore[arg-type]
+
+    (placed,) = (tmp_path / "sandbox").iterdir()
+    assert placed.read_bytes()[:3] == b"\xff\xd8\xff"  # a JPEG of the image, no secret
