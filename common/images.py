@@ -45,9 +45,16 @@ Image.MAX_IMAGE_PIXELS = None  # ours applies instead (decode_image), before any
 
 # An image the evaluation resizes in a mode Pillow resizes by nearest neighbour ("1", or a
 # benchmark's palette image: ``reference_view``) is marked so in its ``info`` (from a
-# PNG text chunk of that name, or its own mode); a crop keeps the mark.
+# PNG text chunk of that name, or its own mode); a crop keeps the mark. A benchmark image
+# with alpha (RGBA or LA: ``reference_view``) is marked ``ALPHA_FIRST``: the evaluation
+# resizes it with its alpha (Pillow premultiplies) and makes it RGB after. Such an image
+# decodes to RGB as usual, holding its decoded alpha image in ``info[ALPHA_SOURCE]``
+# (never read from a file), which ``ResizeRule.apply`` resizes instead.
 RESAMPLE_MARK = "speceyes-resample"
 NEAREST = "nearest"
+ALPHA_FIRST = "alpha-first"
+ALPHA_SOURCE = "speceyes-alpha-source"
+_ALPHA_MODES = ("RGBA", "LA")
 
 # Qwen2.5-VL (DeepEyes, Thyme): 14 px patches merged 2 x 2.
 QWEN25_FACTOR = 28
@@ -70,15 +77,39 @@ class ResizeRule:
         )
         return new_width, new_height
 
-    def apply(self, image: Image.Image) -> Image.Image:
-        """Resize ``image`` to the size the model sees it at: bicubic, as the evaluation
-        asks; by nearest neighbour where it is marked (``RESAMPLE_MARK``), as Pillow
-        resizes a bilevel or palette image whatever it is asked."""
-        size = self.size_for(*image.size)
-        if size == image.size:
-            return image
-        nearest = image.info.get(RESAMPLE_MARK) == NEAREST
-        return image.resize(size, Image.Resampling.NEAREST if nearest else Image.Resampling.BICUBIC)
+    def apply(
+        self, image: Image.Image, box: tuple[int, int, int, int] | None = None
+    ) -> Image.Image:
+        """``image`` (or its ``box``, a crop) resized to the size the model sees it at:
+        bicubic, as the evaluation asks; by nearest neighbour where it is marked
+        (``RESAMPLE_MARK``), as Pillow resizes a bilevel or palette image whatever it is
+        asked; an ``ALPHA_FIRST`` image from its alpha source, made RGB after the resize,
+        as the evaluation's order is (crop it through ``box``: a crop made before loses
+        the source and is resized as RGB)."""
+        region = image if box is None else image.crop(box)
+        size = self.size_for(*region.size)
+        source = image.info.get(ALPHA_SOURCE)
+        if isinstance(source, Image.Image) and source.size == image.size:
+            part = source if box is None else source.crop(box)
+            return reference_rgb(part if size == part.size else part.resize(size, _BICUBIC))
+        if size == region.size:
+            return region
+        nearest = region.info.get(RESAMPLE_MARK) == NEAREST
+        return region.resize(size, Image.Resampling.NEAREST if nearest else _BICUBIC)
+
+
+_BICUBIC = Image.Resampling.BICUBIC
+
+
+def reference_rgb(image: Image.Image) -> Image.Image:
+    """RGB as qwen_vl_utils' ``to_rgb`` makes it, which the evaluation's images pass
+    through: RGBA pasted on white by its alpha, any other mode converted (an LA image's
+    alpha dropped)."""
+    if image.mode != "RGBA":
+        return image.convert("RGB")
+    canvas = Image.new("RGB", image.size, (255, 255, 255))
+    canvas.paste(image, mask=image.getchannel("A"))
+    return canvas
 
 
 def smart_resize(
@@ -255,9 +286,13 @@ def _decode(
                 return opened
             if limits.exif_rotate:
                 ImageOps.exif_transpose(opened, in_place=True)  # (no second copy)
-            nearest = opened.mode == "1" or opened.info.get(RESAMPLE_MARK) == NEAREST
+            mark = opened.info.get(RESAMPLE_MARK)
+            if mark == ALPHA_FIRST and opened.mode in _ALPHA_MODES:
+                rgb = reference_rgb(opened)
+                rgb.info[ALPHA_SOURCE] = opened
+                return rgb
             rgb = to_rgb(opened)
-            if nearest:
+            if opened.mode == "1" or mark == NEAREST:
                 rgb.info[RESAMPLE_MARK] = NEAREST
             return rgb
     except ImageError:

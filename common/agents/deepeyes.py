@@ -170,7 +170,7 @@ def zoom(
         return protocol.tool_response(step.observation)
     step.box_original = list(crop_box)
     try:
-        crop = model.resize_rule.apply(original.crop(crop_box))
+        crop = model.resize_rule.apply(original, crop_box)
     except ImageError as exc:  # an empty crop too small to enlarge (the evaluation fails)
         raise TrajectoryError(f"the crop {list(crop_box)} cannot be shown: {exc}") from None
     step.observation = f"zoomed into {crop_box}, shown at {crop.width}x{crop.height}"

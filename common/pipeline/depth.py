@@ -178,7 +178,7 @@ def _react(
         box = [float(value) for value in call["arguments"]["bbox_2d"]]
         step.box_model = box
         crop_box = map_box(box, query.image.size, small.resize_rule, small.protocol, limits)
-        crop = small.resize_rule.apply(query.image.crop(crop_box))
+        crop = small.resize_rule.apply(query.image, crop_box)
     except (ToolError, TrajectoryError, ImageError) as exc:
         step.tool_seconds = time.perf_counter() - started
         return _defer(zoomed, DeferReason.ZOOM_INVALID, f"zoom {step.index + 1}: {exc}")

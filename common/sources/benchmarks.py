@@ -40,7 +40,15 @@ from PIL import Image, PngImagePlugin
 from common.config import ImageSettings
 from common.contracts import SourceRow
 from common.errors import ImageError, InvalidInput
-from common.images import NEAREST, RESAMPLE_MARK, image_suffix, keep_bytes, keep_original
+from common.images import (
+    ALPHA_FIRST,
+    NEAREST,
+    RESAMPLE_MARK,
+    image_suffix,
+    keep_bytes,
+    keep_original,
+    reference_rgb,
+)
 from common.protocols.thyme import HR_PATH as THYME_HR_PATH
 from common.protocols.thyme import JPEG_QUALITY as THYME_JPEG_QUALITY
 from common.protocols.thyme import POPE_PATH as THYME_POPE_PATH
@@ -258,12 +266,14 @@ def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) 
     """A benchmark image as the DeepEyes evaluation's models see it, where our loader would
     decode it otherwise (``_differs``): never turned by its EXIF orientation; HR-Bench's
     RGBA and P converted to RGB first (``decode_base64_to_image``), then everything as
-    qwen_vl_utils' ``to_rgb`` makes it (RGBA composed on white, other modes converted),
-    kept as a lossless PNG our loader decodes to those pixels. Other images as they
-    are. The evaluation resizes V*'s and POPE's palette images, and every bilevel one,
-    before converting them, which Pillow does by nearest neighbour whatever it is asked:
-    the PNG is marked so (``RESAMPLE_MARK``), and the model's view and crops of it are
-    resized that way (converting and picking pixels commute: the same pixels)."""
+    qwen_vl_utils' ``to_rgb`` makes it (``images.reference_rgb``), kept as a lossless PNG
+    our loader decodes to those pixels. Other images as they are. The evaluation resizes
+    every image (and crop) before ``to_rgb``, in the mode it was opened in. Pillow
+    resizes V*'s and POPE's palette images, and every bilevel one, by nearest neighbour
+    whatever it is asked: the PNG is marked so (``RESAMPLE_MARK``), and the model's view
+    and crops of it are resized that way (converting and picking pixels commute: the
+    same pixels). An image with alpha (RGBA, LA) is resized with it, premultiplied: the
+    PNG keeps it, marked ``ALPHA_FIRST``, and the model's views of it are made so."""
     limits = limits or ImageSettings()
     if not _differs(io.BytesIO(data)):
         return data
@@ -276,15 +286,15 @@ def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) 
         nearest = image.mode == "1" or (image.mode == "P" and kind != "hr")
         if kind == "hr" and image.mode in ("RGBA", "P"):
             image = image.convert("RGB")
-        if image.mode == "RGBA":
-            canvas = Image.new("RGB", image.size, (255, 255, 255))
-            canvas.paste(image, mask=image.split()[3])
-            image = canvas
-        buffer = io.BytesIO()
         marks = PngImagePlugin.PngInfo()
         if nearest:
             marks.add_text(RESAMPLE_MARK, NEAREST)
-        image.convert("RGB").save(buffer, format="PNG", pnginfo=marks)
+        if image.mode in ("RGBA", "LA"):  # kept with its alpha, resized before to_rgb
+            marks.add_text(RESAMPLE_MARK, ALPHA_FIRST)
+        else:
+            image = reference_rgb(image)
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG", pnginfo=marks)
     except ImageError:
         raise
     except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises

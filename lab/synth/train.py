@@ -262,7 +262,7 @@ def make_views(item: SynthItem, small_rule: ResizeRule, agent_rule: ResizeRule) 
     return Views(
         small=small_rule.apply(original),
         agent=agent_rule.apply(original),
-        crop=agent_rule.apply(original.crop(crop_box)),
+        crop=agent_rule.apply(original, crop_box),
     )
 
 

@@ -137,6 +137,32 @@ def test_transparency_becomes_white():
     assert rgb.getpixel((0, 0)) == (255, 0, 0)
 
 
+def test_an_alpha_first_image_is_rgb_and_a_file_cannot_name_its_source():
+    """An ``alpha-first`` mark (``reference_view``) keeps the alpha image beside the RGB
+    one, for ``ResizeRule.apply``; a file's own text chunk of the source's name is text,
+    never a source, and a mark on an image without alpha changes nothing."""
+    from PIL import PngImagePlugin
+
+    from common.images import ALPHA_FIRST, ALPHA_SOURCE, RESAMPLE_MARK
+
+    def marked(image: Image.Image, **chunks: str) -> bytes:
+        info = PngImagePlugin.PngInfo()
+        for key, value in {RESAMPLE_MARK: ALPHA_FIRST, **chunks}.items():
+            info.add_text(key, value)
+        return encode(image, pnginfo=info)
+
+    rgba = Image.new("RGBA", (60, 40), (200, 10, 10, 128))
+    decoded = decode_image(marked(rgba), ImageSettings())
+    assert decoded.mode == "RGB" and decoded.info[ALPHA_SOURCE].mode == "RGBA"
+    rule = ResizeRule(factor=28, min_pixels=56 * 56, max_pixels=56 * 56 * 4)
+    assert rule.apply(decoded, (0, 0, 30, 20)).mode == "RGB"
+
+    rgb = Image.new("RGB", (60, 40), (1, 2, 3))
+    hostile = decode_image(marked(rgb, **{ALPHA_SOURCE: "x"}), ImageSettings())
+    assert hostile.info.get(ALPHA_SOURCE) in (None, "x")
+    assert rule.apply(hostile).tobytes() == rule.apply(rgb).tobytes()
+
+
 @pytest.mark.parametrize("mode", ["L", "P", "CMYK", "I;16", "1", "LA"])
 def test_every_mode_becomes_rgb(mode: str):
     fmt = "JPEG" if mode == "CMYK" else "PNG"
