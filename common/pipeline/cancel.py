@@ -72,14 +72,7 @@ def resume_batch(
     changes. ``check``: asked first, in the transaction, whether the jobs may run again
     (it raises to refuse: nothing changes; asked before, as a requeued job's day is
     over: it no longer counts as finished)."""
-    with dispatcher.transaction(sessions) as outbox:
-        if check is not None:
-            check(outbox.session, 1)
-        ids = cancels.requeue(outbox.session, batch_jobs(batch_id), [JobStatus.CANCELLED])
-        _budget_live_again(outbox.session, batch_id)
-        openai_batches.reopened(outbox.session, batch_id)
-        send_waiting(outbox, batch_id)
-    return Requeued(batch_id, ids)
+    return _requeue_batch(sessions, dispatcher, batch_id, [JobStatus.CANCELLED], None, check)
 
 
 def retry_batch(
@@ -92,11 +85,26 @@ def retry_batch(
     """The batch's failed and cancelled jobs (of error ``code`` only, if given) run again,
     under the same batch. None of them: ``NothingToRetry``. ``check``: as ``resume_batch``."""
     statuses = [JobStatus.FAILED, JobStatus.CANCELLED]
+    return _requeue_batch(sessions, dispatcher, batch_id, statuses, code, check, retry=True)
+
+
+def _requeue_batch(
+    sessions: sessionmaker[Session],
+    dispatcher: Dispatcher,
+    batch_id: str,
+    statuses: list[JobStatus],
+    code: str | None,
+    check: Check | None,
+    *,
+    retry: bool = False,
+) -> Requeued:
+    """The batch's jobs in ``statuses`` (of error ``code``) wait again and are sent, with
+    its budget and its OpenAI batch live again; ``retry``: none is ``NothingToRetry``."""
     with dispatcher.transaction(sessions) as outbox:
         if check is not None:
             check(outbox.session, 1)
         ids = cancels.requeue(outbox.session, batch_jobs(batch_id), statuses, code)
-        if not ids:
+        if retry and not ids:
             which = f"with error {code!r} " if code else ""
             raise NothingToRetry(f"batch {batch_id} has no failed or cancelled job {which}to retry")
         _budget_live_again(outbox.session, batch_id)
