@@ -28,9 +28,10 @@ import io
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -43,18 +44,38 @@ from common.sandbox.guest.pixels import to_rgb
 
 Image.MAX_IMAGE_PIXELS = None  # ours applies instead (decode_image), before any decode
 
-# An image the evaluation resizes in a mode Pillow resizes by nearest neighbour ("1", or a
-# benchmark's palette image: ``reference_view``) is marked so in its ``info`` (from a
-# PNG text chunk of that name, or its own mode); a crop keeps the mark. A benchmark image
-# with alpha (RGBA or LA: ``reference_view``) is marked ``ALPHA_FIRST``: the evaluation
-# resizes it with its alpha (Pillow premultiplies) and makes it RGB after. Such an image
-# decodes to RGB as usual, holding its decoded alpha image in ``info[ALPHA_SOURCE]``
-# (never read from a file), which ``ResizeRule.apply`` resizes instead.
+# The evaluation resizes a benchmark image in the mode it was opened in (``reference_view``
+# keeps what that needs, as marks a rule ``in_own_mode`` honours). Pillow resizes "1" and
+# a palette image by nearest neighbour: marked ``NEAREST`` in its ``info`` (from a PNG
+# text chunk of that name, or its own mode), which a crop keeps. An image with alpha
+# (RGBA, LA) it resizes premultiplied and makes RGB after: marked ``ALPHA_FIRST``, it
+# decodes to RGB as usual and holds its decoded alpha image (``_AlphaSource``, never
+# read from a file). A file choosing its own mark chooses only how its own pixels are
+# resized; the alpha image it then holds counts in ``image_pixels``.
 RESAMPLE_MARK = "speceyes-resample"
 NEAREST = "nearest"
 ALPHA_FIRST = "alpha-first"
 ALPHA_SOURCE = "speceyes-alpha-source"
 _ALPHA_MODES = ("RGBA", "LA")
+_WITH_SOURCE = 7 / 3  # an RGB image (3 bytes a pixel) and its RGBA source (4), in pixels
+
+
+class _AlphaSource:
+    """The alpha image one RGB image was decoded from. Pillow copies ``info`` into every
+    image made from that one (a crop, a copy, an edit), whose pixels it is not: it
+    answers for the image it was made for only. Neither pickled nor copied (it becomes
+    None: the copy is resized as RGB)."""
+
+    def __init__(self, owner: Image.Image, image: Image.Image) -> None:
+        self._owner = weakref.ref(owner)
+        self.image = image
+
+    def of(self, image: Image.Image) -> Image.Image | None:
+        return self.image if self._owner() is image else None
+
+    def __reduce__(self) -> tuple[type[None], tuple[()]]:
+        return type(None), ()
+
 
 # Qwen2.5-VL (DeepEyes, Thyme): 14 px patches merged 2 x 2.
 QWEN25_FACTOR = 28
@@ -64,11 +85,14 @@ QWEN25_MAX_PIXELS = 16384 * 28 * 28
 
 @dataclass(frozen=True)
 class ResizeRule:
-    """How a model's image processor resizes: ``factor`` = patch size x merge size."""
+    """How a model's image processor resizes: ``factor`` = patch size x merge size;
+    ``in_own_mode``: as the evaluation's own Pillow call resizes a benchmark image, in the
+    mode it was opened in (its marks, above), not as a processor resizes RGB."""
 
     factor: int = QWEN25_FACTOR
     min_pixels: int = QWEN25_MIN_PIXELS
     max_pixels: int = QWEN25_MAX_PIXELS
+    in_own_mode: bool = False
 
     def size_for(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) of an image of this size as the model sees it."""
@@ -80,22 +104,26 @@ class ResizeRule:
     def apply(
         self, image: Image.Image, box: tuple[int, int, int, int] | None = None
     ) -> Image.Image:
-        """``image`` (or its ``box``, a crop) resized to the size the model sees it at:
-        bicubic, as the evaluation asks; by nearest neighbour where it is marked
-        (``RESAMPLE_MARK``), as Pillow resizes a bilevel or palette image whatever it is
-        asked; an ``ALPHA_FIRST`` image from its alpha source, made RGB after the resize,
-        as the evaluation's order is (crop it through ``box``: a crop made before loses
-        the source and is resized as RGB)."""
+        """``image`` (or its ``box``, a crop) resized to the size the model sees it at,
+        bicubic. ``in_own_mode``: by nearest neighbour where it is marked ``NEAREST``; an
+        ``ALPHA_FIRST`` image from its alpha image, made RGB after the resize (crop it
+        through ``box``: a crop made before has no alpha image and is resized as RGB)."""
         region = image if box is None else image.crop(box)
         size = self.size_for(*region.size)
-        source = image.info.get(ALPHA_SOURCE)
-        if isinstance(source, Image.Image) and source.size == image.size:
+        holder = image.info.get(ALPHA_SOURCE) if self.in_own_mode else None
+        source = holder.of(image) if isinstance(holder, _AlphaSource) else None
+        if source is not None:
             part = source if box is None else source.crop(box)
             return reference_rgb(part if size == part.size else part.resize(size, _BICUBIC))
         if size == region.size:
             return region
-        nearest = region.info.get(RESAMPLE_MARK) == NEAREST
+        nearest = self.in_own_mode and region.info.get(RESAMPLE_MARK) == NEAREST
         return region.resize(size, Image.Resampling.NEAREST if nearest else _BICUBIC)
+
+    def fetch(self, image: Image.Image) -> Image.Image:
+        """``image`` as qwen_vl_utils' ``fetch_image`` resizes a file it opens (Thyme's
+        agent is handed its image so): made RGB first, then resized bicubic."""
+        return replace(self, in_own_mode=False).apply(image)
 
 
 _BICUBIC = Image.Resampling.BICUBIC
@@ -227,11 +255,13 @@ class PixelBudget:
 
 
 def image_pixels(path: str | Path | IO[bytes]) -> int:
-    """The pixel count an image file declares (its header only); 0 if it cannot be read
-    (decoding it later gives the reason)."""
+    """The pixel count an image file declares (its header only), an ``ALPHA_FIRST`` one's
+    with the alpha image it holds; 0 if it cannot be read (decoding it later gives the
+    reason)."""
     try:
         with Image.open(path) as image:
-            return int(image.size[0] * image.size[1])
+            held = image.mode in _ALPHA_MODES and image.info.get(RESAMPLE_MARK) == ALPHA_FIRST
+            return int(image.size[0] * image.size[1] * (_WITH_SOURCE if held else 1))
     except Exception:
         return 0
 
@@ -279,6 +309,7 @@ def _decode(
         if draft and opened.format == "JPEG":
             opened.draft(opened.mode, (max(1, width // 8), max(1, height // 8)))
         decoded = opened.size[0] * opened.size[1]  # (a draft's smaller size)
+        mark = opened.info.get(RESAMPLE_MARK)  # (from the header, as image_pixels reads it)
         with budget.hold(decoded) if budget else nullcontext():
             opened.seek(0)  # animated: the first frame
             opened.load()
@@ -286,10 +317,9 @@ def _decode(
                 return opened
             if limits.exif_rotate:
                 ImageOps.exif_transpose(opened, in_place=True)  # (no second copy)
-            mark = opened.info.get(RESAMPLE_MARK)
             if mark == ALPHA_FIRST and opened.mode in _ALPHA_MODES:
                 rgb = reference_rgb(opened)
-                rgb.info[ALPHA_SOURCE] = opened
+                rgb.info[ALPHA_SOURCE] = _AlphaSource(rgb, opened)
                 return rgb
             rgb = to_rgb(opened)
             if opened.mode == "1" or mark == NEAREST:

@@ -182,7 +182,7 @@ def start(query: Query, protocol: Protocol, session: SandboxSession) -> list[Mes
     )
     return [
         Message("system", [protocol.agent_system]),
-        Message("user", [protocol.view(image), first_turn]),
+        Message("user", [protocol.file_view(image), first_turn]),
     ]
 
 

@@ -152,6 +152,11 @@ class Protocol:
         """The image as handed to the processor."""
         return self.image_grid.apply(image) if self.image_grid is not None else image
 
+    def file_view(self, image: Image.Image) -> Image.Image:
+        """The image as handed to the processor where the evaluation names its file
+        instead (Thyme's agent: qwen_vl_utils makes it RGB, then resizes it)."""
+        return self.image_grid.fetch(image) if self.image_grid is not None else image
+
 
 def _chat(system: str | None, image: Image.Image, text: str) -> list[Message]:
     turns = [Message("system", [system])] if system is not None else []

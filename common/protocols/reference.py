@@ -115,4 +115,5 @@ MALFORMED = "reference"  # the evaluation's loop (common/agents/deepeyes.py)
 BOX_RULE = "truncate"  # utils.py map_box: int() of the scaled edges, clamped, unsorted
 MIN_BOX_SIDE = 0  # the evaluation refuses no box for its size ...
 MAX_BOX_ASPECT = float("inf")  # ... or its shape
-IMAGE_GRID = ResizeRule(IMAGE_FACTOR, IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS)
+# SpecEyes.py resizes each image and crop itself, with Pillow, in the mode it was opened in
+IMAGE_GRID = ResizeRule(IMAGE_FACTOR, IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS, in_own_mode=True)

@@ -136,4 +136,6 @@ MALFORMED = "reference"  # (the zoom-tool fields below do not apply to Thyme)
 BOX_RULE = "truncate"
 MIN_BOX_SIDE = 0
 MAX_BOX_ASPECT = float("inf")
-IMAGE_GRID = reference.IMAGE_GRID  # qwen_vl_utils' defaults: 28 px, 4·28² to 16384·28²
+# qwen_vl_utils' defaults: 28 px, 4·28² to 16384·28². Phases I and II: SpecEyes.py resizes
+# the image in its own mode, as DeepEyes' does; the agent's files: Protocol.file_view
+IMAGE_GRID = reference.IMAGE_GRID

@@ -137,13 +137,17 @@ def test_transparency_becomes_white():
     assert rgb.getpixel((0, 0)) == (255, 0, 0)
 
 
-def test_an_alpha_first_image_is_rgb_and_a_file_cannot_name_its_source():
+def test_an_alpha_first_image_is_resized_from_its_alpha_image_and_nothing_else_is():
     """An ``alpha-first`` mark (``reference_view``) keeps the alpha image beside the RGB
-    one, for ``ResizeRule.apply``; a file's own text chunk of the source's name is text,
-    never a source, and a mark on an image without alpha changes nothing."""
+    one, for a rule ``in_own_mode`` (a processor's rule ignores it). Pillow copies
+    ``info`` into every image made from the RGB one: an edit of the same size is resized
+    as what it is, not as the alpha image; a pickled copy drops it. A file's own text
+    chunk of the source's name is text; the alpha image held counts in its pixels."""
+    import pickle
+
     from PIL import PngImagePlugin
 
-    from common.images import ALPHA_FIRST, ALPHA_SOURCE, RESAMPLE_MARK
+    from common.images import ALPHA_FIRST, ALPHA_SOURCE, RESAMPLE_MARK, image_pixels
 
     def marked(image: Image.Image, **chunks: str) -> bytes:
         info = PngImagePlugin.PngInfo()
@@ -151,16 +155,32 @@ def test_an_alpha_first_image_is_rgb_and_a_file_cannot_name_its_source():
             info.add_text(key, value)
         return encode(image, pnginfo=info)
 
-    rgba = Image.new("RGBA", (60, 40), (200, 10, 10, 128))
+    rgba = Image.new("RGBA", (60, 40), (200, 10, 10, 0))
+    rgba.paste((10, 200, 10, 255), (0, 0, 30, 40))
     decoded = decode_image(marked(rgba), ImageSettings())
-    assert decoded.mode == "RGB" and decoded.info[ALPHA_SOURCE].mode == "RGBA"
-    rule = ResizeRule(factor=28, min_pixels=56 * 56, max_pixels=56 * 56 * 4)
-    assert rule.apply(decoded, (0, 0, 30, 20)).mode == "RGB"
+    assert decoded.mode == "RGB"
+    own = ResizeRule(28, 56 * 56, 56 * 56 * 4, in_own_mode=True)
+    premultiplied = rgba.resize(own.size_for(60, 40), Image.Resampling.BICUBIC)
+    expected = Image.new("RGB", premultiplied.size, (255, 255, 255))  # qwen_vl_utils' to_rgb
+    expected.paste(premultiplied, mask=premultiplied.getchannel("A"))
+    assert own.apply(decoded).tobytes() == expected.tobytes()
+    assert own.apply(decoded, (0, 0, 30, 20)).mode == "RGB"
+
+    turned = decoded.transpose(Image.Transpose.ROTATE_180)  # same size, info copied
+    assert (
+        own.apply(turned).tobytes() == ResizeRule(28, 56 * 56, 56 * 56 * 4).apply(turned).tobytes()
+    )
+    copied = pickle.loads(pickle.dumps(decoded))
+    assert copied.info[ALPHA_SOURCE] is None
+    assert (
+        own.apply(copied).tobytes() == ResizeRule(28, 56 * 56, 56 * 56 * 4).apply(copied).tobytes()
+    )
+    assert image_pixels(io.BytesIO(marked(rgba))) == 60 * 40 * 7 // 3
+    assert image_pixels(io.BytesIO(encode(rgba))) == 60 * 40
 
     rgb = Image.new("RGB", (60, 40), (1, 2, 3))
     hostile = decode_image(marked(rgb, **{ALPHA_SOURCE: "x"}), ImageSettings())
-    assert hostile.info.get(ALPHA_SOURCE) in (None, "x")
-    assert rule.apply(hostile).tobytes() == rule.apply(rgb).tobytes()
+    assert own.apply(hostile).tobytes() == own.apply(rgb).tobytes()
 
 
 @pytest.mark.parametrize("mode", ["L", "P", "CMYK", "I;16", "1", "LA"])

@@ -415,15 +415,18 @@ class _Folder:
         return f"/mnt/data/{relative}"
 
 
-@pytest.mark.parametrize("mode", ["exif", "P"])
+@pytest.mark.parametrize("mode", ["exif", "P", "RGBA"])
 def test_thyme_hands_a_vstar_file_to_its_code_as_it_is(tmp_path, mode):
     """eval_code_thyme: the code is handed the V* file's own path, so its own bytes,
     whatever they hold (an EXIF orientation, a palette); the models see its pixels as
-    the reference does. A quality-95 re-save of the kept PNG was 5.9 grey levels off."""
-    from common.agents.thyme import place_image
+    the reference does. A quality-95 re-save of the kept PNG was 5.9 grey levels off.
+    The agent's first turn names the file (utils.py run_evaluation), which qwen_vl_utils'
+    fetch_image makes RGB, then resizes: not in its own mode, as phases I and II are."""
+    from common.agents.thyme import place_image, start
     from common.contracts import Query
+    from common.protocols import THYME
 
-    data = _turned_jpeg() if mode == "exif" else _noise("P")
+    data = _turned_jpeg() if mode == "exif" else _noise(mode)
     root = tmp_path / "vstar" / "direct_attributes"
     root.mkdir(parents=True)
     (root / "sa_1.jpg").write_bytes(data)
@@ -437,7 +440,14 @@ def test_thyme_hands_a_vstar_file_to_its_code_as_it_is(tmp_path, mode):
 
     placed = tmp_path / "sandbox" / "data" / "vstar" / "direct_attributes" / "sa_1.jpg"
     assert placed.read_bytes() == data
-    assert shown.tobytes() == _qwen_to_rgb(Image.open(io.BytesIO(data))).tobytes()
+    opened = Image.open(io.BytesIO(data))  # (the reference never turns it)
+    assert shown.tobytes() == _qwen_to_rgb(opened).tobytes()
+
+    grid = THYME.image_grid
+    assert grid is not None
+    first_view = start(query, THYME, _Folder(tmp_path / "again"))[1].images[0]  # type: ignore[arg-type]
+    fetched = _qwen_to_rgb(opened).resize(grid.size_for(*opened.size), Image.BICUBIC)
+    assert first_view.tobytes() == fetched.tobytes()
 
 
 def test_a_file_beside_a_jobs_image_that_is_no_image_never_reaches_the_sandbox(tmp_path):
