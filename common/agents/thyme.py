@@ -50,7 +50,7 @@ from common.chat import Conversation, Message, Part
 from common.config import AgentSettings, ImageSettings
 from common.contracts import Query
 from common.errors import ImageError, SourceUnavailable
-from common.images import image_suffix, original_of
+from common.images import check_image, image_suffix, original_of
 from common.protocols import Protocol
 from common.protocols import thyme as THYME
 from common.sandbox import QWEN25_GRID, Sandbox, SandboxSession, view_request
@@ -190,13 +190,13 @@ def place_image(query: Query, session: SandboxSession) -> Image.Image:
     """The job's image as the sandbox's file, and as the model sees that file: a V* file
     the reader kept the reference's pixels of (an EXIF orientation, a palette, alpha)
     as the file itself (``original_of``: the evaluation hands V*'s files to the code as
-    they are), shown as those pixels; else the job's own file where it is a JPEG (V*'s);
-    else the image saved as an RGB JPEG at quality 95 (as the evaluation saves
-    HR-Bench's and POPE's)."""
+    they are), shown as those pixels; else the job's own file where it is a benchmark's
+    (``_own_file``) or a JPEG; else the image saved as an RGB JPEG at quality 95 (as the
+    evaluation saves HR-Bench's and POPE's)."""
     data = original_of(query.image_path)
     shown = None if data is None else query.image  # (the file's pixels as the reference's)
     if data is None:
-        data = _own_jpeg(query)
+        data = _own_file(query)
     if data is None:
         buffer = io.BytesIO()
         query.image.convert("RGB").save(buffer, format="JPEG", quality=THYME.JPEG_QUALITY)
@@ -231,16 +231,21 @@ def _inside_folder(path: str | None) -> str | None:
     return "/".join(parts)
 
 
-def _own_jpeg(query: Query) -> bytes | None:
-    """The bytes of the job's file, if it is a JPEG (it was decoded and checked when the
-    job was loaded); None otherwise, or if it cannot be read now."""
+def _own_file(query: Query) -> bytes | None:
+    """The bytes of the job's file where it is a benchmark's (the first turn names it by
+    the evaluation's path, ``shown_path``: the evaluation hands V*'s file as it is,
+    whatever its format) or a JPEG, checked again within the limits; None otherwise, or
+    if it cannot be read now."""
     if query.image_path is None:
         return None
     try:  # (a file, a tar member, a table cell or a remote object: common.sources.locations)
         data = read_located(query.image_path, ImageSettings())
+        if query.shown_path is None and image_suffix(data) != ".jpeg":
+            return None
+        check_image(data, ImageSettings())
     except (ImageError, SourceUnavailable):  # (re-encoded from the decoded image instead)
         return None
-    return data if image_suffix(data) == ".jpeg" else None
+    return data
 
 
 def model_grid(protocol: Protocol) -> Grid:

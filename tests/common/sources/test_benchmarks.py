@@ -415,11 +415,12 @@ class _Folder:
         return f"/mnt/data/{relative}"
 
 
-@pytest.mark.parametrize("mode", ["exif", "P", "RGBA"])
+@pytest.mark.parametrize("mode", ["exif", "P", "RGBA", "L", "1"])
 def test_thyme_hands_a_vstar_file_to_its_code_as_it_is(tmp_path, mode):
     """eval_code_thyme: the code is handed the V* file's own path, so its own bytes,
-    whatever they hold (an EXIF orientation, a palette); the models see its pixels as
-    the reference does. A quality-95 re-save of the kept PNG was 5.9 grey levels off.
+    whatever they hold (an EXIF orientation, a palette, a PNG of any mode); the models
+    see its pixels as the reference does. A quality-95 re-save of the kept PNG was 5.9
+    grey levels off; of a grey PNG that needs no keeping, 1.5 (0.7 for a bilevel one).
     The agent's first turn names the file (utils.py run_evaluation), which qwen_vl_utils'
     fetch_image makes RGB, then resizes: not in its own mode, as phases I and II are."""
     from common.agents.thyme import place_image, start
@@ -432,7 +433,8 @@ def test_thyme_hands_a_vstar_file_to_its_code_as_it_is(tmp_path, mode):
     (root / "sa_1.jpg").write_bytes(data)
     (root / "sa_1.json").write_text(json.dumps({"question": "Q?", "options": ["a", "b"]}))
     (row,) = read_source(tmp_path / "vstar", image_store=tmp_path / "store", for_thyme=True)
-    assert row.image_path != str((root / "sa_1.jpg").resolve())  # (the models' PNG)
+    kept = row.image_path != str((root / "sa_1.jpg").resolve())  # (the models' PNG)
+    assert kept == (mode in ("exif", "P", "RGBA"))
     image = load_image(row.image_path or "")[0]
     query = Query("q", image, "Q?", ("a", "b"), row.image_path, row.shown_path)
 
