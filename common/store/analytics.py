@@ -224,12 +224,15 @@ def calibration_items(session: Session, batch_id: str) -> list[CalibrationItem]:
     for item, job in batch_results(session, batch_id):
         if job.small_answer is None or job.confidence is None:
             continue
-        agent = job.final_answer if job.defer_reason == DeferReason.CALIBRATION else None
+        calibrating = job.defer_reason == DeferReason.CALIBRATION
+        agent = job.final_answer if calibrating else None
         agrees = None if agent is None else is_correct(job.small_answer, agent, job.options)
         label = job.reviewed_answer if job.reviewed_at is not None else item.expected
         if label is not None:
             right = is_correct(job.small_answer, label, job.options)
-            agent_right = None if agent is None else is_correct(agent, label, job.options)
+            # (an agent that failed has no answer: wrong, as a failed row is by our rules)
+            ended = calibrating and job.status in (JobStatus.DONE, JobStatus.FAILED)
+            agent_right = is_correct(agent, label, job.options) if ended else None
         elif agent is not None and agrees is not None:
             right, agent_right, label = agrees, None, agent  # (the agent's answer is the label)
         else:

@@ -114,6 +114,30 @@ def test_the_queue_puts_disagreements_then_closest_to_tau_then_failures(
         assert 2 not in [entry.item.position for entry in review_queue(session, batch_id)]
 
 
+def test_a_calibration_row_whose_agent_failed_counts_its_agent_wrong(sessions, image: Path):
+    """A calibration run sends every speculated row to the agent too; where the agent
+    failed, it has no answer, which our rules count wrong, in the gate sweep and the
+    depth replay alike (the replay took no agent score for a right one)."""
+    from common.evaluation.depth import _agent_right
+
+    common = {"answered_by": "large", "confidence": 0.95, "defer_reason": "calibration"}
+    rows = [
+        {**common, "final_answer": "yes", "small_answer": "yes", "expected": "yes"},
+        {
+            **common,
+            "status": "failed",
+            "final_answer": None,
+            "small_answer": "yes",
+            "expected": "yes",
+        },
+    ]
+    batch_id, _ids = decided_batch(sessions, rows, image)
+    with sessions() as session:
+        found = calibration_items(session, batch_id)
+    assert [item.agent_right for item in found] == [True, False]
+    assert [_agent_right(item) for item in found] == [True, False]
+
+
 def test_a_reviewed_answer_is_a_label_for_calibration(sessions, image: Path) -> None:
     rows = [
         {"answered_by": "small", "final_answer": "yes", "confidence": 0.95},  # no label
