@@ -16,7 +16,7 @@ from common.config import GateSettings
 from common.errors import InvalidInput
 from common.evaluation.calibration import default_grid, pick_tau, sweep
 from common.evaluation.depth import DepthRow, recorded_depth, replay_depths
-from common.store.analytics import calibration_items, stage_costs
+from common.store.analytics import STRICT_COUNTS, calibration_items, stage_costs
 from common.store.db import open_store
 from common.store.reads import require_batch
 
@@ -156,7 +156,8 @@ def _sweep(
     rows = sweep(recorded, MODES, SWEEP_KS, SWEEP_TAUS, costs)
     print(
         f"{len(recorded)} jobs replayed (accepted: screened tool-free and over tau); measured "
-        f"{costs[0]:.3f} s per job in the fast stage, {costs[1]:.3f} s per agent job"
+        f"{costs[0]:.3f} s per job in the fast stage, {costs[1]:.3f} s per agent job; "
+        f"accuracy by {STRICT_COUNTS} (the agent's answer where a row has no other label)"
     )
     print("mode       K    tau    accepted  acc. accepted  accuracy  agrees  speedup (est.)")
     for row in rows:
@@ -189,7 +190,8 @@ def _depth_sweep(items: list[Any]) -> list[tuple[float, DepthRow]]:
         raise InvalidInput(f"the batch mixes gate settings {sorted(gates)}: calibrate one")
     ((mode, top_k),) = gates
     print(f"\nspeculation in depth, replayed to D={depth} (gate {mode}, K={top_k}; each job's")
-    print("own measured times; 'all': the jobs the screen sent to the agent zoom too)")
+    print("own measured times; 'all': the jobs the screen sent to the agent zoom too;")
+    print(f"accuracy by {STRICT_COUNTS})")
     print("depth        tau    beta   alpha  accepted  accuracy  tokens/job  speedup (est.)")
     found = []
     for tau in SWEEP_TAUS:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.contracts import AnsweredBy, JobStatus, SourceRow
 from common.scores import wilson
+from common.store.analytics import STRICT_COUNTS
 from common.store.overview import overview
 from common.store.reads import batch_counts
 from common.store.usage import Z_95, project
@@ -124,6 +125,7 @@ def print_estimate(
     if "accuracy" in figures:
         value, low, high = figures["accuracy"]
         print(f"  {'accuracy (known answers)':<28} {value:.1%} ({low:.1%} to {high:.1%})")
+        print(f"  {'':<28} by {STRICT_COUNTS}")
     print(f"the sample's jobs are kept (batch {batch_id}); the full run reuses them")
     return figures
 

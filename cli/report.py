@@ -14,7 +14,13 @@ from common.errors import InvalidInput
 from common.evaluation.depth import agent_alone, recorded_depth, replay_depths
 from common.pipeline.audit import describe
 from common.store import reads
-from common.store.analytics import SplitRun, calibration_items, split_runs, stage_costs
+from common.store.analytics import (
+    STRICT_COUNTS,
+    SplitRun,
+    calibration_items,
+    split_runs,
+    stage_costs,
+)
 from common.store.db import open_store
 from common.store.overview import overview
 from common.store.reads import find_batch, require_batch
@@ -286,7 +292,7 @@ def _depth_tables(splits: dict[str, list[Any]], depth: int, markdown: bool) -> N
     replayed = {split: replay_depths(splits[split], gate, depth) for split in order}
     alone = {split: agent_alone(splits[split]) for split in order}
     print(
-        f"gate {gate.mode}, K={gate.top_k}, tau {gate.threshold:g}; accuracy by our rules; "
+        f"gate {gate.mode}, K={gate.top_k}, tau {gate.threshold:g}; accuracy by {STRICT_COUNTS}; "
         "speedup over the agent alone from each job's measured times; 'all': the jobs the "
         "screen sent to the agent zoom too"
     )

@@ -11,6 +11,7 @@ from cli.options import settings_from_args
 from common.config import GateSettings
 from common.contracts import Accepted, DeferReason, Deferred, Stage
 from common.store import claims, new_jobs, submission
+from common.store.analytics import STRICT_COUNTS
 from common.store.db import open_store
 from tests.helpers.images import write_images
 
@@ -103,7 +104,9 @@ def test_a_calibration_run_is_swept_without_a_model(tmp_path: Path, capsys):
     capsys.readouterr()
     assert main(["calibrate", "cal", "--json", str(out), "--db", db]) == 0
     rows = json.loads(out.read_text())
-    assert len(rows) == 4 * 4 * 5 and "6 jobs replayed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert len(rows) == 4 * 4 * 5 and "6 jobs replayed" in printed
+    assert f"accuracy by {STRICT_COUNTS}" in printed  # how a failed row counts
     assert all(row["speedup"] > 0 for row in rows)  # from the run's measured costs
     # the scripted small model and agent both say "A": every accepted answer agrees
     assert {row["agreement"] for row in rows if row["accepted"]} == {1.0}
@@ -134,7 +137,9 @@ def test_one_calibration_run_at_depth_2_reads_depths_0_1_and_2(tmp_path: Path, c
     out = tmp_path / "sweep.json"
     capsys.readouterr()
     assert main(["calibrate", "cal", "--json", str(out), "--db", db]) == 0
-    assert "speculation in depth, replayed to D=2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "speculation in depth, replayed to D=2" in printed
+    assert f"accuracy by {STRICT_COUNTS}" in printed[printed.index("speculation in depth") :]
     depths = json.loads(out.read_text())["depths"]
     assert len(depths) == 5 * 5  # D=0, 1 and 2 (each scope) at each tau of the sweep
     accuracy = {(row["depth"], row["scope"]): round(row["accuracy"], 4) for row in depths}
@@ -148,6 +153,7 @@ def test_one_calibration_run_at_depth_2_reads_depths_0_1_and_2(tmp_path: Path, c
     assert main(["report", "cal", "--db", db]) == 0
     printed = capsys.readouterr().out
     table = printed[printed.index("speculation in depth") : printed.index("beta / alpha / acc")]
+    assert f"accuracy by {STRICT_COUNTS}" in printed
     cells = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines() if "/" in line]
     rows = {cell[0]: cell[1] for cell in cells if len(cell) > 1}
     assert rows["agent alone"] == "33.33/1.00"

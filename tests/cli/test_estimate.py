@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from cli.estimate import draw
 from cli.main import main
 from common.contracts import SourceRow
+from common.store.analytics import STRICT_COUNTS
 from common.store.db import open_store
 from common.store.reads import require_batch
 from common.store.tables import BatchItem
@@ -43,6 +44,7 @@ def test_an_estimate_predicts_the_full_runs_accepted_share(
     printed = capsys.readouterr().out
     share = SHARE.search(printed)
     assert share is not None and WALL.search(printed) is not None, printed
+    assert f"by {STRICT_COUNTS}" in printed  # how its accuracy counts a failed row
     # it kept the sample's jobs only, in a batch that says it is an estimate
     sessions = open_store(sampled, create=False)
     with sessions() as session:

@@ -52,6 +52,14 @@ def test_the_report_puts_accuracy_and_speedup_per_split(tmp_path: Path, capsys, 
     assert "| SpecEyes | - | - |" in tokens
     assert re.search(r"\| SpecReason \| \d+\.\d\d \| \d+\.\d\d \|", "\n".join(tokens))
 
+    # a line carries the method its batches ran, whatever it is labelled: the funnel's
+    # line labelled as SpecReason's still has its beta / alpha, SpecReason's none
+    assert main(["report", "funnel", "sr", "--label", "SpecReason", "--db", db, "--markdown"]) == 0
+    printed = capsys.readouterr().out
+    funnel = printed[printed.index("beta / alpha") : printed.index("small model's share")]
+    rows = [line for line in funnel.splitlines() if line.startswith("| SpecReason |")]
+    assert rows == ["| SpecReason | 1.00/1.00 |  |", "| SpecReason | - |  |"], funnel
+
 
 def test_specreason_jobs_skip_phases_one_to_three_and_record_each_decision(tmp_path: Path):
     source = tmp_path / "POPE"
