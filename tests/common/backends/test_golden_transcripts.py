@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -538,18 +539,29 @@ def test_deepeyes_an_answer_cut_at_the_token_limit_keeps_the_whole_output(tiny_p
     assert step.finish_reason == "length" and trajectory.scored == reference_prediction(step.text)
 
 
+def thyme_prediction(final_assistant_response: str) -> str | None:
+    """eval_code_thyme/utils.py run_evaluation: the prediction its agent returns and the
+    evaluation judges (written out from there); None where it finds no tag (its status
+    "error": the row is left out, as our ``no_answer``)."""
+    answer_match = re.search(r"<answer>(.*?)</answer>", final_assistant_response, re.DOTALL)
+    return answer_match.group(1).strip() if answer_match else None
+
+
 @pytest.mark.sandbox
-def test_thyme_an_empty_answer_keeps_the_text_the_evaluation_scores(tiny_paths):
+@pytest.mark.parametrize(
+    "written", ["<think>x</think><answer> </answer>", "<answer>B<think>hm</think></answer>"]
+)
+def test_thyme_an_answer_we_fail_keeps_the_text_the_evaluation_scores(tiny_paths, written):
     bubblewrap_or_skip()
     from common.agents.thyme import run_thyme
 
-    large, _ = forced_agent(tiny_paths, ["<think>x</think><answer> </answer>"], THYME)
+    large, _ = forced_agent(tiny_paths, [written], THYME)
     image = Image.new("RGB", (448, 336), (0, 0, 255))
     query = Query("q", image, CHOICE.question, CHOICE.options)
     trajectory = run_thyme(query, large, AgentSettings(max_steps=2, max_new_tokens=60))
 
     assert trajectory.answer is None and trajectory.error_code == "answer_unreadable"
-    assert trajectory.scored == reference_prediction("<think>x</think><answer> </answer>") == ""
+    assert trajectory.scored == thyme_prediction(written) is not None
 
 
 def _thyme_answers_b_after(tiny_paths, code: str | list[int], query: Query | None = None):
