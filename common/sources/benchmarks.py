@@ -29,6 +29,7 @@ import io
 import json
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -274,15 +275,10 @@ def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) 
     and crops of it are resized that way (converting and picking pixels commute: the
     same pixels). An image with alpha (RGBA, LA) is resized with it, premultiplied: the
     PNG keeps it, marked ``ALPHA_FIRST``, and the model's views of it are made so."""
-    limits = limits or ImageSettings()
     if not _differs(io.BytesIO(data)):
         return data
-    try:
-        with Image.open(io.BytesIO(data)) as opened:
-            width, height = opened.size
-            if width * height > limits.max_pixels:
-                raise ImageError(f"image is {width}x{height}, above the pixel limit")
-            image = opened.copy()
+    with _pillow_errors("read as the evaluation reads it"):
+        image = _opened(data, limits)
         nearest = image.mode == "1" or (image.mode == "P" and kind != "hr")
         if kind == "hr" and image.mode in ("RGBA", "P"):
             image = image.convert("RGB")
@@ -295,10 +291,6 @@ def reference_view(data: bytes, kind: str, limits: ImageSettings | None = None) 
             image = reference_rgb(image)
         buffer = io.BytesIO()
         image.save(buffer, format="PNG", pnginfo=marks)
-    except ImageError:
-        raise
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises
-        raise ImageError(f"the image cannot be read as the evaluation reads it: {exc}") from None
     return buffer.getvalue()
 
 
@@ -308,20 +300,35 @@ def thyme_jpeg(data: bytes, limits: ImageSettings | None = None) -> bytes:
     POPE loader): RGBA and P converted to RGB, other modes as they are, no EXIF turn,
     saved as a JPEG at quality 95. ``ImageError`` for what cannot be (a broken image, one
     over the pixel limit, a mode JPEG cannot hold)."""
-    limits = limits or ImageSettings()
-    try:
-        with Image.open(io.BytesIO(data)) as opened:
-            width, height = opened.size
-            if width * height > limits.max_pixels:
-                raise ImageError(f"image is {width}x{height}, above the pixel limit")
-            image = opened.convert("RGB") if opened.mode in ("RGBA", "P") else opened.copy()
+    with _pillow_errors("saved as the evaluation saves it"):
+        image = _opened(data, limits)
+        if image.mode in ("RGBA", "P"):
+            image = image.convert("RGB")
         buffer = io.BytesIO()
         image.save(buffer, format="JPEG", quality=THYME_JPEG_QUALITY)
+    return buffer.getvalue()
+
+
+def _opened(data: bytes, limits: ImageSettings | None) -> Image.Image:
+    """The image ``data`` holds, decoded as it is (its mode, no EXIF turn), once its size
+    is within the pixel limit."""
+    limits = limits or ImageSettings()
+    with Image.open(io.BytesIO(data)) as opened:
+        width, height = opened.size
+        if width * height > limits.max_pixels:
+            raise ImageError(f"image is {width}x{height}, above the pixel limit")
+        return opened.copy()
+
+
+@contextmanager
+def _pillow_errors(doing: str) -> Iterator[None]:
+    """What Pillow raises on a broken image, as an ``ImageError``: it "cannot be {doing}"."""
+    try:
+        yield
     except ImageError:
         raise
     except (OSError, SyntaxError, ValueError, EOFError) as exc:  # what Pillow raises
-        raise ImageError(f"the image cannot be saved as the evaluation saves it: {exc}") from None
-    return buffer.getvalue()
+        raise ImageError(f"the image cannot be {doing}: {exc}") from None
 
 
 def _with_image(row: SourceRow, stored: tuple[str, str] | str) -> SourceRow:
