@@ -6,12 +6,14 @@ the batch's rows, and kept (a few hundred batches) until the batch changes.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.contracts import AnsweredBy
@@ -21,6 +23,8 @@ from common.store.expressions import gate_threshold
 from common.store.reads import BatchCounts, batch_counts, batch_jobs
 from common.store.tables import BatchItem, Job
 from common.store.usage import BatchUsage
+
+log = logging.getLogger(__name__)
 
 HISTOGRAM_BINS = 20
 # a batch's page and GET /v1/batches/{id} make the overview of a batch this large while
@@ -131,9 +135,17 @@ def overview_once_finished(
 
 
 def _make(sessions: sessionmaker[Session], batch_id: str) -> None:
+    """A thread's pass; where the store fails (down, or the database gone), a warning:
+    the next read of the batch asks again."""
     try:
         with sessions() as session:
             overview(session, batch_id)
+    except SQLAlchemyError as exc:
+        log.warning(
+            "the overview of batch %s was not made (the next read asks again): %s",
+            batch_id,
+            str(exc).splitlines()[0],
+        )
     finally:
         with _overviews_lock:
             _MAKING.discard(batch_id)

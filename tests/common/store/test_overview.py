@@ -41,3 +41,21 @@ def test_the_overview_scores_draws_and_follows_changes(sessions, tmp_path: Path)
         )
     with sessions() as session:
         assert overview(session, batch_id).correct == 4  # recomputed: a job finished anew
+
+
+def test_a_thread_whose_store_fails_says_so_and_a_later_read_asks_again(caplog) -> None:
+    """The pass a thread makes for a large batch (``overview_soon``) meets a store that
+    is down or a database that is gone: a warning, no thread dying with a traceback, and
+    the batch is no longer 'being made', so the next read starts a pass again."""
+    from sqlalchemy.exc import OperationalError
+
+    from common.store import overview as module
+
+    def down() -> None:
+        raise OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+
+    module._MAKING.add("b1")
+    module._make(down, "b1")  # type: ignore[arg-type]
+
+    assert "b1" not in module._MAKING
+    assert "the overview of batch b1 was not made" in caplog.text
