@@ -108,13 +108,14 @@ class ResizeRule:
         bicubic. ``in_own_mode``: by nearest neighbour where it is marked ``NEAREST``; an
         ``ALPHA_FIRST`` image from its alpha image, made RGB after the resize (crop it
         through ``box``: a crop made before has no alpha image and is resized as RGB)."""
-        region = image if box is None else image.crop(box)
-        size = self.size_for(*region.size)
         holder = image.info.get(ALPHA_SOURCE) if self.in_own_mode else None
         source = holder.of(image) if isinstance(holder, _AlphaSource) else None
         if source is not None:
             part = source if box is None else source.crop(box)
+            size = self.size_for(*part.size)
             return reference_rgb(part if size == part.size else part.resize(size, _BICUBIC))
+        region = image if box is None else image.crop(box)
+        size = self.size_for(*region.size)
         if size == region.size:
             return region
         nearest = self.in_own_mode and region.info.get(RESAMPLE_MARK) == NEAREST
